@@ -1,0 +1,3 @@
+from macprof.cli import main
+
+main()

@@ -1,0 +1,125 @@
+"""Command line: thin click commands over typed options. Imports are lazy, so `--help`,
+`show` and `compare` never import an engine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from macprof import __version__
+from macprof.errors import MacprofError
+
+
+class Group(click.Group):
+    """Turns the project's errors into one line on stderr and exit code 2, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except MacprofError as exc:
+            click.echo(f"macprof: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def _csv_ints(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        out = [int(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected an integer, got {value!r}") from None
+    return out
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="macprof")
+def main() -> None:
+    """Profile local LLM inference (llama.cpp GGUF and MLX models) honestly: cold start,
+    warm residence, prefix-cache reuse, memory, and the bandwidth ceiling."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml",
+              show_default=True, help="models.toml listing the models to measure.")
+@click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
+@click.option("--phases", help="Comma-separated phases: cold,warm,prefix (default all).")
+@click.option("--prompt-tokens", type=int, help="Prompt length in tokens [512].")
+@click.option("--gen-tokens", type=int, help="Generated tokens per request, EOS ignored [128].")
+@click.option("--prefix-tokens", type=int, help="Shared prefix length for the prefix phase [448].")
+@click.option("--reps", type=int, help="Measured requests per phase [5].")
+@click.option("--cold-trials", type=int, help="Fresh-process cold starts per model [3].")
+@click.option("--threads", type=int, help="Engine threads [engine default: physical cores for llama.cpp].")
+@click.option("--timeout", type=float, help="Per-request timeout in seconds [300].")
+@click.option("--delay", type=float, help="Cool-down seconds before each trial [0].")
+@click.option("--drop-cache/--no-drop-cache", default=None,
+              help="Evict the model's files from the page cache before each cold trial (where the OS allows).")
+@click.option("--force/--no-force", default=None, help="Load a model even when it plainly cannot fit in memory.")
+@click.option("--log", "log_path", type=click.Path(path_type=Path),
+              help="Run log path [runs/<UTC time>-<host id>.json].")
+@click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Continue an interrupted run from its journal (models already measured are kept).")
+def run(config_path, names, phases, prompt_tokens, gen_tokens, prefix_tokens, reps, cold_trials, threads,
+        timeout, delay, drop_cache, force, log_path, resume) -> None:
+    """Measure every model of the config: cold start, warm residence, prefix reuse."""
+    from macprof import config, orchestrator, report, runlog
+
+    overrides = {
+        "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
+        "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "prefix_tokens": prefix_tokens,
+        "reps": reps, "cold_trials": cold_trials, "threads": threads, "timeout": timeout,
+        "delay": delay, "drop_cache": drop_cache, "force": force,
+    }
+    cfg = config.load(config_path, overrides)
+    selected = cfg.select([n.strip() for name in names for n in name.split(",") if n.strip()])
+    _ensure_demo_models(selected)
+    resume_events = None
+    if resume:
+        resume_events = runlog.read_journal(resume)
+        log_path = Path(str(resume).removesuffix(".journal.jsonl") + ".json")
+    log_path = log_path or orchestrator.default_log_path(Path("runs"))
+    if log_path.suffix != ".json":
+        raise MacprofError(f"{log_path}: the run log must be a .json file")
+    progress = orchestrator.Progress()
+    runner = orchestrator.Runner(selected, log_path, progress)
+    log = runner.run(resume_events)
+    click.echo(report.render_summary(log, str(log_path)))
+    if not log["complete"]:
+        sys.exit(130)
+
+
+def _ensure_demo_models(models) -> None:
+    from macprof.demo import build
+
+    sizes = sorted({m.demo.split("/")[0] for m in models if m.demo and not m.path.exists()})
+    for size in sizes:
+        click.echo(f"building the {size} demo models (first run only)...", err=True)
+        build.build(size, progress=lambda s: click.echo(f"  {s}", err=True))
+
+
+@main.command()
+@click.option("--size", type=click.Choice(["tiny", "small"]), default="small", show_default=True)
+@click.option("--dir", "root", type=click.Path(path_type=Path), help="Where to build [per-user cache].")
+def demo(size, root) -> None:
+    """Synthesise the demo models (seeded weights, local tokenizer) in GGUF and MLX form."""
+    from macprof.demo import build
+
+    out = build.build(size, root, progress=lambda s: click.echo(s, err=True))
+    click.echo(str(out / "models.toml"))
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+def show(path) -> None:
+    """Render a run log, or the journal of an interrupted run."""
+    from macprof import report, runlog
+
+    log = runlog.load(path)
+    click.echo(report.render_detail(log))
+    click.echo("")
+    click.echo(report.render_summary(log))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""models.toml + command-line options -> frozen dataclasses.
+
+Format (documented in README.md):
+
+    [settings]                 # optional: defaults for every model
+    gen_tokens = 64
+
+    [[models]]
+    name = "llama-3.1-8b-q4_k_m"
+    engine = "llama.cpp"       # or "mlx"
+    path = "~/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"   # ~ and relative paths allowed
+    quant = "Q4_K_M"           # optional label
+    reps = 3                   # optional per-model settings (any key of [settings])
+    [models.linux]             # optional per-platform overrides: linux, macos
+    gen_tokens = 16
+
+A path of the form ``demo:SIZE/VARIANT`` names a demo model in macprof's cache; `macprof run`
+builds it when missing. Precedence: command-line option > model's platform table > model >
+[settings] > built-in default. Every error names the file, the model entry and the key.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from macprof.errors import MacprofError
+
+PHASES = ("cold", "warm", "prefix")
+PLATFORM_KEYS = {"linux": "linux", "darwin": "macos"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    phases: tuple[str, ...] = PHASES
+    prompt_tokens: int = 512
+    gen_tokens: int = 128
+    prefix_tokens: int = 448
+    reps: int = 5
+    cold_trials: int = 3
+    threads: int | None = None
+    timeout: float = 300.0
+    delay: float = 0.0
+    drop_cache: bool = False
+    force: bool = False
+
+
+# key -> (accepted types, check, what a valid value is)
+_POSITIVE_INT = (int, lambda v: v > 0, "a positive integer")
+_SETTING_TYPES: dict[str, tuple] = {
+    "phases": (list, lambda v: bool(v) and all(p in PHASES for p in v) and len(set(v)) == len(v),
+               f"a non-empty list of distinct phases from {', '.join(PHASES)}"),
+    "prompt_tokens": _POSITIVE_INT,
+    "gen_tokens": _POSITIVE_INT,
+    "prefix_tokens": _POSITIVE_INT,
+    "reps": _POSITIVE_INT,
+    "cold_trials": _POSITIVE_INT,
+    "threads": _POSITIVE_INT,
+    "timeout": ((int, float), lambda v: v > 0, "a positive number of seconds"),
+    "delay": ((int, float), lambda v: v >= 0, "a number of seconds >= 0"),
+    "drop_cache": (bool, lambda v: True, "true or false"),
+    "force": (bool, lambda v: True, "true or false"),
+}
+_MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    engine: str
+    path: Path
+    quant: str | None
+    settings: Settings
+    demo: str | None = None  # "SIZE/VARIANT" when the path is a demo:... path
+
+    @property
+    def files(self) -> list[Path]:
+        """The files that make up the model (a GGUF file, or an MLX directory's files)."""
+        if self.path.is_dir():
+            return sorted(p for p in self.path.iterdir() if p.is_file())
+        return [self.path]
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    models: tuple[ModelSpec, ...]
+
+    def select(self, names: list[str] | None) -> tuple[ModelSpec, ...]:
+        if not names:
+            return self.models
+        known = {m.name: m for m in self.models}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise MacprofError(f"{self.path}: no model named {', '.join(map(repr, missing))} "
+                               f"(models: {', '.join(known)})")
+        return tuple(known[n] for n in names)
+
+
+def _check_value(where: str, key: str, value: Any) -> Any:
+    types, check, what = _SETTING_TYPES[key]
+    if isinstance(value, bool) and types is not bool:
+        ok = False
+    else:
+        ok = isinstance(value, types) and check(value)
+    if not ok:
+        raise MacprofError(f"{where}: key '{key}' must be {what}, not {value!r}")
+    return tuple(value) if key == "phases" else value
+
+
+def _settings_from(where: str, table: dict) -> dict:
+    out = {}
+    for key, value in table.items():
+        if key not in _SETTING_TYPES:
+            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(_SETTING_TYPES))})")
+        out[key] = _check_value(where, key, value)
+    return out
+
+
+def check_settings(where: str, s: Settings) -> Settings:
+    """Cross-field sense checks that no single value shows."""
+    if "prefix" in s.phases and s.prefix_tokens >= s.prompt_tokens:
+        raise MacprofError(f"{where}: prefix_tokens ({s.prefix_tokens}) must be smaller than "
+                           f"prompt_tokens ({s.prompt_tokens}): the suffix needs at least one token")
+    return s
+
+
+def merge(base: Settings, *layers: dict) -> Settings:
+    values = {}
+    for layer in layers:
+        values.update({k: v for k, v in layer.items() if v is not None})
+    return replace(base, **values)
+
+
+def resolve_path(raw: str, config_path: Path) -> tuple[Path, str | None]:
+    if raw.startswith("demo:"):
+        from macprof.demo.build import SPECS, VARIANTS, default_dir
+
+        ref = raw[len("demo:"):]
+        size, _, variant = ref.partition("/")
+        for suffix, _, rel, _ in VARIANTS:
+            if size in SPECS and suffix == variant:
+                return default_dir() / rel.format(size=size), ref
+        raise ValueError(f"unknown demo model {ref!r} (sizes: {', '.join(SPECS)}; "
+                         f"variants: {', '.join(v[0] for v in VARIANTS)})")
+    p = Path(raw).expanduser()
+    return (p if p.is_absolute() else (config_path.parent / p)), None
+
+
+def load(path: Path | str, overrides: dict | None = None, check_engines: bool = True) -> Config:
+    """Parse models.toml. ``overrides`` are command-line settings (None = not given)."""
+    from macprof import engines
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MacprofError(f"{path}: no such file (give one with --config, or run `macprof demo`)") from None
+    except IsADirectoryError:
+        raise MacprofError(f"{path}: is a directory, not a models.toml file") from None
+    except PermissionError:
+        raise MacprofError(f"{path}: permission denied") from None
+    except UnicodeDecodeError as exc:
+        raise MacprofError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise MacprofError(f"{path}: invalid TOML: {exc}") from None
+
+    unknown = set(data) - {"settings", "models"}
+    if unknown:
+        raise MacprofError(f"{path}: unknown top-level key '{sorted(unknown)[0]}' (expected [settings] and [[models]])")
+    settings_table = data.get("settings", {})
+    if not isinstance(settings_table, dict):
+        raise MacprofError(f"{path}: 'settings' must be a table")
+    file_settings = _settings_from(f"{path}: [settings]", settings_table)
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key, value in cli.items():
+        _check_value("command line", key, value)
+
+    entries = data.get("models")
+    if not isinstance(entries, list) or not entries:
+        raise MacprofError(f"{path}: no models: add at least one [[models]] table")
+    platform_key = PLATFORM_KEYS.get(sys.platform)
+    models: list[ModelSpec] = []
+    seen_names: dict[str, int] = {}
+    seen_paths: dict[tuple[str, Path], str] = {}
+    for i, entry in enumerate(entries):
+        where = f"{path}: models[{i}]"
+        if not isinstance(entry, dict):
+            raise MacprofError(f"{where}: must be a table ([[models]])")
+        if isinstance(entry.get("name"), str):
+            where = f'{path}: models[{i}] ("{entry["name"]}")'
+        for key in entry:
+            if key not in _MODEL_KEYS:
+                raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(_MODEL_KEYS))})")
+        for key in ("name", "engine", "path"):
+            if key not in entry:
+                raise MacprofError(f"{where}: missing key '{key}'")
+            if not isinstance(entry[key], str) or not entry[key].strip():
+                raise MacprofError(f"{where}: key '{key}' must be a non-empty string, not {entry[key]!r}")
+        name, engine = entry["name"], entry["engine"]
+        if "quant" in entry and not isinstance(entry["quant"], str):
+            raise MacprofError(f"{where}: key 'quant' must be a string, not {entry['quant']!r}")
+        if name in seen_names:
+            raise MacprofError(f"{where}: duplicate name '{name}' (also models[{seen_names[name]}])")
+        seen_names[name] = i
+        if engine not in engines.names():
+            raise MacprofError(f"{where}: key 'engine': unknown engine {engine!r} (choose {' or '.join(engines.names())})")
+        if check_engines and not engines.is_installed(engine):
+            raise MacprofError(f"{where}: key 'engine': {engine!r} is not installed: pip install {engines.ENGINES[engine][2]}")
+        try:
+            model_path, demo = resolve_path(entry["path"], path)
+        except ValueError as exc:
+            raise MacprofError(f"{where}: key 'path': {exc}") from None
+        if demo is None and not model_path.exists():
+            raise MacprofError(f"{where}: key 'path': {model_path} does not exist")
+        key = (engine, model_path.resolve())
+        if key in seen_paths:
+            raise MacprofError(f"{where}: key 'path': the same model is already listed as '{seen_paths[key]}'")
+        seen_paths[key] = name
+        layers = [{k: v for k, v in entry.items() if k in _SETTING_TYPES}]
+        model_settings = _settings_from(where, layers[0])
+        platform_settings: dict = {}
+        for pk in PLATFORM_KEYS.values():
+            if pk in entry:
+                if not isinstance(entry[pk], dict):
+                    raise MacprofError(f"{where}: key '{pk}' must be a table of settings")
+                table = _settings_from(f"{where}.{pk}", entry[pk])
+                if pk == platform_key:
+                    platform_settings = table
+        settings = check_settings(where, merge(Settings(), file_settings, model_settings, platform_settings, cli))
+        models.append(ModelSpec(name, engine, model_path, entry.get("quant"), settings, demo))
+    return Config(path, tuple(models))
+
+
+def settings_dict(s: Settings) -> dict:
+    return {f.name: (list(getattr(s, f.name)) if f.name == "phases" else getattr(s, f.name)) for f in fields(s)}

@@ -1,0 +1,43 @@
+"""Engine registry. Engines are imported lazily: `macprof --help`, `compare` and `show` never
+import llama.cpp or MLX, and a missing engine gives one line naming the package to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from macprof.errors import EngineMissing
+
+# engine name -> (adapter module, Python module it needs, pip package to install)
+ENGINES = {
+    "llama.cpp": ("macprof.engines.llama_cpp", "llama_cpp", 'llama-cpp-python (on Linux: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python)'),
+    "mlx": ("macprof.engines.mlx", "mlx_lm", "mlx-lm (with mlx, or mlx[cpu] on Linux)"),
+}
+
+
+def names() -> list[str]:
+    return list(ENGINES)
+
+
+def is_installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(ENGINES[name][1]) is not None
+
+
+def require(name: str) -> ModuleType:
+    """Import the engine's own package, or raise EngineMissing naming what to install."""
+    _, module, package = ENGINES[name]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise EngineMissing(f"engine {name!r} is not installed ({exc}): pip install {package}") from None
+
+
+def create(name: str):
+    """A fresh, unloaded engine adapter."""
+    if name not in ENGINES:
+        raise EngineMissing(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
+    require(name)
+    adapter = importlib.import_module(ENGINES[name][0])
+    return adapter.ENGINE()

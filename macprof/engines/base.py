@@ -1,0 +1,108 @@
+"""The one narrow protocol every engine adapter follows.
+
+Engines never time themselves: ``generate`` yields token ids as soon as each is available
+(materialised), and the caller takes the timestamps. Generation is greedy and ignores EOS:
+an EOS id is just another token and generation goes on, so every request yields exactly
+``n`` tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    n_ctx: int = 4096  # context the engine must hold (prompt + generated + margin)
+    threads: int | None = None  # None: the engine's own default
+    batch: int | None = None  # prefill chunk (llama.cpp n_batch / mlx prefill_step_size)
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopTwo:
+    """The two highest logits after a token sequence (for near-tie diagnosis)."""
+
+    first_id: int
+    first_logit: float
+    second_id: int
+    second_logit: float
+
+    @property
+    def margin(self) -> float:
+        return self.first_logit - self.second_logit
+
+
+class Engine(Protocol):
+    name: str
+
+    def load_model(self, path: Path, settings: EngineSettings) -> None:
+        """Read, allocate and materialise the weights (no tokenizer)."""
+
+    def load_tokenizer(self) -> None:
+        """Make ``tokenize``/``detokenize`` ready (a no-op where the model carries it)."""
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def detokenize(self, ids: Sequence[int]) -> str: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def eos_ids(self) -> set[int]: ...
+
+    def reset(self) -> None:
+        """Empty the KV / prompt cache: the next request shares nothing with earlier ones."""
+
+    def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
+        """Greedy-decode ``n`` tokens after ``ids``, reusing the longest prefix of ``ids``
+        already in the cache; ``reused_tokens`` says how many, once the first token is out."""
+
+    @property
+    def reused_tokens(self) -> int: ...
+
+    def cached_tokens(self) -> int:
+        """How many tokens the KV cache holds now."""
+
+    def top2(self, ids: Sequence[int]) -> TopTwo:
+        """Untimed diagnosis: the two best next tokens after ``ids`` (the cache is emptied)."""
+
+    def kv_cache_bytes(self) -> int | None:
+        """Bytes the KV cache holds now, where the engine exposes it; else None."""
+
+    def memory(self) -> dict:
+        """Engine-reported memory figures (bytes), e.g. MLX active/peak/cache."""
+
+    def reset_peak_memory(self) -> None: ...
+
+    def versions(self) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def reusable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How much of ``prompt`` the cache can serve: at least one prompt token is always
+    recomputed, since its logits give the first generated token."""
+    return min(common_prefix(cached, prompt), len(prompt) - 1)
+
+
+def top_two(logits) -> TopTwo:
+    """The two highest entries of a logits vector."""
+    import numpy as np
+
+    values = np.asarray(logits, dtype=np.float64)
+    i, j = np.argpartition(values, -2)[-2:]
+    if values[j] > values[i]:
+        i, j = j, i
+    return TopTwo(int(i), float(values[i]), int(j), float(values[j]))

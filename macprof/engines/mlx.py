@@ -1,0 +1,153 @@
+"""mlx-lm adapter: the decode loop of ``mlx_lm.generate.generate_step``, greedy and lean.
+
+As generate_step does, step k+1 is queued with ``mx.async_eval`` before token k is read with
+``.item()``, so the Python side overlaps the device; unlike it, greedy sampling is a plain
+argmax (no log-softmax), and no step is computed past the last token requested.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.utils import load_model, load_tokenizer
+
+from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_two
+
+_CLEAR_EVERY = 256  # as generate_step: return freed buffers to the allocator cache now and then
+
+
+class MlxEngine:
+    name = "mlx"
+
+    def __init__(self) -> None:
+        self.model = None
+        self.config: dict = {}
+        self.tokenizer = None
+        self._path: Path | None = None
+        self._cache = None
+        self._history: list[int] = []  # tokens fed so far; the cache holds its first `offset`
+        self._reused = 0
+        self._stream = None
+        self._prefill_step = 2048
+
+    # -- loading -------------------------------------------------------------------------
+    def load_model(self, path: Path, settings: EngineSettings) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self._path = Path(path)
+        self.model, self.config = load_model(self._path, lazy=False)  # evaluates every weight
+        self._stream = mx.new_stream(mx.default_device())
+        self._prefill_step = settings.batch or 2048
+
+    def load_tokenizer(self) -> None:
+        self.tokenizer = load_tokenizer(self._path, eos_token_ids=self.config.get("eos_token_id"))
+
+    # -- tokens --------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.get("vocab_size") or self.config.get("text_config", {})["vocab_size"])
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return set(self.tokenizer.eos_token_ids or ())
+
+    # -- cache ---------------------------------------------------------------------------
+    def reset(self) -> None:
+        self._cache = make_prompt_cache(self.model)
+        self._history = []
+
+    def cached_tokens(self) -> int:
+        return 0 if self._cache is None else int(self._cache[0].offset)
+
+    @property
+    def reused_tokens(self) -> int:
+        return self._reused
+
+    def _prepare(self, ids: Sequence[int]) -> int:
+        if self._cache is None:
+            self.reset()
+        keep = reusable_prefix(self._history[: self.cached_tokens()], ids)
+        excess = self.cached_tokens() - keep
+        if excess > 0:
+            trim_prompt_cache(self._cache, excess)
+        self._history = list(ids)
+        return keep
+
+    # -- generation ----------------------------------------------------------------------
+    def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
+        keep = self._reused = self._prepare(ids)
+        if n <= 0:
+            return
+        model, cache, history = self.model, self._cache, self._history
+        prompt = mx.array(list(ids[keep:]), dtype=mx.uint32)
+
+        def step(tokens: mx.array) -> mx.array:
+            logits = model(tokens[None], cache=cache)[:, -1, :]
+            return mx.argmax(logits, axis=-1)
+
+        with mx.stream(self._stream):
+            while prompt.size > 1:  # chunked prefill, all but the last prompt token
+                k = min(self._prefill_step, prompt.size - 1)
+                model(prompt[:k][None], cache=cache)
+                mx.eval([c.state for c in cache])
+                prompt = prompt[k:]
+            y = step(prompt)
+            mx.async_eval(y)
+            for i in range(n):
+                if i + 1 < n:
+                    next_y = step(y)
+                    mx.async_eval(next_y)
+                token = y.item()
+                history.append(token)
+                yield token
+                if i % _CLEAR_EVERY == 0:
+                    mx.clear_cache()
+                if i + 1 < n:
+                    y = next_y
+
+    def top2(self, ids: Sequence[int]) -> TopTwo:
+        self.reset()
+        cache = self._cache
+        with mx.stream(self._stream):
+            logits = self.model(mx.array(list(ids), dtype=mx.uint32)[None], cache=cache)[0, -1]
+            values = np.array(logits.astype(mx.float32))
+        self.reset()
+        return top_two(values)
+
+    # -- memory and facts ----------------------------------------------------------------
+    def kv_cache_bytes(self) -> int | None:
+        if self._cache is None:
+            return 0
+        return int(sum(c.nbytes for c in self._cache if getattr(c, "keys", None) is not None))
+
+    def memory(self) -> dict:
+        return {
+            "mlx_active_bytes": int(mx.get_active_memory()),
+            "mlx_peak_bytes": int(mx.get_peak_memory()),
+            "mlx_cache_bytes": int(mx.get_cache_memory()),
+        }
+
+    def reset_peak_memory(self) -> None:
+        mx.reset_peak_memory()
+
+    def versions(self) -> dict:
+        import mlx_lm
+
+        return {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "device": str(mx.default_device())}
+
+    def close(self) -> None:
+        self.model = self._cache = None
+        mx.clear_cache()
+
+
+ENGINE = MlxEngine

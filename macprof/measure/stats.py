@@ -1,0 +1,48 @@
+"""Summary statistics from raw samples (pure)."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+PERCENTILES = (50, 95, 99)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks, as numpy.percentile's default."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(values: Iterable[float | None], failures: int = 0) -> dict:
+    """n, failures, median, p95, p99, mean, stdev (sample), min, max; None-valued samples
+    are dropped and counted in ``dropped``."""
+    raw = list(values)
+    xs = sorted(float(v) for v in raw if v is not None)
+    out: dict = {"n": len(xs), "failures": failures, "dropped": len(raw) - len(xs)}
+    if not xs:
+        out.update({k: None for k in ("median", "p95", "p99", "mean", "stdev", "min", "max")})
+        return out
+    mean = sum(xs) / len(xs)
+    stdev = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else None
+    out.update({
+        "median": percentile(xs, 50),
+        "p95": percentile(xs, 95),
+        "p99": percentile(xs, 99),
+        "mean": mean,
+        "stdev": stdev,
+        "min": xs[0],
+        "max": xs[-1],
+    })
+    return out
+
+
+def relative_spread(summary: dict) -> float | None:
+    """stdev / median: the stability figure warnings are based on."""
+    if summary.get("stdev") is None or not summary.get("median"):
+        return None
+    return summary["stdev"] / summary["median"]

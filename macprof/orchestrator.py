@@ -1,0 +1,331 @@
+"""Spawns workers, enforces timeouts, journals every event as it arrives, writes the run log.
+
+Every event a worker streams is appended to the journal (JSON lines beside the run log) and
+flushed before anything else happens, so a crash of the parent loses nothing that was
+measured. A worker that segfaults, hangs past the timeout or is killed by the OS becomes a
+recorded failure and the run goes on. The run log itself is written atomically at the end,
+and on Ctrl-C / SIGTERM from what was measured, marked incomplete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from macprof import machine, runlog
+from macprof.config import ModelSpec, settings_dict
+from macprof.errors import MacprofError
+from macprof.measure import residency
+
+RSS_PERIOD_S = 0.01
+LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: stop now, write what was measured."""
+
+
+@dataclass
+class Progress:
+    """Progress lines on a terminal; silent otherwise (logs, CI, pipes)."""
+
+    enabled: bool = field(default_factory=lambda: sys.stderr.isatty())
+    start: float = field(default_factory=time.monotonic)
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(f"[{time.monotonic() - self.start:7.1f}s] {text}", file=sys.stderr, flush=True)
+
+
+def default_log_path(runs_dir: Path) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return runs_dir / f"{stamp}-{machine.host_id()}.json"
+
+
+class Journal:
+    """Append-only JSON lines, flushed and fsynced per event."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.fh = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise MacprofError(f"{path}: cannot write the journal ({exc.strerror})") from None
+        self.events: list[dict] = []
+
+    def write(self, event: dict) -> None:
+        self.events.append(event)
+        try:
+            self.fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+        except OSError as exc:
+            raise MacprofError(f"{self.path}: writing the journal failed ({exc.strerror}); "
+                               f"what was measured until now is in it") from None
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+@dataclass
+class WorkerResult:
+    ok: bool
+    phases_done: list[str]
+    failure: dict | None = None
+
+
+class Runner:
+    def __init__(self, models: tuple[ModelSpec, ...], log_path: Path, progress: Callable[[str], None],
+                 python: str = sys.executable) -> None:
+        self.models = models
+        self.log_path = log_path
+        self.journal_path = log_path.with_suffix(".journal.jsonl")
+        self.progress = progress
+        self.python = python
+        self._proc: subprocess.Popen | None = None
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self, resume_events: list[dict] | None = None) -> dict:
+        journal = Journal(self.journal_path)
+        done_models: set[str] = set()
+        if resume_events:
+            for ev in resume_events:
+                journal.events.append(ev)
+            done_models = {ev["model"] for ev in resume_events if ev.get("event") == "model_end"}
+        else:
+            journal.write(runlog.run_start_event())
+        old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
+        complete = False
+        try:
+            for model in self.models:
+                if model.name in done_models:
+                    self.progress(f"{model.name}: already measured (resumed)")
+                    continue
+                self._run_model(model, journal)
+            complete = True
+        except (KeyboardInterrupt, Interrupted):
+            self._kill_worker()
+            journal.write({"event": "interrupted", "utc": _utc()})
+            self.progress("interrupted: writing the run log from what was measured")
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+            journal.write({"event": "run_end", "utc": _utc(), "complete": complete,
+                           "memory": machine.memory_snapshot()})
+            journal.close()
+        log = runlog.build(journal.events)
+        runlog.save(log, self.log_path)
+        return log
+
+    def _run_model(self, model: ModelSpec, journal: Journal) -> None:
+        s = model.settings
+        self.progress(f"{model.name}: identifying ({model.engine}, {model.path.name})")
+        journal.write(runlog.model_start_event(model))
+        refusal = memory_refusal(model)
+        if refusal and not s.force:
+            journal.write({"event": "failure", "model": model.name, "phase": None, "status": "refused",
+                           "reason": refusal})
+            self.progress(f"{model.name}: skipped: {refusal}")
+            journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
+            return
+        if "cold" in s.phases:
+            for trial in range(s.cold_trials):
+                if s.delay > 0:
+                    time.sleep(s.delay)
+                drop = residency.drop_cache(model.files) if s.drop_cache else None
+                before = residency.residency(model.files)
+                journal.write({"event": "cold_trial", "model": model.name, "index": trial,
+                               "drop_cache": drop, "residency": before})
+                self.progress(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
+                self._worker(model, ["cold"], journal, trial=trial)
+        remaining = [p for p in s.phases if p != "cold"]
+        attempts = 0
+        while remaining and attempts < len(s.phases):
+            attempts += 1
+            result = self._worker(model, remaining, journal)
+            remaining = [p for p in remaining if p not in result.phases_done]
+            if result.failure and result.failure.get("phase") in remaining:
+                remaining.remove(result.failure["phase"])  # that phase failed; go on with the next
+            if not result.failure:
+                break
+        journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
+
+    # -- one worker --------------------------------------------------------------------------
+    def _worker(self, model: ModelSpec, phases: list[str], journal: Journal, trial: int = 0) -> WorkerResult:
+        s = model.settings
+        job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
+               "settings": settings_dict(s), "n_ctx": s.prompt_tokens + s.gen_tokens + 16, "trial": trial}
+        worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
+        stderr = tempfile.TemporaryFile()
+        t_spawn = time.perf_counter_ns()
+        proc = subprocess.Popen([self.python, "-m", "macprof.worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._proc = proc
+        journal.write({"event": "worker_spawn", "model": model.name, "worker": worker_id, "phases": phases,
+                       "trial": trial, "t_spawn": t_spawn, "pid": proc.pid})
+        proc.stdin.write((json.dumps(job) + "\n").encode())
+        proc.stdin.close()
+        ps = _ps(proc.pid)
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        phase, request, deadline = None, None, time.monotonic() + LOAD_TIMEOUT_S
+        peak, samples = 0, 0
+        done_phases: list[str] = []
+        failure = None
+        finished = False
+        try:
+            while not finished:
+                if sel.select(timeout=RSS_PERIOD_S):
+                    chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                    if not chunk:
+                        break  # EOF: the worker ended (or died)
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        event = _parse_event(line)
+                        if event is None:
+                            continue
+                        kind = event["event"]
+                        if kind == "request_start":
+                            request = event
+                            deadline = time.monotonic() + s.timeout
+                        elif kind == "request":
+                            request = None
+                            deadline = time.monotonic() + LOAD_TIMEOUT_S
+                            self.progress(_request_line(model.name, event, s))
+                        elif kind == "phase_start":
+                            phase, peak, samples = event["phase"], 0, 0
+                        elif kind == "phase_end":
+                            event["peak_rss_bytes"], event["rss_samples"] = peak or None, samples
+                            done_phases.append(event["phase"])
+                            phase = None
+                        elif kind == "done":
+                            finished = True
+                        elif kind == "error":
+                            failure = {"status": "error", "reason": event.get("message")}
+                        journal.write({**event, "model": model.name, "worker": worker_id})
+                if phase is not None and ps is not None:
+                    try:
+                        rss = ps.memory_info().rss
+                        peak, samples = max(peak, rss), samples + 1
+                    except psutil.Error:
+                        pass
+                if time.monotonic() > deadline:
+                    what = "request" if request else "loading"
+                    limit = s.timeout if request else LOAD_TIMEOUT_S
+                    failure = {"status": "timeout", "reason": f"{what} exceeded the {limit:g} s timeout; worker killed"}
+                    self._kill_worker()
+                    break
+        finally:
+            sel.close()
+        rc = _wait(proc)
+        self._proc = None
+        if failure is None and not finished:
+            failure = {"status": "crashed", "reason": _exit_reason(rc)}
+        if failure:
+            failure.update({
+                "event": "failure", "model": model.name, "worker": worker_id,
+                "phase": (request or {}).get("phase") or phase or (phases[0] if not done_phases else None),
+                "index": (request or {}).get("index"), "kind": (request or {}).get("kind"),
+                "mode": (request or {}).get("mode"), "exit_code": rc,
+                "signal": signal.Signals(-rc).name if rc is not None and rc < 0 else None,
+                "stderr_tail": _tail(stderr),
+            })
+            journal.write(failure)
+            self.progress(f"{model.name}: FAILED in {failure['phase']}: {failure['reason']}")
+        stderr.close()
+        return WorkerResult(ok=failure is None, phases_done=done_phases, failure=failure)
+
+    def _kill_worker(self) -> None:
+        proc = self._proc
+        if proc and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+
+
+def memory_refusal(model: ModelSpec) -> str | None:
+    """A reason to refuse loading when the model plainly cannot fit in available memory."""
+    try:
+        size = sum(f.stat().st_size for f in model.files)
+    except OSError:
+        return None
+    available = psutil.virtual_memory().available
+    if size > available:
+        return (f"model needs at least {size / 1e9:.1f} GB and only {available / 1e9:.1f} GB of memory "
+                f"is available (use --force to try anyway)")
+    return None
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted()
+
+
+def _ps(pid: int):
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def _parse_event(line: bytes) -> dict | None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("event"), str) else None
+
+
+def _wait(proc: subprocess.Popen) -> int | None:
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _exit_reason(rc: int | None) -> str:
+    if rc is None:
+        return "worker did not exit"
+    if rc < 0:
+        name = signal.Signals(-rc).name
+        if name == "SIGKILL":
+            return "worker killed by SIGKILL (the out-of-memory killer does this)"
+        return f"worker died from {name}"
+    return f"worker exited with code {rc} before finishing"
+
+
+def _tail(fh, limit: int = 2000) -> str:
+    try:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - limit))
+        return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _request_line(name: str, ev: dict, s) -> str:
+    total = s.cold_trials if ev["phase"] == "cold" else s.reps
+    what = ev.get("kind") if ev.get("kind") in ("warmup", "first", "second") else f"{ev['index'] + 1}/{total}"
+    mode = f" {ev['mode']}" if ev.get("mode") else ""
+    return f"{name}: {ev['phase']}{mode} {what}: {ev['status']}"
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,212 @@
+"""Rendering a run log for people: the summary table, per-phase detail, stability warnings.
+Pure functions of the run log; no measurement, no I/O."""
+
+from __future__ import annotations
+
+from macprof.measure.stats import relative_spread
+
+SPREAD_WARN = 0.10  # stdev over 10% of the median
+FIRST_SLOW = 1.5  # first measured request this much slower than the median of the others
+
+
+def _get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def fmt_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x < 1e-3:
+        return f"{x * 1e6:.0f} µs"
+    if x < 1:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x:.2f} s"
+
+
+def fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def fmt_bytes(x: int | None) -> str:
+    if x is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return "-"
+
+
+def peak_rss(model: dict) -> int | None:
+    peaks = [_get(p, "memory", "peak_rss_bytes") for p in model.get("phases", {}).values()]
+    peaks = [p for p in peaks if p]
+    return max(peaks) if peaks else None
+
+
+def summary_rows(log: dict) -> list[dict]:
+    rows = []
+    for m in log.get("models", []):
+        ph = m.get("phases", {})
+        cold = ph.get("cold") or {}
+        trials = [t for t in cold.get("trials", []) if t.get("status") == "ok"]
+        states = sorted({t["residency"]["label"].split(" ")[0] for t in trials if t.get("residency")})
+        rows.append({
+            "model": m["identity"]["name"],
+            "engine": m["identity"]["engine"],
+            "quant": m["identity"].get("quant_declared") or m["identity"].get("quant_label"),
+            "cold_ready_s": _get(cold, "summary", "ready_s", "median"),
+            "cold_ttft_s": _get(cold, "summary", "time_to_first_token_s", "median"),
+            "cold_state": "/".join(states) or None,
+            "warm_ttft_s": _get(ph, "warm", "summary", "ttft_s", "median"),
+            "prefix_ttft_s": _get(ph, "prefix", "summary", "reuse", "ttft_s", "median"),
+            "prefix_speedup": _get(ph, "prefix", "summary", "ttft_speedup"),
+            "decode_tok_s": _get(ph, "warm", "summary", "decode_tok_s", "median"),
+            "itl_p99_s": _get(ph, "warm", "summary", "itl_s", "p99"),
+            "peak_rss_bytes": peak_rss(m),
+            "failures": len(m.get("failures", [])),
+        })
+    return rows
+
+
+def render_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def summary_table(log: dict) -> str:
+    headers = ["model", "engine", "quant", "cold start", "warm TTFT p50", "prefix TTFT p50",
+               "decode tok/s p50", "ITL p99", "peak RSS", "failures"]
+    rows = []
+    for r in summary_rows(log):
+        cold = "-" if r["cold_ttft_s"] is None else f"{fmt_s(r['cold_ttft_s'])} ({r['cold_state']})"
+        prefix = fmt_s(r["prefix_ttft_s"])
+        if r["prefix_speedup"]:
+            prefix += f" (x{r['prefix_speedup']:.1f})"
+        rows.append([r["model"], r["engine"], r["quant"] or "-", cold, fmt_s(r["warm_ttft_s"]), prefix,
+                     fmt_rate(r["decode_tok_s"]), fmt_s(r["itl_p99_s"]), fmt_bytes(r["peak_rss_bytes"]),
+                     str(r["failures"])])
+    return render_table(headers, rows)
+
+
+def warnings(log: dict) -> list[str]:
+    """Where the numbers should not be trusted as they stand, pyperf / hyperfine style."""
+    out = []
+    mach = log.get("machine") or {}
+    if mach.get("power_source") == "battery":
+        out.append("the machine ran on battery: performance may be capped; plug in for comparable figures")
+    if mach.get("low_power_mode"):
+        out.append("low-power mode was on: figures are not comparable with a normal run")
+    if mach.get("thermal_state") not in (None, "nominal"):
+        out.append(f"thermal state was {mach['thermal_state']}: the chip may have been throttled")
+    start, end = _get(log, "memory", "start", "swap_used_bytes"), _get(log, "memory", "end", "swap_used_bytes")
+    if start is not None and end is not None and end - start > 64 * 2**20:
+        out.append(f"swap grew by {fmt_bytes(end - start)} during the run: memory pressure distorts timings")
+    if not log.get("complete"):
+        out.append("the run is incomplete (interrupted or crashed): some models or phases are missing")
+    for m in log.get("models", []):
+        name = m["identity"]["name"]
+        for phase, label in (("warm", "warm"), ("prefix", "prefix (reuse)")):
+            summ = _get(m, "phases", phase, "summary")
+            if phase == "prefix":
+                summ = _get(summ, "reuse")
+            if not summ:
+                continue
+            for metric, what in (("decode_tok_s", "decode tok/s"), ("ttft_s", "TTFT")):
+                spread = relative_spread(summ.get(metric) or {})
+                if spread is not None and spread > SPREAD_WARN:
+                    out.append(f"{name}: {label} {what} varies by {spread:.0%} of its median (stdev/median > "
+                               f"{SPREAD_WARN:.0%}): close other programs, add --reps or --delay")
+        reqs = [r for r in _get(m, "phases", "warm", "requests") or [] if r["kind"] == "measured" and r["status"] == "ok"]
+        if len(reqs) >= 3:
+            rest = sorted(r["total_s"] for r in reqs[1:])
+            med = rest[len(rest) // 2]
+            if med and reqs[0]["total_s"] > FIRST_SLOW * med:
+                out.append(f"{name}: the first measured warm request was {reqs[0]['total_s'] / med:.1f}x slower "
+                           f"than the others: warm-up did not fully warm")
+        checks = _get(m, "phases", "prefix", "summary", "checks") or {}
+        if checks.get("failed"):
+            out.append(f"{name}: prefix reuse changed the output in {checks['failed']} of {checks['n']} requests "
+                       f"beyond a floating-point near-tie: the cached path is not equivalent")
+        for f in m.get("failures", []):
+            out.append(f"{name}: {f.get('phase') or 'load'} failed ({f.get('status')}): {f.get('reason')}")
+    return out
+
+
+def render_summary(log: dict, path: str | None = None) -> str:
+    parts = [summary_table(log)]
+    warns = warnings(log)
+    if warns:
+        parts.append("\nWarnings:\n" + "\n".join(f"  ! {w}" for w in warns))
+    if path:
+        parts.append(f"\nrun log: {path}")
+    return "\n".join(parts)
+
+
+def render_detail(log: dict) -> str:
+    """Per-phase detail for `macprof show`."""
+    lines = []
+    mach = log.get("machine") or {}
+    lines.append(f"macprof {log.get('tool_version')} run of {log.get('started_utc')} "
+                 f"({'complete' if log.get('complete') else 'INCOMPLETE'}) on {mach.get('chip') or mach.get('cpu_model')}, "
+                 f"{mach.get('os')} {mach.get('os_version')}, {fmt_bytes(mach.get('memory_bytes'))}")
+    for m in log.get("models", []):
+        ident = m["identity"]
+        lines.append("")
+        lines.append(f"== {ident['name']}  ({ident['engine']}, {ident.get('quant_declared') or ident.get('quant_label')}, "
+                     f"{fmt_bytes(ident.get('total_bytes'))}, {ident.get('n_params') or '?'} parameters)")
+        s = m["settings"]
+        lines.append(f"   prompt {s['prompt_tokens']} / gen {s['gen_tokens']} / prefix {s['prefix_tokens']} tokens, "
+                     f"reps {s['reps']}, cold trials {s['cold_trials']}, threads {s['threads'] or 'engine default'}")
+        cold = _get(m, "phases", "cold")
+        if cold:
+            for t in cold["trials"]:
+                if t["status"] != "ok":
+                    lines.append(f"   cold trial {t['index'] + 1}: FAILED")
+                    continue
+                lines.append(
+                    f"   cold trial {t['index'] + 1} [{t['residency']['label']}]: ready {fmt_s(t['ready_s'])} = "
+                    f"interpreter {fmt_s(t['interpreter_s'])} + import {fmt_s(t['import_s'])} + load "
+                    f"{fmt_s(t['model_load_s'])} + tokenizer {fmt_s(t['tokenizer_load_s'])}; first request "
+                    f"+{fmt_s(t['first_request_extra_s'])} over a warm one; first token at {fmt_s(t['time_to_first_token_s'])}")
+        for phase in ("warm", "prefix"):
+            ph = _get(m, "phases", phase)
+            if not ph:
+                continue
+            summ = ph["summary"] if phase == "warm" else ph["summary"]["reuse"]
+            lines.append(f"   {phase}: " + _metrics_line(summ))
+            if phase == "prefix":
+                lines.append(f"   prefix without reuse: " + _metrics_line(ph["summary"]["noreuse"]))
+                c = ph["summary"]["checks"]
+                sp = ph["summary"]["ttft_speedup"]
+                lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {ph['summary']['reused_tokens']['median']}; "
+                             f"output checks: {c['identical']}/{c['n']} identical, {c['near_ties']} near-ties, {c['failed']} failed"
+                             if sp else "   prefix: no speed-up figure (missing samples)")
+            mem = ph.get("memory") or {}
+            lines.append(f"   {phase} memory: peak RSS {fmt_bytes(mem.get('peak_rss_bytes'))}"
+                         + (f", engine {_engine_mem(mem['engine'])}" if mem.get("engine") else ""))
+        kv = m["memory"]["kv_cache"]
+        lines.append(f"   KV cache: {fmt_bytes(kv['bytes_per_token'])}/token, {fmt_bytes(kv['computed_bytes'])} computed "
+                     f"at {kv['context_tokens']} tokens, {fmt_bytes(kv['measured_bytes'])} measured")
+        for f in m.get("failures", []):
+            lines.append(f"   FAILURE {f.get('phase')}: {f.get('status')}: {f.get('reason')}")
+    return "\n".join(lines)
+
+
+def _metrics_line(summ: dict) -> str:
+    def p(metric, fmt):
+        d = summ.get(metric) or {}
+        return f"{fmt(d.get('median'))} (p95 {fmt(d.get('p95'))})"
+
+    return (f"TTFT {p('ttft_s', fmt_s)}, prefill {p('prefill_tok_s', fmt_rate)} tok/s, decode "
+            f"{p('decode_tok_s', fmt_rate)} tok/s, e2e {p('e2e_tok_s', fmt_rate)} tok/s, ITL p50 "
+            f"{fmt_s(_get(summ, 'itl_s', 'median'))} p99 {fmt_s(_get(summ, 'itl_s', 'p99'))} max "
+            f"{fmt_s(_get(summ, 'itl_s', 'max'))}; n={_get(summ, 'ttft_s', 'n')}, failures {_get(summ, 'ttft_s', 'failures')}")
+
+
+def _engine_mem(mem: dict) -> str:
+    return ", ".join(f"{k.removeprefix('mlx_').removesuffix('_bytes')} {fmt_bytes(v)}" for k, v in mem.items())

@@ -1,0 +1,358 @@
+"""The run log: built from the journal's events (pure), saved atomically, loaded and validated.
+
+The journal is the source of truth: ``build`` turns its events into the run log, so a log
+written at the end of a run, after Ctrl-C, or recovered from the journal of a killed run
+(`macprof show JOURNAL`, `macprof run --resume JOURNAL`) come from the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from macprof import __version__
+from macprof.errors import MacprofError
+from macprof.measure import stats
+from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
+
+SCHEMA_VERSION = 1
+METRICS = ("ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s")
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# -- events written by the orchestrator ----------------------------------------------------
+def run_start_event() -> dict:
+    from macprof import machine
+
+    return {"event": "run_start", "schema_version": SCHEMA_VERSION, "tool_version": __version__,
+            "utc": _utc(), "machine": machine.collect_machine(), "software": machine.collect_software(),
+            "memory": machine.memory_snapshot()}
+
+
+def model_start_event(model) -> dict:
+    from macprof import machine, modelinfo
+    from macprof.config import settings_dict
+    from macprof.fileid import cached_sha256
+
+    files = [{"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
+              "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in model.files]
+    try:
+        info = modelinfo.inspect(model.path).to_dict()
+        info_error = None
+    except MacprofError as exc:
+        info, info_error = None, str(exc)
+    return {
+        "event": "model_start", "model": model.name, "utc": _utc(),
+        "identity": {
+            "name": model.name, "engine": model.engine, "path": str(model.path),
+            "quant_label": model.quant, "quant_declared": info and info["quant"],
+            "architecture": info and info["architecture"], "n_params": info and info["n_params"],
+            "total_bytes": sum(f["bytes"] for f in files), "files": files,
+        },
+        "shape": info, "shape_error": info_error,
+        "settings": settings_dict(model.settings), "memory": machine.memory_snapshot(),
+    }
+
+
+# -- building the log (pure) -----------------------------------------------------------
+def request_record(ev: dict) -> dict:
+    """A raw request event plus the figures derived from its timestamps."""
+    d = derive(ev["t0"], ev.get("t_tokenized"), ev.get("token_times") or [], ev.get("computed_prompt_tokens") or ev.get("prompt_tokens") or 0)
+    rec = {k: ev.get(k) for k in ("index", "kind", "mode", "status", "error", "t0", "t_tokenized", "token_times",
+                                    "tokens", "prompt_tokens", "reused_tokens", "computed_prompt_tokens",
+                                    "cached_tokens_after", "kv_cache_bytes")}
+    rec["n_tokens"] = d.n_tokens
+    rec.update(ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s,
+               e2e_tok_s=d.e2e_tok_s, tokenize_s=d.tokenize_s, total_s=d.total_s)
+    itl = sorted(d.itl_s)
+    rec["itl"] = None if not itl else {"mean": sum(itl) / len(itl), "p50": stats.percentile(itl, 50),
+                                        "p95": stats.percentile(itl, 95), "p99": stats.percentile(itl, 99),
+                                        "max": itl[-1]}
+    return rec
+
+
+def summarize_requests(requests: list[dict], failures: int = 0) -> dict:
+    ok = [r for r in requests if r["status"] == "ok"]
+    bad = len(requests) - len(ok) + failures
+    out = {m: stats.summarize([r[m] for r in ok], failures=bad) for m in METRICS}
+    itls = []
+    for r in ok:
+        tt = r["token_times"]
+        itls += [(b - a) / 1e9 for a, b in zip(tt, tt[1:])]
+    out["itl_s"] = stats.summarize(itls, failures=bad)
+    return out
+
+
+def _phase_failures(failures: list[dict], phase: str) -> list[dict]:
+    return [f for f in failures if f.get("phase") == phase]
+
+
+def build(events: list[dict]) -> dict:
+    start = next((e for e in events if e.get("event") == "run_start"), None)
+    if start is None:
+        raise MacprofError("journal has no run_start event: not a macprof journal")
+    end = next((e for e in reversed(events) if e.get("event") == "run_end"), None)
+    models: dict[str, dict] = {}
+    order: list[str] = []
+    by_model: dict[str, list[dict]] = {}
+    for ev in events:
+        name = ev.get("model")
+        if name is None:
+            continue
+        if ev["event"] == "model_start":
+            order.append(name)
+            by_model[name] = []
+        by_model.setdefault(name, []).append(ev)
+    for name in order:
+        models[name] = build_model(by_model[name])
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": start.get("tool_version"),
+        "started_utc": start.get("utc"),
+        "ended_utc": end.get("utc") if end else None,
+        "complete": bool(end and end.get("complete")),
+        "interrupted": any(e.get("event") == "interrupted" for e in events),
+        "machine": start.get("machine"),
+        "software": start.get("software"),
+        "definitions": {**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE,
+                        "near_tie_logits": _near_tie()},
+        "memory": {"start": start.get("memory"), "end": end.get("memory") if end else None},
+        "models": [models[n] for n in order],
+    }
+
+
+def _near_tie() -> float:
+    from macprof.scenarios import NEAR_TIE_LOGITS
+
+    return NEAR_TIE_LOGITS
+
+
+def build_model(events: list[dict]) -> dict:
+    head = events[0]
+    workers: dict[str, dict] = {}
+    failures = [e for e in events if e["event"] == "failure"]
+    for ev in events:
+        wid = ev.get("worker")
+        if wid:
+            workers.setdefault(wid, {"events": []})["events"].append(ev)
+    versions, load = None, None
+    for w in workers.values():
+        loaded = next((e for e in w["events"] if e["event"] == "loaded"), None)
+        if loaded and versions is None:
+            versions = loaded.get("versions")
+    cold = _build_cold(events, workers, failures)
+    warm_reqs = [request_record(e) for e in events if e["event"] == "request" and e["phase"] == "warm"]
+    warm_measured = [r for r in warm_reqs if r["kind"] == "measured"]
+    phases: dict = {}
+    settings = head["settings"]
+    if "cold" in settings["phases"]:
+        phases["cold"] = cold
+    if "warm" in settings["phases"]:
+        wf = _phase_failures(failures, "warm")
+        phases["warm"] = {"requests": warm_reqs, "summary": summarize_requests(warm_measured, len(wf)),
+                          "failures": wf, "memory": _phase_memory(events, "warm")}
+    if "prefix" in settings["phases"]:
+        phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"))
+    shape = head.get("shape") or {}
+    kv_tok = shape.get("kv_bytes_per_token")
+    context = settings["prompt_tokens"] + settings["gen_tokens"]
+    loaded = next((e for e in events if e["event"] == "loaded"), None)
+    started = next((e for e in events if e["event"] == "started"), None)
+    model_end = next((e for e in events if e["event"] == "model_end"), None)
+    measured_kv = [r["kv_cache_bytes"] for r in warm_measured if r.get("kv_cache_bytes") is not None]
+    memory = {
+        "rss_before_load_bytes": started and started.get("rss_bytes"),
+        "rss_after_load_bytes": loaded and loaded.get("rss_bytes"),
+        "engine_after_load": loaded and loaded.get("engine_memory"),
+        "kv_cache": {
+            "bytes_per_token": kv_tok,
+            "context_tokens": context,
+            "computed_bytes": kv_tok * context if kv_tok else None,
+            "measured_bytes": max(measured_kv) if measured_kv else None,
+            "measured_note": "llama.cpp: serialised sequence state; mlx: allocated K/V arrays (grown in 256-token steps)",
+        },
+        "system_before": head.get("memory"),
+        "system_after": model_end and model_end.get("memory"),
+    }
+    return {
+        "identity": head["identity"],
+        "shape": head.get("shape"),
+        "shape_error": head.get("shape_error"),
+        "settings": settings,
+        "engine_versions": versions,
+        "phases": phases,
+        "memory": memory,
+        "failures": failures,
+        "complete": model_end is not None,
+    }
+
+
+def _phase_memory(events: list[dict], phase: str) -> dict:
+    end = next((e for e in events if e["event"] == "phase_end" and e["phase"] == phase), None)
+    start = next((e for e in events if e["event"] == "phase_start" and e["phase"] == phase), None)
+    eng = next((e for e in events if e["event"] == "phase_memory" and e["phase"] == phase), None)
+    return {
+        "rss_start_bytes": start and start.get("rss_bytes"),
+        "rss_end_bytes": end and end.get("rss_bytes"),
+        "peak_rss_bytes": end and end.get("peak_rss_bytes"),
+        "rss_samples": end and end.get("rss_samples"),
+        "engine": eng and eng.get("engine_memory"),
+    }
+
+
+def _build_cold(events: list[dict], workers: dict, failures: list[dict]) -> dict:
+    trials = []
+    for ev in events:
+        if ev["event"] != "cold_trial":
+            continue
+        trial = {"index": ev["index"], "residency": ev["residency"], "drop_cache": ev.get("drop_cache"),
+                 "status": "ok"}
+        w = next((w for w in workers.values() if w["events"][0].get("phases") == ["cold"]
+                  and w["events"][0].get("trial") == ev["index"]), None)
+        if w is None:
+            trial["status"] = "failed"
+            trials.append(trial)
+            continue
+        by = {e["event"]: e for e in w["events"]}
+        reqs = {e["kind"]: request_record(e) for e in w["events"] if e["event"] == "request"}
+        spawn, started, loaded = by.get("worker_spawn"), by.get("started"), by.get("loaded")
+
+        def span(a, ka, b, kb):
+            return (b[kb] - a[ka]) / 1e9 if a and b and a.get(ka) is not None and b.get(kb) is not None else None
+
+        first, second = reqs.get("first"), reqs.get("second")
+        trial.update({
+            "interpreter_s": span(spawn, "t_spawn", started, "t_main"),
+            "import_s": span(started, "t_main", loaded, "t_imported"),
+            "model_load_s": span(loaded, "t_imported", loaded, "t_model"),
+            "tokenizer_load_s": span(loaded, "t_model", loaded, "t_tokenizer"),
+            "ready_s": span(spawn, "t_spawn", loaded, "t_tokenizer"),
+            "first_request": first,
+            "second_request": second,
+            "first_request_extra_s": (first["total_s"] - second["total_s"])
+            if first and second and first["total_s"] is not None and second["total_s"] is not None else None,
+            "time_to_first_token_s": (first["token_times"][0] - spawn["t_spawn"]) / 1e9
+            if first and first["token_times"] and spawn else None,
+        })
+        if loaded and loaded.get("tokenizer_separate") is False:
+            trial["tokenizer_load_s"] = None
+            trial["tokenizer_note"] = "the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
+        fails = [f for f in failures if f.get("worker") == w["events"][0].get("worker")]
+        if fails or not (first and second and first["status"] == second["status"] == "ok"):
+            trial["status"] = "failed"
+            trial["failure"] = fails[0] if fails else None
+        trials.append(trial)
+    ok = [t for t in trials if t["status"] == "ok"]
+    keys = ("interpreter_s", "import_s", "model_load_s", "tokenizer_load_s", "ready_s",
+            "first_request_extra_s", "time_to_first_token_s")
+    summary = {k: stats.summarize([t[k] for t in ok], failures=len(trials) - len(ok)) for k in keys}
+    return {"trials": trials, "summary": summary, "failures": _phase_failures(failures, "cold")}
+
+
+def _build_prefix(events: list[dict], failures: list[dict]) -> dict:
+    pairs: dict[int, dict] = {}
+    for ev in events:
+        if ev.get("phase") != "prefix":
+            continue
+        if ev["event"] == "request":
+            pairs.setdefault(ev["index"], {"index": ev["index"], "kind": ev["kind"]})[ev["mode"]] = request_record(ev)
+        elif ev["event"] == "prefix_check":
+            pairs.setdefault(ev["index"], {"index": ev["index"], "kind": ev["kind"]})["check"] = {
+                k: ev.get(k) for k in ("identical_fraction", "first_divergence", "margin", "near_tie", "passed")}
+    measured = [p for i, p in sorted(pairs.items()) if p["kind"] == "measured"]
+    reuse = [p["reuse"] for p in measured if "reuse" in p]
+    noreuse = [p["noreuse"] for p in measured if "noreuse" in p]
+    s_reuse = summarize_requests(reuse, len(failures))
+    s_noreuse = summarize_requests(noreuse, len(failures))
+    checks = [p["check"] for p in measured if "check" in p]
+    med_r, med_n = s_reuse["ttft_s"]["median"], s_noreuse["ttft_s"]["median"]
+    return {
+        "pairs": [pairs[i] for i in sorted(pairs)],
+        "summary": {
+            "reuse": s_reuse,
+            "noreuse": s_noreuse,
+            "ttft_speedup": med_n / med_r if med_r and med_n else None,
+            "reused_tokens": stats.summarize([r["reused_tokens"] for r in reuse]),
+            "checks": {"n": len(checks), "identical": sum(1 for c in checks if c["first_divergence"] is None),
+                       "near_ties": sum(1 for c in checks if c["near_tie"]),
+                       "failed": sum(1 for c in checks if not c["passed"])},
+        },
+        "failures": failures,
+        "memory": _phase_memory(events, "prefix"),
+    }
+
+
+# -- files ---------------------------------------------------------------------------------
+def save(log: dict, path: Path) -> None:
+    """Atomic: a temp file in the same folder, fsynced, then renamed over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(log, fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise MacprofError(f"{path}: could not write the run log ({exc.strerror}); "
+                           f"the journal {path.with_suffix('.journal.jsonl')} keeps every measurement") from None
+
+
+def read_journal(path: Path) -> list[dict]:
+    events = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a crash mid-write: everything before it stands
+                if isinstance(ev, dict) and "event" in ev:
+                    events.append(ev)
+    except OSError as exc:
+        raise MacprofError(f"{path}: cannot read journal ({exc.strerror})") from None
+    return events
+
+
+def schema() -> dict:
+    return json.loads((Path(__file__).parent / "schema" / "runlog.schema.json").read_text())
+
+
+def validate(log: dict, where: str = "run log") -> None:
+    import jsonschema
+
+    try:
+        jsonschema.validate(log, schema())
+    except jsonschema.ValidationError as exc:
+        loc = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise MacprofError(f"{where}: does not match the run-log schema at {loc}: {exc.message[:200]}") from None
+
+
+def load(path: Path) -> dict:
+    """A run log (validated) or a journal (rebuilt into a run log)."""
+    path = Path(path)
+    if path.name.endswith(".jsonl"):
+        return build(read_journal(path))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise MacprofError(f"{path}: cannot read ({exc.strerror})") from None
+    except (ValueError, RecursionError) as exc:
+        raise MacprofError(f"{path}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise MacprofError(f"{path}: not a macprof run log (no schema_version)")
+    if not isinstance(data["schema_version"], int) or data["schema_version"] > SCHEMA_VERSION:
+        raise MacprofError(f"{path}: schema_version {data['schema_version']!r} is newer than this macprof "
+                           f"understands ({SCHEMA_VERSION}): upgrade macprof")
+    validate(data, str(path))
+    return data

@@ -1,0 +1,128 @@
+"""One engine + one model in its own process; streams JSON lines to the parent.
+
+Run as ``python -m macprof.worker``: reads one JSON job from stdin, writes one JSON event per
+line to the original stdout. Everything the engines print goes to stderr (fd 1 is pointed
+at fd 2), so no library can corrupt the event stream. A crash, a hang or an OOM kill of
+this process costs only the request in flight: the parent has every earlier event.
+"""
+
+import time
+
+T_MAIN = time.perf_counter_ns()  # first statement: interpreter start-up ends here
+
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+
+def _rss() -> int | None:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class Stream:
+    def __init__(self) -> None:
+        fd = os.dup(1)
+        os.dup2(2, 1)  # library prints go to stderr
+        sys.stdout = sys.stderr
+        self.out = os.fdopen(fd, "w", buffering=1)
+
+    def __call__(self, event: dict) -> None:
+        self.out.write(json.dumps(event, separators=(",", ":")) + "\n")
+        self.out.flush()
+
+
+def run(job: dict, emit) -> None:
+    emit({"event": "started", "pid": os.getpid(), "t_main": T_MAIN, "rss_bytes": _rss()})
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    fault = os.environ.get("MACPROF_TEST_FAULT")
+    if fault:  # test hook: an engine that crashes, hangs or is OOM-killed mid-phase
+        emit = _with_fault(emit, json.loads(fault), job["name"])
+
+    from macprof import engines
+    from macprof.config import Settings
+    from macprof.engines.base import EngineSettings
+
+    engine = engines.create(job["engine"])
+    t_imported = time.perf_counter_ns()
+    settings = Settings(**{**job["settings"], "phases": tuple(job["settings"]["phases"])})
+    engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads))
+    t_model = time.perf_counter_ns()
+    engine.load_tokenizer()
+    t_tokenizer = time.perf_counter_ns()
+    emit({"event": "loaded", "t_imported": t_imported, "t_model": t_model, "t_tokenizer": t_tokenizer,
+          "rss_bytes": _rss(), "engine_memory": engine.memory(), "versions": engine.versions(),
+          "vocab_size": engine.vocab_size, "tokenizer_separate": getattr(engine, "separate_tokenizer", True)})
+
+    from macprof import scenarios
+    from macprof.prompts import PromptBuilder
+
+    builder = PromptBuilder(engine, seed=job.get("seed", 0))
+    for phase in job["phases"]:
+        emit({"event": "phase_start", "phase": phase, "rss_bytes": _rss()})
+        if phase == "cold":
+            run_cold(engine, builder, settings, emit, job.get("trial", 0))
+        elif phase == "warm":
+            scenarios.run_warm(engine, builder, settings, emit)
+        elif phase == "prefix":
+            scenarios.run_prefix(engine, builder, settings, emit)
+        emit({"event": "phase_end", "phase": phase, "rss_bytes": _rss()})
+    engine.close()
+
+
+def run_cold(engine, builder, s, emit, trial: int) -> None:
+    """The first request of this fresh process, then a warm one of the same shape."""
+    from macprof.scenarios import timed_request
+
+    for kind in ("first", "second"):
+        prompt = builder.prompt(f"cold:{trial}:{kind}", s.prompt_tokens)
+        engine.reset()
+        emit({"event": "request_start", "phase": "cold", "index": trial, "kind": kind})
+        rec = timed_request(engine, prompt, s.gen_tokens)
+        emit({"event": "request", "phase": "cold", "index": trial, "kind": kind, **rec})
+    emit({"event": "phase_memory", "phase": "cold", "engine_memory": engine.memory()})
+
+
+def _with_fault(emit, fault: dict, model: str):
+    """MACPROF_TEST_FAULT='{"model": NAME, "kind": "segfault|hang|oom", "after_requests": N}':
+    the fault strikes when request N+1 of that model's worker starts."""
+    if fault.get("model") not in (None, model):
+        return emit
+    import signal
+
+    done = 0
+
+    def wrapped(event: dict) -> None:
+        nonlocal done
+        emit(event)
+        if event["event"] == "request":
+            done += 1
+        elif event["event"] == "request_start" and done >= fault.get("after_requests", 0):
+            if fault["kind"] == "segfault":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            elif fault["kind"] == "oom":  # what the OOM killer does
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif fault["kind"] == "hang":
+                time.sleep(3600)
+
+    return wrapped
+
+
+def main() -> None:
+    emit = Stream()
+    job = json.loads(sys.stdin.readline())
+    try:
+        run(job, emit)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which records it
+        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
+        sys.exit(3)
+    emit({"event": "done"})
+
+
+if __name__ == "__main__":
+    main()
