@@ -104,8 +104,9 @@ def build(events: list[dict]) -> dict:
         name = ev.get("model")
         if name is None:
             continue
-        if ev["event"] == "model_start":
-            order.append(name)
+        if ev["event"] == "model_start":  # a resumed run measures a partial model afresh
+            if name not in order:
+                order.append(name)
             by_model[name] = []
         by_model.setdefault(name, []).append(ev)
     for name in order:

@@ -227,6 +227,7 @@ def quantize_gguf(src: Path, dst: Path, quant: str) -> None:
     from macprof.engines import require
 
     llama_cpp = require("llama.cpp")
+    import macprof.engines.llama_cpp  # noqa: F401  (quiets llama.cpp's per-tensor log)
     ftype = {"Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}[quant]
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
@@ -240,9 +241,13 @@ def quantize_mlx(src: Path, dst: Path, bits: int) -> None:
     from macprof.engines import require
 
     require("mlx")
+    import contextlib
+    import io
+
     from mlx_lm.convert import convert
 
-    convert(str(src), str(dst), quantize=True, q_bits=bits, q_group_size=64)
+    with contextlib.redirect_stdout(io.StringIO()):  # its [INFO] lines are not ours to print
+        convert(str(src), str(dst), quantize=True, q_bits=bits, q_group_size=64)
 
 
 def _files(path: Path) -> list[Path]:

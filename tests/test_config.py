@@ -1,0 +1,133 @@
+"""models.toml: good files parse into frozen settings; each bad file gives one clear line
+naming the file, the entry and the key, exit code 2, no traceback."""
+
+import dataclasses
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from macprof import config
+from macprof.cli import main
+from macprof.errors import MacprofError
+
+GOOD = """
+[settings]
+gen_tokens = 64
+
+[[models]]
+name = "a"
+engine = "llama.cpp"
+path = "model.gguf"
+quant = "Q4_K_M"
+reps = 3
+
+[models.linux]
+reps = 2
+
+[models.macos]
+reps = 7
+
+[[models]]
+name = "b"
+engine = "mlx"
+path = "mlxdir"
+"""
+
+
+@pytest.fixture
+def folder(tmp_path):
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    (tmp_path / "mlxdir").mkdir()
+    return tmp_path
+
+
+def test_good_file(folder):
+    p = folder / "models.toml"
+    p.write_text(GOOD)
+    cfg = config.load(p, {"prompt_tokens": 100, "prefix_tokens": 90})
+    a, b = cfg.models
+    assert a.path == folder / "model.gguf" and a.quant == "Q4_K_M"
+    assert a.settings.gen_tokens == 64 and a.settings.prompt_tokens == 100
+    assert a.settings.reps == {"linux": 2, "darwin": 7}.get(sys.platform, 3)
+    assert b.settings.reps == 5  # built-in default
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.settings.reps = 1
+    assert cfg.select(["b"]) == (b,)
+
+
+def test_demo_paths_resolve(folder, monkeypatch, tmp_path):
+    monkeypatch.setenv("MACPROF_CACHE", str(tmp_path / "cache"))
+    p = folder / "models.toml"
+    p.write_text('[[models]]\nname = "d"\nengine = "mlx"\npath = "demo:small/mlx-4bit"\n')
+    (m,) = config.load(p).models
+    assert m.demo == "small/mlx-4bit" and m.path == tmp_path / "cache" / "demo" / "mlx" / "demo-small-4bit"
+
+
+M = '[[models]]\nname = "a"\nengine = "llama.cpp"\npath = "model.gguf"\n'
+BAD = [
+    ("invalid toml", "[[models]\nname=", "invalid TOML"),
+    ("no models", "[settings]\nreps = 2\n", "no models"),
+    ("unknown key", M + "promt_tokens = 5\n", "models[0] (\"a\"): unknown key 'promt_tokens'"),
+    ("unknown top key", M + "[extra]\nx = 1\n", "unknown top-level key 'extra'"),
+    ("wrong type", M + 'reps = "five"\n', "models[0] (\"a\"): key 'reps' must be a positive integer, not 'five'"),
+    ("bool for int", M + "reps = true\n", "key 'reps' must be a positive integer, not True"),
+    ("negative", M + "gen_tokens = -3\n", "key 'gen_tokens' must be a positive integer, not -3"),
+    ("zero timeout", M + "timeout = 0\n", "key 'timeout' must be a positive number of seconds, not 0"),
+    ("bad phase", M + 'phases = ["hot"]\n', "key 'phases' must be a non-empty list of distinct phases"),
+    ("missing path", '[[models]]\nname = "a"\nengine = "mlx"\n', "models[0] (\"a\"): missing key 'path'"),
+    ("missing file", M.replace("model.gguf", "nope.gguf"), "key 'path': "),
+    ("duplicate name", M + M.replace("model.gguf", "mlxdir").replace("llama.cpp", "mlx"),
+     "models[1] (\"a\"): duplicate name 'a' (also models[0])"),
+    ("same model twice", M + M.replace('"a"', '"b"'), "models[1] (\"b\"): key 'path': the same model is already listed as 'a'"),
+    ("unknown engine", M.replace("llama.cpp", "vllm"), "key 'engine': unknown engine 'vllm'"),
+    ("prefix >= prompt", M + "prompt_tokens = 64\nprefix_tokens = 64\n", "prefix_tokens (64) must be smaller than prompt_tokens (64)"),
+    ("settings wrong type", "[settings]\nreps = 1.5\n" + M, "[settings]: key 'reps' must be a positive integer, not 1.5"),
+    ("platform table type", M + "linux = 3\n", "key 'linux' must be a table of settings"),
+    ("bad demo ref", M.replace("model.gguf", "demo:huge/q4"), "key 'path': unknown demo model 'huge/q4'"),
+]
+
+
+@pytest.mark.parametrize("label,text,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_files(folder, label, text, message):
+    p = folder / "models.toml"
+    p.write_text(text)
+    with pytest.raises(MacprofError) as err:
+        config.load(p)
+    assert message in str(err.value)
+    assert str(p) in str(err.value) and "\n" not in str(err.value)
+    result = CliRunner().invoke(main, ["run", "--config", str(p)])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and message in result.output and "Traceback" not in result.output
+
+
+def test_engine_not_installed(folder, monkeypatch):
+    from macprof import engines
+
+    monkeypatch.setattr(engines, "is_installed", lambda name: False)
+    p = folder / "models.toml"
+    p.write_text(M)
+    with pytest.raises(MacprofError, match=r"models\[0\] \(\"a\"\): key 'engine': 'llama.cpp' is not installed: pip install llama-cpp-python"):
+        config.load(p)
+
+
+def test_missing_config_file(tmp_path):
+    result = CliRunner().invoke(main, ["run", "--config", str(tmp_path / "none.toml")])
+    assert result.exit_code == 2 and "no such file" in result.output
+
+
+def test_bad_command_line_value(folder):
+    p = folder / "models.toml"
+    p.write_text(M)
+    result = CliRunner().invoke(main, ["run", "--config", str(p), "--reps", "0"])
+    assert result.exit_code == 2 and "command line: key 'reps' must be a positive integer, not 0" in result.output
+
+
+def test_help_imports_no_engine():
+    import subprocess
+
+    code = ("import sys; from click.testing import CliRunner; from macprof.cli import main; "
+            "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output; "
+            "print(any(m in sys.modules for m in ('llama_cpp', 'mlx', 'mlx_lm')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

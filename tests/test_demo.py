@@ -1,0 +1,59 @@
+"""The demo models: deterministic, complete, and a second build is a no-op."""
+
+import json
+import os
+
+from click.testing import CliRunner
+
+from macprof.cli import main
+from macprof.demo.build import SPECS, build, is_intact, parameter_count
+from macprof.fileid import sha256_file
+from macprof.modelinfo import inspect
+from tests.conftest import ALL_VARIANTS
+
+
+def _hashes(root):
+    return {str(p.relative_to(root)): sha256_file(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and "manifest" not in p.name}
+
+
+def test_bit_identical_across_builds(tiny_dir, tmp_path):
+    other = build("tiny", tmp_path / "again")
+    a, b = _hashes(tiny_dir), _hashes(other)
+    assert a.keys() == b.keys()
+    differing = sorted(k for k in a if a[k] != b[k])
+    assert differing == [], differing  # llama.cpp's and mlx-lm's quantizers are deterministic here too
+
+
+def test_six_models_listed(tiny_dir):
+    text = (tiny_dir / "models.toml").read_text()
+    for _, name, rel in ALL_VARIANTS:
+        assert f'name = "demo-tiny-{name}"' in text and f'path = "{rel}"' in text
+        assert (tiny_dir / rel).exists()
+
+
+def test_same_weights_everywhere(tiny_dir):
+    expected = parameter_count(SPECS["tiny"])
+    for _, _, rel in ALL_VARIANTS:
+        info = inspect(tiny_dir / rel)
+        assert info.n_params == expected, rel
+        assert info.vocab_size == SPECS["tiny"].vocab_size and info.n_layers == SPECS["tiny"].layers
+
+
+def test_second_build_is_a_noop(tiny_dir):
+    stamps = {p: p.stat().st_mtime_ns for p in tiny_dir.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(main, ["demo", "--size", "tiny", "--dir", str(tiny_dir)])
+    assert result.exit_code == 0, result.output
+    assert "already built" in result.output
+    assert {p: p.stat().st_mtime_ns for p in tiny_dir.rglob("*") if p.is_file()} == stamps
+
+
+def test_damaged_build_is_rebuilt(tiny_dir, tmp_path):
+    root = build("tiny", tmp_path / "damaged")
+    victim = root / "gguf" / "demo-tiny-q8_0.gguf"
+    victim.write_bytes(victim.read_bytes()[:1000])
+    assert not is_intact(root, "tiny")
+    build("tiny", root)
+    assert is_intact(root, "tiny")
+    manifest = json.loads((root / "demo-tiny.manifest.json").read_text())
+    assert sha256_file(victim) == manifest["files"][os.path.join("gguf", "demo-tiny-q8_0.gguf")]

@@ -1,0 +1,96 @@
+"""The real engines on the tiny demo models: every quantization of each engine."""
+
+import pytest
+
+from macprof import engines
+from macprof.engines.base import EngineSettings
+from macprof.prompts import PromptBuilder
+from tests.conftest import ALL_VARIANTS
+
+GEN = 12
+EOS = 1
+
+
+@pytest.fixture(scope="module", params=ALL_VARIANTS, ids=[v[1] for v in ALL_VARIANTS])
+def loaded(request, tiny_dir):
+    engine_name, _, rel = request.param
+    engine = engines.create(engine_name)
+    engine.load_model(tiny_dir / rel, EngineSettings(n_ctx=512))
+    engine.load_tokenizer()
+    yield engine
+    engine.close()
+
+
+def test_round_trip(loaded):
+    text = "Brast quoul thendio, mai zeck. Tri 4521 shoubra!\nNew line."
+    ids = loaded.tokenize(text)
+    assert len(ids) > 5
+    assert loaded.detokenize(ids) == text
+
+
+def test_prompt_builder_exact_counts(loaded):
+    b = PromptBuilder(loaded, seed=3)
+    for n in (1, 17, 64):
+        p = b.prompt(f"t{n}", n)
+        assert len(p.ids) == n and tuple(loaded.tokenize(p.text)) == p.ids
+    prefix = b.prompt("pre", 40)
+    full = b.prefixed(prefix, "suf", 56)
+    assert full.ids[:40] == prefix.ids and len(full.ids) == 56
+
+
+def test_exact_token_count_through_eos(loaded):
+    """The demo head makes EOS likely: generation must go on past it, exactly GEN tokens."""
+    b = PromptBuilder(loaded, seed=11)
+    saw_eos_midway = False
+    for i in range(6):
+        ids = list(b.prompt(f"eos{i}", 24).ids)
+        loaded.reset()
+        out = list(loaded.generate(ids, GEN))
+        assert len(out) == GEN
+        if EOS in out[:-1]:
+            saw_eos_midway = True
+            break
+    assert saw_eos_midway, "no greedy path hit EOS: the test did not exercise EOS"
+
+
+def test_greedy_is_deterministic(loaded):
+    ids = list(PromptBuilder(loaded, seed=5).prompt("det", 32).ids)
+    loaded.reset()
+    a = list(loaded.generate(ids, GEN))
+    loaded.reset()
+    b = list(loaded.generate(ids, GEN))
+    assert a == b
+
+
+def test_reset_recomputes_whole_prompt(loaded):
+    ids = list(PromptBuilder(loaded, seed=6).prompt("reset", 32).ids)
+    loaded.reset()
+    list(loaded.generate(ids, 4))
+    loaded.reset()
+    assert loaded.cached_tokens() == 0
+    out = list(loaded.generate(ids, 4))
+    assert loaded.reused_tokens == 0
+    assert loaded.cached_tokens() == len(ids) + len(out) - 1  # the last token is never fed back
+
+
+def _stable_prompt(engine, builder, prefix, n_total, n_gen):
+    """A prompt whose uncached greedy path has no near-tie (top-2 margin >= 0.25 everywhere)."""
+    for i in range(8):
+        p = builder.prefixed(prefix, f"stable{i}", n_total)
+        engine.reset()
+        out = list(engine.generate(list(p.ids), n_gen))
+        if all(engine.top2(list(p.ids) + out[:k]).margin >= 0.25 for k in range(len(out))):
+            return p, out
+    raise AssertionError("no prompt without near-ties in 8 tries")
+
+
+def test_prefix_reuse(loaded):
+    b = PromptBuilder(loaded, seed=7)
+    prefix = b.prompt("shared", 16)
+    prompt, reference = _stable_prompt(loaded, b, prefix, 24, 4)
+    loaded.reset()
+    list(loaded.generate(list(prefix.ids), 1))  # the prefix, and nothing else, is cached
+    assert loaded.cached_tokens() == 16
+    out = list(loaded.generate(list(prompt.ids), 4))
+    assert loaded.reused_tokens == 16
+    assert out == reference

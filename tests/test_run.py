@@ -1,0 +1,190 @@
+"""`macprof run` end to end on the tiny demo models, and the faults it must survive."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from macprof import runlog
+from macprof.measure import stats
+
+GEN = 8
+COMMON = ["--prompt-tokens", "192", "--prefix-tokens", "176", "--gen-tokens", str(GEN), "--reps", "2",
+          "--cold-trials", "1", "--timeout", "60"]
+
+
+def macprof(*args, env=None, check=True):
+    proc = subprocess.run([sys.executable, "-m", "macprof", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"macprof {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def e2e_log(tiny_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("run") / "e2e.json"
+    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models",
+                   "demo-tiny-q4_k_m,demo-tiny-mlx-f16", *COMMON, "--log", str(log))
+    return log, proc
+
+
+def all_requests(model):
+    ph = model["phases"]
+    reqs = list(ph["warm"]["requests"])
+    for pair in ph["prefix"]["pairs"]:
+        reqs += [pair["reuse"], pair["noreuse"]]
+    for trial in ph["cold"]["trials"]:
+        reqs += [trial["first_request"], trial["second_request"]]
+    return reqs
+
+
+def test_run_log_validates_and_is_complete(e2e_log):
+    path, proc = e2e_log
+    data = json.loads(path.read_text())
+    runlog.validate(data)
+    assert data["complete"] is True
+    assert [m["identity"]["name"] for m in data["models"]] == ["demo-tiny-q4_k_m", "demo-tiny-mlx-f16"]
+    assert "demo-tiny-q4_k_m" in proc.stdout and str(path) in proc.stdout
+    assert data["definitions"]["decode_tok_s"] == "(n - 1) / (t_n - t_1)"
+
+
+def test_every_request_has_exact_token_count(e2e_log):
+    data = json.loads(e2e_log[0].read_text())
+    for m in data["models"]:
+        reqs = all_requests(m)
+        assert len(reqs) == 3 + 2 * 3 + 2  # warm (warm-up + 2), prefix (3 pairs), cold (first + second)
+        for r in reqs:
+            assert r["status"] == "ok"
+            assert len(r["tokens"]) == len(r["token_times"]) == r["n_tokens"] == GEN
+            assert r["prompt_tokens"] == 192
+
+
+def test_summaries_recompute_from_raw_samples(e2e_log):
+    data = json.loads(e2e_log[0].read_text())
+    for m in data["models"]:
+        warm = m["phases"]["warm"]
+        measured = [r for r in warm["requests"] if r["kind"] == "measured"]
+        ttft = [(r["token_times"][0] - r["t0"]) / 1e9 for r in measured]
+        decode = [(GEN - 1) / ((r["token_times"][-1] - r["token_times"][0]) / 1e9) for r in measured]
+        assert warm["summary"]["ttft_s"]["median"] == pytest.approx(stats.summarize(ttft)["median"])
+        assert warm["summary"]["decode_tok_s"]["p95"] == pytest.approx(stats.summarize(decode)["p95"])
+        itls = [(b - a) / 1e9 for r in measured for a, b in zip(r["token_times"], r["token_times"][1:])]
+        assert warm["summary"]["itl_s"]["max"] == pytest.approx(max(itls))
+
+
+def test_prefix_reuse_is_faster_and_output_unchanged(e2e_log):
+    data = json.loads(e2e_log[0].read_text())
+    for m in data["models"]:
+        pref = m["phases"]["prefix"]
+        for pair in pref["pairs"]:
+            assert pair["reuse"]["reused_tokens"] == 176
+            assert pair["noreuse"]["reused_tokens"] == 0
+            assert pair["check"]["passed"], pair["check"]
+        s = pref["summary"]
+        assert s["reuse"]["ttft_s"]["median"] < s["noreuse"]["ttft_s"]["median"]
+        assert s["checks"]["failed"] == 0
+
+
+def test_cold_trials_report_residency(e2e_log):
+    data = json.loads(e2e_log[0].read_text())
+    for m in data["models"]:
+        (trial,) = m["phases"]["cold"]["trials"]
+        res = trial["residency"]
+        assert res["file_bytes"] == m["identity"]["total_bytes"]
+        assert 0.0 <= res["fraction"] <= 1.0 and res["label"]
+        for key in ("interpreter_s", "import_s", "model_load_s", "ready_s", "time_to_first_token_s"):
+            assert trial[key] is not None and trial[key] > 0, key
+        assert trial["ready_s"] < trial["time_to_first_token_s"]
+
+
+def test_memory_is_recorded(e2e_log):
+    data = json.loads(e2e_log[0].read_text())
+    for m in data["models"]:
+        assert m["phases"]["warm"]["memory"]["peak_rss_bytes"] >= m["memory"]["rss_after_load_bytes"] > 0
+        kv = m["memory"]["kv_cache"]
+        assert kv["computed_bytes"] == kv["bytes_per_token"] * (192 + GEN)
+        assert kv["measured_bytes"] > 0
+    mlx = data["models"][1]["phases"]["warm"]["memory"]["engine"]
+    assert mlx["mlx_peak_bytes"] >= mlx["mlx_active_bytes"] > 0
+
+
+def test_show_renders_the_log(e2e_log):
+    out = macprof("show", str(e2e_log[0])).stdout
+    assert "demo-tiny-mlx-f16" in out and "cold trial 1" in out and "prefix TTFT speed-up" in out
+
+
+# -- faults: each leaves every other measurement intact --------------------------------------
+FAULT_ARGS = ["--phases", "warm", "--prompt-tokens", "32", "--gen-tokens", "4", "--reps", "3"]
+
+
+def run_with_fault(tiny_dir, tmp_path, fault, timeout="60"):
+    log = tmp_path / "fault.json"
+    env = {"MACPROF_TEST_FAULT": json.dumps(fault)}
+    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models",
+                   "demo-tiny-q8_0,demo-tiny-q4_k_m", *FAULT_ARGS, "--timeout", timeout, "--log", str(log), env=env)
+    return json.loads(log.read_text()), proc
+
+
+@pytest.mark.parametrize("kind,status,signal_name", [("segfault", "crashed", "SIGSEGV"), ("oom", "crashed", "SIGKILL")])
+def test_crashing_engine_is_recorded(tiny_dir, tmp_path, kind, status, signal_name):
+    data, proc = run_with_fault(tiny_dir, tmp_path, {"model": "demo-tiny-q8_0", "kind": kind, "after_requests": 2})
+    bad, good = data["models"]
+    (failure,) = bad["failures"]
+    assert failure["status"] == status and failure["signal"] == signal_name and failure["phase"] == "warm"
+    assert failure["index"] == 1  # warm-up and request 0 done, request 1 in flight
+    done = [r for r in bad["phases"]["warm"]["requests"] if r["status"] == "ok"]
+    assert len(done) == 2  # the warm-up and the first measured request survive
+    assert len([r for r in good["phases"]["warm"]["requests"] if r["kind"] == "measured"]) == 3
+    assert "crashed" in proc.stdout  # the summary's warnings name the failure
+
+
+def test_hanging_engine_times_out(tiny_dir, tmp_path):
+    t = time.monotonic()
+    data, _ = run_with_fault(tiny_dir, tmp_path, {"model": "demo-tiny-q8_0", "kind": "hang", "after_requests": 1},
+                             timeout="3")
+    assert time.monotonic() - t < 120
+    bad, good = data["models"]
+    (failure,) = bad["failures"]
+    assert failure["status"] == "timeout" and "3 s" in failure["reason"]
+    assert len([r for r in good["phases"]["warm"]["requests"] if r["status"] == "ok"]) == 4
+
+
+def test_killed_parent_journal_is_recovered(tiny_dir, tmp_path):
+    log = tmp_path / "killed.json"
+    journal = tmp_path / "killed.journal.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(tiny_dir / "models.toml"),
+                             "--models", "demo-tiny-q8_0,demo-tiny-q4_k_m", *FAULT_ARGS, "--reps", "40",
+                             "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill once some requests are journaled
+        if journal.exists() and journal.read_text().count('"event":"request"') >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not log.exists()  # never a half-written run log
+    completed = journal.read_text().count('"event":"request"')
+    recovered = runlog.load(journal)
+    assert recovered["complete"] is False
+    n = sum(len(m["phases"]["warm"]["requests"]) for m in recovered["models"])
+    assert n == completed >= 5
+    out = macprof("show", str(journal)).stdout
+    assert "INCOMPLETE" in out
+    # --resume finishes the run: models already measured are kept, the rest measured
+    done_before = {m["identity"]["name"] for m in recovered["models"] if m["complete"]}
+    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q8_0,demo-tiny-q4_k_m",
+            *FAULT_ARGS, "--reps", "40", "--resume", str(journal))
+    final = runlog.load(log)
+    assert final["complete"] is True
+    assert [m["identity"]["name"] for m in final["models"]] == ["demo-tiny-q8_0", "demo-tiny-q4_k_m"]
+    for m in final["models"]:
+        assert len(m["phases"]["warm"]["requests"]) == 41
+    starts = [e["model"] for e in runlog.read_journal(journal) if e.get("event") == "model_start"]
+    for name in done_before:
+        assert starts.count(name) == 1  # finished before the kill: not measured again
