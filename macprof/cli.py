@@ -121,5 +121,36 @@ def show(path) -> None:
     click.echo(report.render_summary(log))
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml", show_default=True)
+@click.option("--models", "names", default="demo-small-q4_k_m,demo-small-mlx-f16", show_default=True,
+              help="Comma-separated model names from the config.")
+@click.option("--gen-tokens", type=int, default=128, show_default=True)
+@click.option("--depth", type=int, default=256, show_default=True, help="KV depth (prompt tokens) before decoding.")
+@click.option("--pairs", type=int, default=7, show_default=True, help="Alternating macprof/reference pairs.")
+@click.option("--threads", type=int, help="Engine threads (llama.cpp) [physical cores].")
+@click.option("--llama-bench", "llama_bench", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A llama-bench binary to compare against instead of the in-process tg loop.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def overhead(config_path, names, gen_tokens, depth, pairs, threads, llama_bench, as_json) -> None:
+    """Benchmark: macprof's decode loop against each engine's own (median of paired ratios)."""
+    import json as _json
+
+    from macprof import config, overhead as oh, report
+
+    cfg = config.load(config_path)
+    selected = cfg.select([n.strip() for n in names.split(",") if n.strip()])
+    _ensure_demo_models(selected)
+    results = [oh.measure(m.engine, m.path, gen_tokens, depth, pairs, threads, llama_bench,
+                          progress=lambda s: click.echo(s, err=True)) for m in selected]
+    if as_json:
+        click.echo(_json.dumps(results, indent=1))
+        return
+    rows = [[r["model"], r["reference"], f"{r['macprof_median']:.1f}", f"{r['reference_median']:.1f}",
+             f"{r['median_ratio']:.3f}"] for r in results]
+    click.echo(report.render_table(["model", "reference", "macprof tok/s p50", "reference tok/s p50",
+                                    "median paired ratio"], rows))
+
+
 if __name__ == "__main__":
     main()

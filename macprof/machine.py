@@ -124,7 +124,9 @@ def collect_machine() -> dict:
     if sys.platform == "darwin":
         from macprof import hardware
 
-        info.update(hardware.detect())
+        hw = hardware.detect()
+        info["unknown"].update(hw.pop("unknown"))
+        info.update(hw)
         info["power_source"] = parse_pmset_batt(_run(["pmset", "-g", "batt"]) or "")
         info["low_power_mode"] = parse_pmset_low_power(_run(["pmset", "-g"]) or "")
         info["thermal_state"] = parse_pmset_therm(_run(["pmset", "-g", "therm"]) or "")

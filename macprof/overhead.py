@@ -1,0 +1,107 @@
+"""`macprof overhead`: does the profiler slow down what it measures?
+
+Side by side, in one process and on one loaded model, alternating A/B then B/A:
+- A: macprof's own engine loop, timestamped exactly as `macprof run` does;
+- B: the engine's reference loop:
+  - llama.cpp: llama-bench's `tg` loop (one `llama_decode` of one token per step, no
+    sampling at all) at the same KV depth; or, with `--llama-bench PATH`, llama-bench itself
+    (`-p 0 -n N -d DEPTH`) run as a subprocess between our trials;
+  - MLX: `mlx_lm.stream_generate` as `mlx_lm.benchmark` runs it (EOS ids emptied), its
+    generation_tps n / (t_n - t_1) put on this project's definition (n - 1) / (t_n - t_1).
+Reported: the median of the paired ratios A / B (noise on a shared machine moves both sides
+of a pair together), and each side's median.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import time
+from pathlib import Path
+
+from macprof.engines.base import EngineSettings
+from macprof.measure.stats import summarize
+
+
+def _ours(engine, ids: list[int], n: int) -> float:
+    engine.reset()
+    times = []
+    for _ in engine.generate(ids, n):
+        times.append(time.perf_counter_ns())
+    return (n - 1) * 1e9 / (times[-1] - times[0])
+
+
+def _llama_tg(engine, ids: list[int], n: int) -> float:
+    """llama-bench's tg: prefill to depth, then n decodes of one (random) token, no sampling."""
+    import llama_cpp as lc
+
+    engine.reset()
+    engine._decode(ids)
+    rng = random.Random(0)
+    one = (lc.llama_token * 1)()
+    ctx, decode, get_one = engine.ctx, lc.llama_decode, lc.llama_batch_get_one
+    one[0] = rng.randrange(engine.vocab_size)
+    decode(ctx, get_one(one, 1))  # the first token: t_1 in our definition
+    t1 = time.perf_counter_ns()
+    for _ in range(n - 1):
+        one[0] = rng.randrange(engine.vocab_size)
+        decode(ctx, get_one(one, 1))
+    return (n - 1) * 1e9 / (time.perf_counter_ns() - t1)
+
+
+def _llama_bench(binary: Path, model: Path, n: int, depth: int, threads: int) -> float:
+    out = subprocess.run([str(binary), "-m", str(model), "-p", "0", "-n", str(n), "-d", str(depth),
+                          "-t", str(threads), "-r", "1", "-o", "json"], capture_output=True, text=True, check=True)
+    (row,) = json.loads(out.stdout)
+    # llama-bench's tg rate is n / (time of n decodes): n intervals, the same rhythm as ours
+    return float(row["avg_ts"])
+
+
+def _mlx_reference(engine, ids: list[int], n: int) -> float:
+    from mlx_lm import stream_generate
+
+    engine.tokenizer._eos_token_ids = set()  # as mlx_lm.benchmark: no early stop
+    response = None
+    for response in stream_generate(engine.model, engine.tokenizer, ids, max_tokens=n):
+        pass
+    return response.generation_tps * (n - 1) / n  # mlx-lm counts n tokens over n - 1 intervals
+
+
+def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, threads: int | None,
+            llama_bench: Path | None = None, progress=lambda s: None) -> dict:
+    from macprof import engines
+    from macprof.prompts import PromptBuilder
+
+    engine = engines.create(engine_name)
+    engine.load_model(path, EngineSettings(n_ctx=depth + n + 16, threads=threads))
+    engine.load_tokenizer()
+    ids = list(PromptBuilder(engine, seed=1).prompt("overhead", depth).ids)
+    if engine_name == "llama.cpp":
+        if llama_bench:
+            reference = lambda: _llama_bench(llama_bench, path, n, depth, engine.threads)  # noqa: E731
+            ref_name = f"llama-bench tg{n} @ d{depth}"
+        else:
+            reference = lambda: _llama_tg(engine, ids, n)  # noqa: E731
+            ref_name = f"bare llama_decode loop (llama-bench tg{n} @ d{depth} in-process)"
+    else:
+        reference = lambda: _mlx_reference(engine, ids, n)  # noqa: E731
+        ref_name = "mlx_lm.stream_generate (mlx_lm.benchmark), as (n-1)/(t_n-t_1)"
+    _ours(engine, ids, n)  # warm-up both paths
+    reference()
+    ours, refs, ratios = [], [], []
+    for i in range(pairs):
+        if i % 2 == 0:
+            a, b = _ours(engine, ids, n), reference()
+        else:
+            b, a = reference(), _ours(engine, ids, n)
+        ours.append(a)
+        refs.append(b)
+        ratios.append(a / b)
+        progress(f"{path.name}: pair {i + 1}/{pairs}: macprof {a:.1f} tok/s, reference {b:.1f} tok/s, ratio {a / b:.3f}")
+    engine.close()
+    return {"engine": engine_name, "model": path.name, "reference": ref_name, "gen_tokens": n, "depth": depth,
+            "threads": getattr(engine, "threads", None) or None, "pairs": pairs,
+            "macprof_tok_s": ours, "reference_tok_s": refs, "ratios": ratios,
+            "median_ratio": summarize(ratios)["median"], "macprof_median": summarize(ours)["median"],
+            "reference_median": summarize(refs)["median"]}

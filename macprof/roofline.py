@@ -1,0 +1,66 @@
+"""The roofline (pure): how fast decoding could go if memory bandwidth were the only limit.
+
+DESIGN.md "The ceiling":
+  kv_bytes_per_token = 2 x layers x kv_heads x head_dim x bytes_per_element
+  ceiling_tok_s(c)   = bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token)
+  compute per token  = 2 x active_params operations (a multiply and an add per parameter)
+  step(B)            = max((W + B c kv) / bandwidth, B x 2 x active_params / flops)
+  per-user ITL = step(B); aggregate tok/s = B / step(B)
+Units: bytes, bytes/s, FLOP/s, seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: float = 2) -> float:
+    return 2 * layers * kv_heads * head_dim * bytes_per_element
+
+
+@dataclass(frozen=True)
+class Roofline:
+    weight_bytes: float  # weights read per generated token
+    bandwidth: float  # bytes/s
+    active_params: float | None = None
+    flops: float | None = None  # FLOP/s
+    kv_per_token: float = 0.0  # bytes per token of context
+
+    def read_s(self, context: float = 0, batch: int = 1) -> float:
+        return (self.weight_bytes + batch * context * self.kv_per_token) / self.bandwidth
+
+    def compute_s(self, batch: int = 1) -> float | None:
+        if not self.active_params or not self.flops:
+            return None
+        return batch * 2 * self.active_params / self.flops
+
+    def step_s(self, context: float = 0, batch: int = 1) -> float:
+        compute = self.compute_s(batch)
+        return max(self.read_s(context, batch), compute or 0.0)
+
+    def bound(self, context: float = 0, batch: int = 1) -> str:
+        compute = self.compute_s(batch)
+        if compute is None:
+            return "memory (compute unknown)"
+        return "memory" if self.read_s(context, batch) >= compute else "compute"
+
+    def ceiling_tok_s(self, context: float = 0) -> float:
+        """Single-sequence decode ceiling: bandwidth / (W + c x kv)."""
+        return 1.0 / self.step_s(context, 1)
+
+    def batch_row(self, batch: int, context: float) -> dict:
+        step = self.step_s(context, batch)
+        return {"batch": batch, "step_s": step, "itl_s": step, "aggregate_tok_s": batch / step,
+                "per_user_tok_s": 1.0 / step, "bound": self.bound(context, batch)}
+
+    def prefill_ceiling_tok_s(self) -> float | None:
+        """Prefill is compute-bound: one weight read serves every prompt token."""
+        if not self.active_params or not self.flops:
+            return None
+        return self.flops / (2 * self.active_params)
+
+
+def efficiency(measured_tok_s: float | None, ceiling_tok_s: float | None) -> float | None:
+    if not measured_tok_s or not ceiling_tok_s:
+        return None
+    return measured_tok_s / ceiling_tok_s
