@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,14 @@ class Group(click.Group):
         except MacprofError as exc:
             click.echo(f"macprof: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # a bug of ours: still one line, the traceback on request
+            if os.environ.get("MACPROF_DEBUG") == "1":
+                raise
+            click.echo(f"macprof: internal error: {type(exc).__name__}: {exc} "
+                       f"(MACPROF_DEBUG=1 shows the traceback)", err=True)
+            ctx.exit(1)
 
 
 def _csv_ints(ctx, param, value):
@@ -119,6 +128,89 @@ def show(path) -> None:
     click.echo(report.render_detail(log))
     click.echo("")
     click.echo(report.render_summary(log))
+
+
+def _number(ctx, param, value):
+    """Accepts 8e9, 8000000000, 8B, 70b, 1.5M, 500k."""
+    if value is None:
+        return None
+    text = str(value).strip().replace("_", "")
+    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}.get(text[-1:].lower(), 1)
+    try:
+        return float(text[:-1] if mult != 1 else text) * mult
+    except ValueError:
+        raise click.BadParameter(f"expected a number such as 8e9 or 8B, got {value!r}") from None
+
+
+@main.command()
+@click.argument("model", required=False, type=click.Path(path_type=Path))
+@click.option("--params", callback=_number, help="Parameters (8e9, 8B).")
+@click.option("--active-params", callback=_number, help="Active parameters per token (MoE).")
+@click.option("--bits", type=float, help="Bits per weight (16, 8, 4.5...).")
+@click.option("--bytes-per-param", type=float, help="Bytes per weight (2 for BF16).")
+@click.option("--file-size", type=float, help="Weights read per token, GB (the 'file size' convention).")
+@click.option("--bandwidth", type=float, help="Memory bandwidth, GB/s.")
+@click.option("--chip", help="Apple chip, e.g. 'M5 Pro' (published bandwidth).")
+@click.option("--gpu-cores", type=int, help="GPU cores, for chips sold in binned variants (M3/M4/M5 Max).")
+@click.option("--tflops", type=float, help="Peak compute, TFLOP/s (for the compute bound).")
+@click.option("--layers", type=int)
+@click.option("--kv-heads", type=int)
+@click.option("--head-dim", type=int)
+@click.option("--kv-bits", type=float, default=16, show_default=True)
+@click.option("--context", type=int, default=0, show_default=True, help="Tokens of context per sequence.")
+@click.option("--batch", "batches", callback=_csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
+@click.option("--json", "as_json", is_flag=True)
+def estimate(model, params, active_params, bits, bytes_per_param, file_size, bandwidth, chip, gpu_cores, tflops,
+             layers, kv_heads, head_dim, kv_bits, context, batches, as_json) -> None:
+    """The roofline with no model run: ceiling tok/s, KV cache size and the batching trade-off."""
+    import json as _json
+
+    from macprof import estimate as est
+
+    result = est.estimate(model=model, params=params, active_params=active_params, bits=bits,
+                          bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
+                          chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
+                          head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches)
+    click.echo(_json.dumps(result, indent=1) if as_json else est.render(result))
+
+
+@main.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+def inspect(model, as_json) -> None:
+    """Model shape and bytes from metadata alone (GGUF header / MLX config + safetensors headers)."""
+    import json as _json
+
+    from macprof import modelinfo, report
+
+    info = modelinfo.inspect(model)
+    d = info.to_dict()
+    if as_json:
+        click.echo(_json.dumps(d, indent=1))
+        return
+    rows = [[k, report.fmt_bytes(v) + f" ({v} B)" if k.endswith("bytes") or k.endswith("per_token") and "kv" not in k
+             else str(v)] for k, v in d.items() if k != "bytes_by_type"]
+    rows += [[f"bytes of {t}", f"{report.fmt_bytes(b)} ({b} B)"] for t, b in sorted(d["bytes_by_type"].items())]
+    click.echo(report.render_table(["field", "value"], rows))
+
+
+@main.command(name="bandwidth")
+@click.option("--device", type=click.Choice(["cpu", "gpu"]), help="[gpu (MLX) on macOS, cpu elsewhere]")
+@click.option("--threads", type=int, help="CPU threads [all cores].")
+@click.option("--reps", type=int, default=7, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bandwidth_cmd(device, threads, reps, as_json) -> None:
+    """Measure sustained memory read bandwidth on the device the engines use."""
+    import json as _json
+
+    from macprof import bandwidth
+
+    r = bandwidth.measure(device=device, threads=threads, reps=reps)
+    if as_json:
+        click.echo(_json.dumps(r, indent=1))
+        return
+    click.echo(f"{r['device']}: {r['median_gbs']:.1f} GB/s median, {r['best_gbs']:.1f} best, "
+               f"stdev {r['stdev_gbs']:.1f} ({r['method']}; sizes {r['sizes_mib']} MiB x {r['reps']})")
 
 
 @main.command()

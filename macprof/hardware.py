@@ -69,7 +69,7 @@ def spec_bandwidth(chip: str | None, gpu_cores: int | None) -> dict:
     chip = normalize_chip(chip) or chip
     if not chip:
         return {"gbs": None, "source": None, "reason": "unknown chip"}
-    if (chip, gpu_cores) in BANDWIDTH_GBS:
+    if gpu_cores is not None and (chip, gpu_cores) in BANDWIDTH_GBS:
         return {"gbs": BANDWIDTH_GBS[(chip, gpu_cores)], "source": f"published ({chip}, {gpu_cores}-core GPU)", "reason": None}
     if chip in BINNED:
         what = "unknown GPU core count" if gpu_cores is None else f"{gpu_cores}-core GPU not in the table"

@@ -47,6 +47,22 @@ def peak_rss(model: dict) -> int | None:
     return max(peaks) if peaks else None
 
 
+def ceiling_text(roof: dict | None) -> str:
+    """'93% of 62.4 (spec) / 97% of 60.0 (measured)', with '-' where a ceiling is unknown."""
+    if not roof or roof.get("reason"):
+        return "-"
+    parts = []
+    for which in ("spec", "measured"):
+        r = roof.get(which) or {}
+        if r.get("ceiling_tok_s") is None:
+            parts.append(f"? ({which})")
+        elif r.get("efficiency") is None:
+            parts.append(f"{r['ceiling_tok_s']:.1f} ({which})")
+        else:
+            parts.append(f"{r['efficiency']:.0%} of {r['ceiling_tok_s']:.1f} ({which})")
+    return " / ".join(parts)
+
+
 def summary_rows(log: dict) -> list[dict]:
     rows = []
     for m in log.get("models", []):
@@ -66,6 +82,7 @@ def summary_rows(log: dict) -> list[dict]:
             "prefix_speedup": _get(ph, "prefix", "summary", "ttft_speedup"),
             "decode_tok_s": _get(ph, "warm", "summary", "decode_tok_s", "median"),
             "itl_p99_s": _get(ph, "warm", "summary", "itl_s", "p99"),
+            "ceiling": ceiling_text(_get(ph, "warm", "roofline")),
             "peak_rss_bytes": peak_rss(m),
             "failures": len(m.get("failures", [])),
         })
@@ -80,7 +97,7 @@ def render_table(headers: list[str], rows: list[list[str]]) -> str:
 
 def summary_table(log: dict) -> str:
     headers = ["model", "engine", "quant", "cold start", "warm TTFT p50", "prefix TTFT p50",
-               "decode tok/s p50", "ITL p99", "peak RSS", "failures"]
+               "decode tok/s p50", "= of ceiling", "ITL p99", "peak RSS", "failures"]
     rows = []
     for r in summary_rows(log):
         cold = "-" if r["cold_ttft_s"] is None else f"{fmt_s(r['cold_ttft_s'])} ({r['cold_state']})"
@@ -88,7 +105,7 @@ def summary_table(log: dict) -> str:
         if r["prefix_speedup"]:
             prefix += f" (x{r['prefix_speedup']:.1f})"
         rows.append([r["model"], r["engine"], r["quant"] or "-", cold, fmt_s(r["warm_ttft_s"]), prefix,
-                     fmt_rate(r["decode_tok_s"]), fmt_s(r["itl_p99_s"]), fmt_bytes(r["peak_rss_bytes"]),
+                     fmt_rate(r["decode_tok_s"]), r["ceiling"], fmt_s(r["itl_p99_s"]), fmt_bytes(r["peak_rss_bytes"]),
                      str(r["failures"])])
     return render_table(headers, rows)
 
@@ -186,6 +203,11 @@ def render_detail(log: dict) -> str:
                 lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {ph['summary']['reused_tokens']['median']}; "
                              f"output checks: {c['identical']}/{c['n']} identical, {c['near_ties']} near-ties, {c['failed']} failed"
                              if sp else "   prefix: no speed-up figure (missing samples)")
+            roof = ph.get("roofline") or {}
+            if roof and not roof.get("reason"):
+                bound = (roof.get("measured") or {}).get("bound") or (roof.get("spec") or {}).get("bound")
+                lines.append(f"   {phase} ceiling at {roof['context_tokens']:.0f} tokens of context: decode "
+                             f"{fmt_rate(roof['decode_tok_s'])} tok/s = {ceiling_text(roof)}; bound: {bound}")
             mem = ph.get("memory") or {}
             lines.append(f"   {phase} memory: peak RSS {fmt_bytes(mem.get('peak_rss_bytes'))}"
                          + (f", engine {_engine_mem(mem['engine'])}" if mem.get("engine") else ""))

@@ -29,9 +29,28 @@ def _utc() -> str:
 def run_start_event() -> dict:
     from macprof import machine
 
+    mach = machine.collect_machine()
     return {"event": "run_start", "schema_version": SCHEMA_VERSION, "tool_version": __version__,
-            "utc": _utc(), "machine": machine.collect_machine(), "software": machine.collect_software(),
-            "memory": machine.memory_snapshot()}
+            "utc": _utc(), "machine": mach, "software": machine.collect_software(),
+            "bandwidth": machine_bandwidth(mach), "memory": machine.memory_snapshot()}
+
+
+def machine_bandwidth(mach: dict) -> dict:
+    """Published (spec) and measured bandwidth for the ceiling, each with its source."""
+    from macprof import bandwidth, hardware
+
+    spec = hardware.spec_bandwidth(mach.get("chip"), mach.get("gpu_cores"))
+    if mach.get("chip") is None:
+        spec["reason"] = "not an Apple Silicon chip: no published unified-memory bandwidth"
+    try:
+        probe = bandwidth.cached()
+        measured = {"gbs": probe["median_gbs"], "best_gbs": probe["best_gbs"], "stdev_gbs": probe["stdev_gbs"],
+                    "device": probe["device"], "method": probe["method"], "utc": probe["utc"],
+                    "cached": probe["cached"], "reason": None}
+    except Exception as exc:  # noqa: BLE001 - a failed probe leaves the measured ceiling unknown
+        measured = {"gbs": None, "reason": f"bandwidth probe failed: {exc}"}
+    return {"spec": spec, "measured": measured,
+            "tflops": hardware.spec_tflops(mach.get("chip"), mach.get("gpu_cores"))}
 
 
 def model_start_event(model) -> dict:
@@ -110,7 +129,7 @@ def build(events: list[dict]) -> dict:
             by_model[name] = []
         by_model.setdefault(name, []).append(ev)
     for name in order:
-        models[name] = build_model(by_model[name])
+        models[name] = build_model(by_model[name], start.get("bandwidth"))
     return {
         "schema_version": SCHEMA_VERSION,
         "tool_version": start.get("tool_version"),
@@ -121,7 +140,8 @@ def build(events: list[dict]) -> dict:
         "machine": start.get("machine"),
         "software": start.get("software"),
         "definitions": {**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE,
-                        "near_tie_logits": _near_tie()},
+                        "near_tie_logits": _near_tie(), **ROOFLINE_DEFINITIONS},
+        "bandwidth": start.get("bandwidth"),
         "memory": {"start": start.get("memory"), "end": end.get("memory") if end else None},
         "models": [models[n] for n in order],
     }
@@ -133,7 +153,51 @@ def _near_tie() -> float:
     return NEAR_TIE_LOGITS
 
 
-def build_model(events: list[dict]) -> dict:
+ROOFLINE_DEFINITIONS = {
+    "ceiling_tok_s": "bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token), c = mean context during decode = prompt_tokens + gen_tokens / 2",
+    "efficiency": "decode_tok_s (median) / ceiling_tok_s",
+    "weight_bytes_per_token": "tensor bytes, less the embedding table but one row (unless tied to the output head), less inactive experts",
+    "file_size_convention": "bandwidth / model file bytes, the simple figure people quote",
+}
+
+
+def roofline_for(summary: dict, shape: dict | None, settings: dict, bw: dict | None, file_bytes: int) -> dict:
+    """Ceilings for one phase's decode figure, with spec and measured bandwidth both."""
+    from macprof.roofline import Roofline, efficiency
+
+    if not shape or not shape.get("weight_bytes_per_token"):
+        return {"reason": "model shape unknown"}
+    context = settings["prompt_tokens"] + settings["gen_tokens"] / 2
+    decode = _get(summary, "decode_tok_s", "median")
+    prefill = _get(summary, "prefill_tok_s", "median")
+    out = {"context_tokens": context, "weight_bytes_per_token": shape["weight_bytes_per_token"],
+           "kv_bytes_per_token": shape.get("kv_bytes_per_token"), "decode_tok_s": decode}
+    tflops = (bw or {}).get("tflops")
+    for which in ("spec", "measured"):
+        gbs = _get(bw, which, "gbs")
+        if not gbs:
+            out[which] = {"bandwidth_gbs": None, "reason": _get(bw, which, "reason") or "unknown"}
+            continue
+        r = Roofline(shape["weight_bytes_per_token"], gbs * 1e9, shape.get("active_params"),
+                     tflops * 1e12 if tflops and which == "spec" else None, shape.get("kv_bytes_per_token") or 0)
+        ceiling = r.ceiling_tok_s(context)
+        pre = r.prefill_ceiling_tok_s()
+        out[which] = {"bandwidth_gbs": gbs, "ceiling_tok_s": ceiling, "efficiency": efficiency(decode, ceiling),
+                      "bound": r.bound(context), "file_size_ceiling_tok_s": gbs * 1e9 / file_bytes if file_bytes else None,
+                      "prefill_compute_ceiling_tok_s": pre, "prefill_efficiency": efficiency(prefill, pre),
+                      "prefill_reason": None if pre else "no published peak FLOP figure for this chip"}
+    return out
+
+
+def _get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def build_model(events: list[dict], bw: dict | None = None) -> dict:
     head = events[0]
     workers: dict[str, dict] = {}
     failures = [e for e in events if e["event"] == "failure"]
@@ -155,10 +219,14 @@ def build_model(events: list[dict]) -> dict:
         phases["cold"] = cold
     if "warm" in settings["phases"]:
         wf = _phase_failures(failures, "warm")
-        phases["warm"] = {"requests": warm_reqs, "summary": summarize_requests(warm_measured, len(wf)),
-                          "failures": wf, "memory": _phase_memory(events, "warm")}
+        summary = summarize_requests(warm_measured, len(wf))
+        phases["warm"] = {"requests": warm_reqs, "summary": summary, "failures": wf,
+                          "memory": _phase_memory(events, "warm"),
+                          "roofline": roofline_for(summary, head.get("shape"), settings, bw, head["identity"]["total_bytes"])}
     if "prefix" in settings["phases"]:
         phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"))
+        phases["prefix"]["roofline"] = roofline_for(phases["prefix"]["summary"]["reuse"], head.get("shape"), settings,
+                                                    bw, head["identity"]["total_bytes"])
     shape = head.get("shape") or {}
     kv_tok = shape.get("kv_bytes_per_token")
     context = settings["prompt_tokens"] + settings["gen_tokens"]

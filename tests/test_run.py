@@ -188,3 +188,40 @@ def test_killed_parent_journal_is_recovered(tiny_dir, tmp_path):
     starts = [e["model"] for e in runlog.read_journal(journal) if e.get("event") == "model_start"]
     for name in done_before:
         assert starts.count(name) == 1  # finished before the kill: not measured again
+
+
+def test_ceiling_in_every_decode_figure(e2e_log):
+    from macprof.estimate import estimate
+
+    data = json.loads(e2e_log[0].read_text())
+    measured_gbs = data["bandwidth"]["measured"]["gbs"]
+    assert measured_gbs > 0
+    for m in data["models"]:
+        shape = m["shape"]
+        for phase in ("warm", "prefix"):
+            roof = m["phases"][phase]["roofline"]
+            assert roof["context_tokens"] == 192 + GEN / 2
+            meas = roof["measured"]
+            same = estimate(file_size_gb=shape["weight_bytes_per_token"] / 1e9, bandwidth_gbs=measured_gbs,
+                            layers=shape["n_layers"], kv_heads=shape["n_kv_heads"], head_dim=shape["head_dim"],
+                            context=int(roof["context_tokens"]))
+            assert meas["ceiling_tok_s"] == pytest.approx(same["ceiling_tok_s"])
+            assert meas["efficiency"] == pytest.approx(roof["decode_tok_s"] / meas["ceiling_tok_s"])
+            assert meas["bound"].startswith("memory")
+            # on this machine no chip is published: the spec side says why, never a number
+            if data["machine"]["chip"] is None:
+                assert roof["spec"]["bandwidth_gbs"] is None and roof["spec"]["reason"]
+    out = macprof("show", str(e2e_log[0])).stdout
+    assert "(measured)" in out and "ceiling at" in out
+
+
+def test_drop_cache_makes_a_cold_start_cold(tiny_dir, tmp_path):
+    log = tmp_path / "drop.json"
+    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-f16", "--phases", "cold",
+            "--cold-trials", "1", "--prompt-tokens", "16", "--gen-tokens", "2", "--drop-cache", "--log", str(log))
+    (trial,) = json.loads(log.read_text())["models"][0]["phases"]["cold"]["trials"]
+    if sys.platform == "darwin":
+        assert trial["drop_cache"]["dropped"] is False and "purge" in trial["drop_cache"]["reason"]
+    else:
+        assert trial["drop_cache"]["dropped"] is True
+        assert trial["residency"]["fraction"] < 0.05 and trial["residency"]["label"].startswith("cold")

@@ -1,0 +1,125 @@
+"""Measured memory bandwidth: the probe behind `macprof bandwidth` and the run's ceiling.
+
+On Apple Silicon the engines read weights on the GPU, so the probe uses MLX there (large
+arrays, sum reductions and copies, each synchronised with mx.eval). Elsewhere it reads with
+numpy on the CPU: one thread per core, each reducing its own slice of a buffer many times the
+last-level cache (numpy releases the GIL in reductions, so the threads run in parallel). The
+reduction is a maximum: one SIMD compare per element, so the cores wait on memory, not on
+arithmetic (a float sum's pairwise adds cost about a tenth of the bandwidth here).
+Read bandwidth = bytes read / time; best and median over repetitions and sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from macprof.measure.stats import summarize
+
+CACHE_TTL_S = 24 * 3600
+
+
+def llc_bytes() -> int:
+    """Last-level cache size (Linux sysfs); 32 MiB when unknown."""
+    best = 0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for idx in base.glob("index*"):
+        try:
+            text = (idx / "size").read_text().strip()
+            mult = {"K": 1024, "M": 2**20}.get(text[-1], 1)
+            best = max(best, int(text.rstrip("KM")) * mult)
+        except (OSError, ValueError):
+            continue
+    return best or 32 * 2**20
+
+
+def _numpy_probe(size_bytes: int, threads: int, reps: int) -> list[float]:
+    import numpy as np
+
+    n = size_bytes // 8
+    buf = np.ones(n, dtype=np.float64)  # touched: every page is resident before timing
+    bounds = np.linspace(0, n, threads + 1).astype(int)
+    chunks = [buf[a:b] for a, b in zip(bounds, bounds[1:])]
+    rates = []
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(np.maximum.reduce, chunks))  # warm-up
+        for _ in range(reps):
+            t = time.perf_counter()
+            list(pool.map(np.maximum.reduce, chunks))
+            rates.append(buf.nbytes / (time.perf_counter() - t) / 1e9)
+    return rates
+
+
+def _mlx_probe(size_bytes: int, reps: int) -> tuple[list[float], list[float]]:
+    import mlx.core as mx
+
+    a = mx.ones((size_bytes // 4,), dtype=mx.float32)
+    mx.eval(a)
+    reads, copies = [], []
+    mx.eval(mx.sum(a))  # warm-up (kernel compilation)
+    for _ in range(reps):
+        t = time.perf_counter()
+        mx.eval(mx.sum(a))
+        reads.append(a.nbytes / (time.perf_counter() - t) / 1e9)
+        t = time.perf_counter()
+        b = a * 1.0  # a copy: reads and writes every byte once
+        mx.eval(b)
+        copies.append(2 * a.nbytes / (time.perf_counter() - t) / 1e9)
+        del b
+    return reads, copies
+
+
+def measure(device: str | None = None, threads: int | None = None, sizes_mib: list[int] | None = None,
+            reps: int = 7) -> dict:
+    """Measure read bandwidth; device "gpu" (MLX, Apple Silicon default) or "cpu" (numpy)."""
+    if device is None:
+        device = "gpu" if sys.platform == "darwin" else "cpu"
+    threads = threads or os.cpu_count() or 1
+    llc = llc_bytes()
+    if sizes_mib is None:
+        import psutil
+
+        base = max(512, 16 * llc // 2**20)
+        cap = psutil.virtual_memory().available // 4 // 2**20
+        sizes_mib = [min(base, cap), min(2 * base, cap)]
+    samples: list[float] = []
+    per_size = {}
+    for mib in sizes_mib:
+        if device == "gpu":
+            reads, copies = _mlx_probe(mib * 2**20, reps)
+            per_size[str(mib)] = {"read_gbs": summarize(reads), "copy_gbs": summarize(copies)}
+        else:
+            reads = _numpy_probe(mib * 2**20, threads, reps)
+            per_size[str(mib)] = {"read_gbs": summarize(reads)}
+        samples += reads
+    s = summarize(samples)
+    return {"device": device, "method": "MLX sum reductions (mx.eval)" if device == "gpu" else
+            f"numpy maximum.reduce, {threads} threads over buffers >= 16x the last-level cache",
+            "threads": threads if device == "cpu" else None, "llc_bytes": llc, "sizes_mib": sizes_mib,
+            "reps": reps, "best_gbs": s["max"], "median_gbs": s["median"], "stdev_gbs": s["stdev"],
+            "samples_gbs": samples, "per_size": per_size, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
+    """The probe's result for this machine, re-measured when older than a day."""
+    from macprof.fileid import cache_dir
+    from macprof.machine import host_id
+
+    path = cache_dir() / f"bandwidth-{host_id()}.json"
+    try:
+        data = json.loads(path.read_text())
+        if time.time() - data["measured_at"] < max_age_s:
+            return {**data["result"], "cached": True}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    result = measure(**kwargs)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"measured_at": time.time(), "result": result}))
+    except OSError:
+        pass
+    return {**result, "cached": False}

@@ -1,0 +1,100 @@
+"""`macprof estimate`: the roofline from a model file or from numbers, no model run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from macprof.errors import MacprofError
+from macprof.roofline import Roofline, kv_bytes_per_token
+
+
+def estimate(model: Path | None = None, params: float | None = None, active_params: float | None = None,
+             bits: float | None = None, bytes_per_param: float | None = None, file_size_gb: float | None = None,
+             bandwidth_gbs: float | None = None, chip: str | None = None, gpu_cores: int | None = None,
+             tflops: float | None = None, layers: int | None = None, kv_heads: int | None = None,
+             head_dim: int | None = None, kv_bits: float = 16, context: int = 0, batches: list[int] | None = None) -> dict:
+    from macprof import hardware
+
+    file_bytes = None
+    if model is not None:
+        from macprof import modelinfo
+
+        info = modelinfo.inspect(model)
+        weights = info.weight_bytes_per_token
+        file_bytes = info.file_bytes
+        params = params or info.n_params
+        active_params = active_params or info.active_params
+        layers, kv_heads, head_dim = layers or info.n_layers, kv_heads or info.n_kv_heads, head_dim or info.head_dim
+        weights_how = "model metadata: weight bytes read per token"
+    elif file_size_gb is not None:
+        weights, weights_how = file_size_gb * 1e9, "--file-size"
+    elif params is not None and (bits is not None or bytes_per_param is not None):
+        per = bytes_per_param if bytes_per_param is not None else bits / 8
+        weights, weights_how = (active_params or params) * per, f"{'active ' if active_params else ''}parameters x {per:g} bytes"
+    else:
+        raise MacprofError("estimate: give a MODEL file, or --file-size GB, or --params with --bits / --bytes-per-param")
+    if weights <= 0:
+        raise MacprofError("estimate: the weights read per token must be positive")
+    source = "--bandwidth"
+    if bandwidth_gbs is None:
+        if chip is None:
+            raise MacprofError("estimate: give --bandwidth GB/s or --chip (e.g. --chip 'M5 Pro')")
+        spec = hardware.chip_from_cli(chip, gpu_cores)
+        bandwidth_gbs, source = spec["bandwidth_gbs"], spec["source"]
+        tflops = tflops or spec["tflops"]
+    if bandwidth_gbs <= 0:
+        raise MacprofError("estimate: --bandwidth must be positive")
+    kv = kv_bytes_per_token(layers, kv_heads, head_dim, kv_bits / 8) if layers and kv_heads and head_dim else 0.0
+    compute_params = active_params or params
+    r = Roofline(weights, bandwidth_gbs * 1e9, compute_params, tflops * 1e12 if tflops else None, kv)
+    read_s, compute_s = r.read_s(), r.compute_s()
+    rows = [r.batch_row(b, context) for b in (batches or [1])]
+    base = r.batch_row(1, context)["aggregate_tok_s"]
+    for row in rows:
+        row["aggregate_vs_batch1"] = row["aggregate_tok_s"] / base
+    return {
+        "inputs": {"model": str(model) if model else None, "params": params, "active_params": active_params,
+                   "bits": bits, "bytes_per_param": bytes_per_param, "file_size_gb": file_size_gb, "chip": chip,
+                   "gpu_cores": gpu_cores, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
+                   "kv_bits": kv_bits, "context": context},
+        "weight_bytes_per_token": weights, "weights_from": weights_how, "file_bytes": file_bytes,
+        "bandwidth_gbs": bandwidth_gbs, "bandwidth_source": source, "tflops": tflops,
+        "weight_read_s": read_s, "compute_s": compute_s,
+        "read_over_compute": read_s / compute_s if compute_s else None,
+        "bound": r.bound(context),
+        "ceiling_tok_s": r.ceiling_tok_s(context),
+        "ceiling_tok_s_no_context": r.ceiling_tok_s(0),
+        "file_size_ceiling_tok_s": bandwidth_gbs * 1e9 / file_bytes if file_bytes else None,
+        "kv_bytes_per_token": kv or None,
+        "kv_bytes_at_context": kv * context if kv else None,
+        "prefill_ceiling_tok_s": r.prefill_ceiling_tok_s(),
+        "batch": rows,
+    }
+
+
+def render(e: dict) -> str:
+    from macprof.report import fmt_bytes, render_table
+
+    lines = [f"weights read per token : {e['weight_bytes_per_token'] / 1e9:.2f} GB ({e['weights_from']})",
+             f"bandwidth              : {e['bandwidth_gbs']:.1f} GB/s ({e['bandwidth_source']})",
+             f"weight read time       : {e['weight_read_s'] * 1e3:.1f} ms per token"]
+    if e["compute_s"] is not None:
+        lines.append(f"compute time           : {e['compute_s'] * 1e3:.3g} ms per token (2 x active parameters at {e['tflops']:g} TFLOP/s)")
+        lines.append(f"read / compute         : {e['read_over_compute']:.0f}x -> {e['bound']}-bound")
+    else:
+        lines.append("compute time           : unknown (give --tflops)")
+    ctx = e["inputs"]["context"]
+    lines.append(f"decode ceiling         : {e['ceiling_tok_s']:.1f} tok/s at {ctx} tokens of context"
+                 + (f" ({e['ceiling_tok_s_no_context']:.1f} at 0)" if ctx else ""))
+    if e["file_size_ceiling_tok_s"]:
+        lines.append(f"file-size convention   : {e['file_size_ceiling_tok_s']:.1f} tok/s (bandwidth / file size)")
+    if e["prefill_ceiling_tok_s"]:
+        lines.append(f"prefill ceiling        : {e['prefill_ceiling_tok_s']:.0f} tok/s (compute-bound)")
+    if e["kv_bytes_per_token"]:
+        at = e["kv_bytes_at_context"]
+        lines.append(f"KV cache               : {fmt_bytes(e['kv_bytes_per_token'])} per token"
+                     + (f"; {fmt_bytes(at)} ({at / 1e9:.2f} GB) at {ctx} tokens" if ctx else ""))
+    rows = [[str(r["batch"]), f"{r['itl_s'] * 1e3:.1f} ms", f"{r['aggregate_tok_s']:.1f}",
+             f"x{r['aggregate_vs_batch1']:.2f}", r["bound"]] for r in e["batch"]]
+    lines += ["", render_table(["batch", "per-user ITL", "aggregate tok/s", "vs batch 1", "bound"], rows)]
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""The bandwidth probe runs and reports a spread (its accuracy against STREAM is a benchmark:
+benchmarks/stream_check.py)."""
+
+import json
+
+from click.testing import CliRunner
+
+from macprof import bandwidth
+from macprof.cli import main
+
+
+def test_cpu_probe_small():
+    r = bandwidth.measure(device="cpu", threads=2, sizes_mib=[32, 64], reps=3)
+    assert r["best_gbs"] >= r["median_gbs"] > 0 and len(r["samples_gbs"]) == 6
+    assert set(r["per_size"]) == {"32", "64"}
+
+
+def test_mlx_probe_path_runs():
+    # On Apple Silicon this is the GPU probe; on Linux MLX runs the same code on the CPU.
+    r = bandwidth.measure(device="gpu", sizes_mib=[16], reps=2)
+    assert r["best_gbs"] > 0 and r["per_size"]["16"]["copy_gbs"]["median"] > 0
+
+
+def test_cached_per_machine(cache_root, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bandwidth, "measure", lambda **kw: calls.append(kw) or {"median_gbs": 1.0})
+    path = cache_root / "bw-test"
+    monkeypatch.setenv("MACPROF_CACHE", str(path))
+    first, second = bandwidth.cached(), bandwidth.cached()
+    assert len(calls) == 1 and first["cached"] is False and second["cached"] is True
+    bandwidth.cached(max_age_s=0)
+    assert len(calls) == 2
+
+
+def test_cli_json():
+    r = CliRunner().invoke(main, ["bandwidth", "--device", "cpu", "--reps", "2", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["best_gbs"] > 0
