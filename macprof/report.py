@@ -4,17 +4,10 @@ Pure functions of the run log; no measurement, no I/O."""
 from __future__ import annotations
 
 from macprof.measure.stats import relative_spread
+from macprof.runlog import dig
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
 FIRST_SLOW = 1.5  # first measured request this much slower than the median of the others
-
-
-def _get(d, *keys):
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
 
 
 def fmt_s(x: float | None) -> str:
@@ -42,7 +35,7 @@ def fmt_bytes(x: int | None) -> str:
 
 
 def peak_rss(model: dict) -> int | None:
-    peaks = [_get(p, "memory", "peak_rss_bytes") for p in model.get("phases", {}).values()]
+    peaks = [dig(p, "memory", "peak_rss_bytes") for p in model.get("phases", {}).values()]
     peaks = [p for p in peaks if p]
     return max(peaks) if peaks else None
 
@@ -74,15 +67,15 @@ def summary_rows(log: dict) -> list[dict]:
             "model": m["identity"]["name"],
             "engine": m["identity"]["engine"],
             "quant": m["identity"].get("quant_declared") or m["identity"].get("quant_label"),
-            "cold_ready_s": _get(cold, "summary", "ready_s", "median"),
-            "cold_ttft_s": _get(cold, "summary", "time_to_first_token_s", "median"),
+            "cold_ready_s": dig(cold, "summary", "ready_s", "median"),
+            "cold_ttft_s": dig(cold, "summary", "time_to_first_token_s", "median"),
             "cold_state": "/".join(states) or None,
-            "warm_ttft_s": _get(ph, "warm", "summary", "ttft_s", "median"),
-            "prefix_ttft_s": _get(ph, "prefix", "summary", "reuse", "ttft_s", "median"),
-            "prefix_speedup": _get(ph, "prefix", "summary", "ttft_speedup"),
-            "decode_tok_s": _get(ph, "warm", "summary", "decode_tok_s", "median"),
-            "itl_p99_s": _get(ph, "warm", "summary", "itl_s", "p99"),
-            "ceiling": ceiling_text(_get(ph, "warm", "roofline")),
+            "warm_ttft_s": dig(ph, "warm", "summary", "ttft_s", "median"),
+            "prefix_ttft_s": dig(ph, "prefix", "summary", "reuse", "ttft_s", "median"),
+            "prefix_speedup": dig(ph, "prefix", "summary", "ttft_speedup"),
+            "decode_tok_s": dig(ph, "warm", "summary", "decode_tok_s", "median"),
+            "itl_p99_s": dig(ph, "warm", "summary", "itl_s", "p99"),
+            "ceiling": ceiling_text(dig(ph, "warm", "roofline")),
             "peak_rss_bytes": peak_rss(m),
             "failures": len(m.get("failures", [])),
         })
@@ -120,7 +113,7 @@ def warnings(log: dict) -> list[str]:
         out.append("low-power mode was on: figures are not comparable with a normal run")
     if mach.get("thermal_state") not in (None, "nominal"):
         out.append(f"thermal state was {mach['thermal_state']}: the chip may have been throttled")
-    start, end = _get(log, "memory", "start", "swap_used_bytes"), _get(log, "memory", "end", "swap_used_bytes")
+    start, end = dig(log, "memory", "start", "swap_used_bytes"), dig(log, "memory", "end", "swap_used_bytes")
     if start is not None and end is not None and end - start > 64 * 2**20:
         out.append(f"swap grew by {fmt_bytes(end - start)} during the run: memory pressure distorts timings")
     if not log.get("complete"):
@@ -128,9 +121,9 @@ def warnings(log: dict) -> list[str]:
     for m in log.get("models", []):
         name = m["identity"]["name"]
         for phase, label in (("warm", "warm"), ("prefix", "prefix (reuse)")):
-            summ = _get(m, "phases", phase, "summary")
+            summ = dig(m, "phases", phase, "summary")
             if phase == "prefix":
-                summ = _get(summ, "reuse")
+                summ = dig(summ, "reuse")
             if not summ:
                 continue
             for metric, what in (("decode_tok_s", "decode tok/s"), ("ttft_s", "TTFT")):
@@ -138,14 +131,14 @@ def warnings(log: dict) -> list[str]:
                 if spread is not None and spread > SPREAD_WARN:
                     out.append(f"{name}: {label} {what} varies by {spread:.0%} of its median (stdev/median > "
                                f"{SPREAD_WARN:.0%}): close other programs, add --reps or --delay")
-        reqs = [r for r in _get(m, "phases", "warm", "requests") or [] if r["kind"] == "measured" and r["status"] == "ok"]
+        reqs = [r for r in dig(m, "phases", "warm", "requests") or [] if r["kind"] == "measured" and r["status"] == "ok"]
         if len(reqs) >= 3:
             rest = sorted(r["total_s"] for r in reqs[1:])
             med = rest[len(rest) // 2]
             if med and reqs[0]["total_s"] > FIRST_SLOW * med:
                 out.append(f"{name}: the first measured warm request was {reqs[0]['total_s'] / med:.1f}x slower "
                            f"than the others: warm-up did not fully warm")
-        checks = _get(m, "phases", "prefix", "summary", "checks") or {}
+        checks = dig(m, "phases", "prefix", "summary", "checks") or {}
         if checks.get("failed"):
             out.append(f"{name}: prefix reuse changed the output in {checks['failed']} of {checks['n']} requests "
                        f"beyond a floating-point near-tie: the cached path is not equivalent")
@@ -179,7 +172,7 @@ def render_detail(log: dict) -> str:
         s = m["settings"]
         lines.append(f"   prompt {s['prompt_tokens']} / gen {s['gen_tokens']} / prefix {s['prefix_tokens']} tokens, "
                      f"reps {s['reps']}, cold trials {s['cold_trials']}, threads {s['threads'] or 'engine default'}")
-        cold = _get(m, "phases", "cold")
+        cold = dig(m, "phases", "cold")
         if cold:
             for t in cold["trials"]:
                 if t["status"] != "ok":
@@ -191,7 +184,7 @@ def render_detail(log: dict) -> str:
                     f"{fmt_s(t['model_load_s'])} + tokenizer {fmt_s(t['tokenizer_load_s'])}; first request "
                     f"+{fmt_s(t['first_request_extra_s'])} over a warm one; first token at {fmt_s(t['time_to_first_token_s'])}")
         for phase in ("warm", "prefix"):
-            ph = _get(m, "phases", phase)
+            ph = dig(m, "phases", phase)
             if not ph:
                 continue
             summ = ph["summary"] if phase == "warm" else ph["summary"]["reuse"]
@@ -226,8 +219,8 @@ def _metrics_line(summ: dict) -> str:
 
     return (f"TTFT {p('ttft_s', fmt_s)}, prefill {p('prefill_tok_s', fmt_rate)} tok/s, decode "
             f"{p('decode_tok_s', fmt_rate)} tok/s, e2e {p('e2e_tok_s', fmt_rate)} tok/s, ITL p50 "
-            f"{fmt_s(_get(summ, 'itl_s', 'median'))} p99 {fmt_s(_get(summ, 'itl_s', 'p99'))} max "
-            f"{fmt_s(_get(summ, 'itl_s', 'max'))}; n={_get(summ, 'ttft_s', 'n')}, failures {_get(summ, 'ttft_s', 'failures')}")
+            f"{fmt_s(dig(summ, 'itl_s', 'median'))} p99 {fmt_s(dig(summ, 'itl_s', 'p99'))} max "
+            f"{fmt_s(dig(summ, 'itl_s', 'max'))}; n={dig(summ, 'ttft_s', 'n')}, failures {dig(summ, 'ttft_s', 'failures')}")
 
 
 def _engine_mem(mem: dict) -> str:

@@ -168,15 +168,15 @@ def roofline_for(summary: dict, shape: dict | None, settings: dict, bw: dict | N
     if not shape or not shape.get("weight_bytes_per_token"):
         return {"reason": "model shape unknown"}
     context = settings["prompt_tokens"] + settings["gen_tokens"] / 2
-    decode = _get(summary, "decode_tok_s", "median")
-    prefill = _get(summary, "prefill_tok_s", "median")
+    decode = dig(summary, "decode_tok_s", "median")
+    prefill = dig(summary, "prefill_tok_s", "median")
     out = {"context_tokens": context, "weight_bytes_per_token": shape["weight_bytes_per_token"],
            "kv_bytes_per_token": shape.get("kv_bytes_per_token"), "decode_tok_s": decode}
     tflops = (bw or {}).get("tflops")
     for which in ("spec", "measured"):
-        gbs = _get(bw, which, "gbs")
+        gbs = dig(bw, which, "gbs")
         if not gbs:
-            out[which] = {"bandwidth_gbs": None, "reason": _get(bw, which, "reason") or "unknown"}
+            out[which] = {"bandwidth_gbs": None, "reason": dig(bw, which, "reason") or "unknown"}
             continue
         r = Roofline(shape["weight_bytes_per_token"], gbs * 1e9, shape.get("active_params"),
                      tflops * 1e12 if tflops and which == "spec" else None, shape.get("kv_bytes_per_token") or 0)
@@ -189,7 +189,8 @@ def roofline_for(summary: dict, shape: dict | None, settings: dict, bw: dict | N
     return out
 
 
-def _get(d, *keys):
+def dig(d, *keys):
+    """d[k1][k2]... or None where any level is missing (logs from other versions, failed phases)."""
     for k in keys:
         if not isinstance(d, dict):
             return None
