@@ -138,6 +138,10 @@ def warnings(log: dict) -> list[str]:
             if med and reqs[0]["total_s"] > FIRST_SLOW * med:
                 out.append(f"{name}: the first measured warm request was {reqs[0]['total_s'] / med:.1f}x slower "
                            f"than the others: warm-up did not fully warm")
+        drops = [t["drop_cache"] for t in dig(m, "phases", "cold", "trials") or [] if t.get("drop_cache")]
+        if any(not d["dropped"] for d in drops):
+            out.append(f"{name}: --drop-cache could not evict the model from the page cache ({drops[0]['reason']}): "
+                       f"cold trials are labelled by their measured residency instead")
         checks = dig(m, "phases", "prefix", "summary", "checks") or {}
         if checks.get("failed"):
             out.append(f"{name}: prefix reuse changed the output in {checks['failed']} of {checks['n']} requests "

@@ -84,7 +84,7 @@ def request_record(ev: dict) -> dict:
     d = derive(ev["t0"], ev.get("t_tokenized"), ev.get("token_times") or [], ev.get("computed_prompt_tokens") or ev.get("prompt_tokens") or 0)
     rec = {k: ev.get(k) for k in ("index", "kind", "mode", "status", "error", "t0", "t_tokenized", "token_times",
                                     "tokens", "prompt_tokens", "reused_tokens", "computed_prompt_tokens",
-                                    "cached_tokens_after", "kv_cache_bytes")}
+                                    "cached_tokens_after", "kv_cache_bytes", "engine_memory")}
     rec["n_tokens"] = d.n_tokens
     rec.update(ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s,
                e2e_tok_s=d.e2e_tok_s, tokenize_s=d.tokenize_s, total_s=d.total_s)

@@ -29,7 +29,9 @@ NEAR_TIE_LOGITS = 0.1
 
 
 def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
-    """One request, timestamped by the caller's clock (engines never time themselves)."""
+    """One request, timestamped by the caller's clock (engines never time themselves). The
+    engine's peak-memory counter is reset before it, outside the timed span."""
+    engine.reset_peak_memory()
     times: list[int] = []
     tokens: list[int] = []
     t_tok = None
@@ -59,6 +61,7 @@ def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_count
         "computed_prompt_tokens": len(ids) - reused,
         "cached_tokens_after": engine.cached_tokens(),
         "kv_cache_bytes": engine.kv_cache_bytes(),
+        "engine_memory": engine.memory() or None,
     }
 
 

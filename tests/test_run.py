@@ -112,6 +112,8 @@ def test_memory_is_recorded(e2e_log):
         assert kv["measured_bytes"] > 0
     mlx = data["models"][1]["phases"]["warm"]["memory"]["engine"]
     assert mlx["mlx_peak_bytes"] >= mlx["mlx_active_bytes"] > 0
+    for r in data["models"][1]["phases"]["warm"]["requests"]:  # MLX peak, reset before each request
+        assert r["engine_memory"]["mlx_peak_bytes"] >= r["engine_memory"]["mlx_active_bytes"] > 0
 
 
 def test_show_renders_the_log(e2e_log):
@@ -225,3 +227,23 @@ def test_drop_cache_makes_a_cold_start_cold(tiny_dir, tmp_path):
     else:
         assert trial["drop_cache"]["dropped"] is True
         assert trial["residency"]["fraction"] < 0.05 and trial["residency"]["label"].startswith("cold")
+
+
+def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path):
+    log = tmp_path / "term.json"
+    journal = tmp_path / "term.journal.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(tiny_dir / "models.toml"),
+                             "--models", "demo-tiny-q8_0,demo-tiny-q4_k_m", *FAULT_ARGS, "--reps", "400",
+                             "--log", str(log)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if journal.exists() and journal.read_text().count('"event":"request"') >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    data = runlog.load(log)
+    assert data["complete"] is False and data["interrupted"] is True
+    assert len(data["models"][0]["phases"]["warm"]["requests"]) >= 5
+    assert "incomplete" in out

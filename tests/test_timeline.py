@@ -70,6 +70,12 @@ class FakeEngine:
     def kv_cache_bytes(self):
         return None
 
+    def reset_peak_memory(self):
+        pass
+
+    def memory(self):
+        return {}
+
 
 def fake_clock(ticks):
     it = iter(ticks)
