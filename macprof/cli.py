@@ -130,6 +130,62 @@ def show(path) -> None:
     click.echo(report.render_summary(log))
 
 
+def _load_logs(paths) -> list[tuple[str, dict]]:
+    from macprof import compare as cmp, runlog
+
+    files = cmp.log_files(list(paths))
+    return [(f.name.removesuffix(".json"), runlog.load(f)) for f in files]
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--baseline", help="Model name (or NAME@RUN) to compare against [the first row].")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table", show_default=True)
+@click.option("--fail-if", "fail_if", multiple=True,
+              help="Exit 1 when a model regressed against the same model in the baseline's run, "
+                   "significantly and past a limit: decode:-5%, ttft:+10%, memory:+10%.")
+def compare(paths, baseline, fmt, fail_if) -> None:
+    """Compare models across run logs (files or folders), with significance on raw samples."""
+    from macprof import compare as cmp, report
+
+    specs = cmp.parse_fail_if(list(fail_if))
+    rows = [row for source, log in _load_logs(paths) for row in cmp.rows_from(log, source)]
+    result = cmp.compare(rows, baseline)
+    click.echo(report.compare_table(result, fmt))
+    bad = cmp.regressions(result, specs)
+    for line in bad:
+        click.echo(f"REGRESSION: {report.clean(line)}", err=True)
+    if bad:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Where to write [RUNLOG.shared.json].")
+def share(path, output) -> None:
+    """Write a copy of a run log that is safe to post: no user, host or home path in it."""
+    from macprof import runlog, share as sh
+
+    log = runlog.load(path)
+    shared, removed = sh.redact(log)
+    runlog.validate(shared, "shared copy")
+    out = output or sh.default_output(path)
+    runlog.save(shared, out)
+    click.echo(f"wrote {out}")
+    for item in removed or ["nothing identifying was found"]:
+        click.echo(f"  removed: {item}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="chart.png, .svg or .html")
+def plot(paths, output) -> None:
+    """Chart decode tok/s against the ceiling and cold / warm / prefix TTFT per model."""
+    from macprof import plot as pl
+
+    click.echo(str(pl.plot(_load_logs(paths), output)))
+
+
 def _number(ctx, param, value):
     """Accepts 8e9, 8000000000, 8B, 70b, 1.5M, 500k."""
     if value is None:

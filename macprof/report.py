@@ -24,6 +24,13 @@ def fmt_rate(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def fmt_pct(x: float | None) -> str:
+    """93%, 4.2%, 0.11%: two significant digits below 10%, so a tiny share never reads 0%."""
+    if x is None:
+        return "-"
+    return f"{x:.0%}" if x >= 0.1 else f"{100 * x:.2g}%"
+
+
 def fmt_bytes(x: int | None) -> str:
     if x is None:
         return "-"
@@ -52,7 +59,7 @@ def ceiling_text(roof: dict | None) -> str:
         elif r.get("efficiency") is None:
             parts.append(f"{r['ceiling_tok_s']:.1f} ({which})")
         else:
-            parts.append(f"{r['efficiency']:.0%} of {r['ceiling_tok_s']:.1f} ({which})")
+            parts.append(f"{fmt_pct(r['efficiency'])} of {r['ceiling_tok_s']:.1f} ({which})")
     return " / ".join(parts)
 
 
@@ -158,7 +165,12 @@ def render_summary(log: dict, path: str | None = None) -> str:
         parts.append("\nWarnings:\n" + "\n".join(f"  ! {w}" for w in warns))
     if path:
         parts.append(f"\nrun log: {path}")
-    return "\n".join(parts)
+    return safe_lines("\n".join(parts))
+
+
+def safe_lines(text: str) -> str:
+    """Everything printed from a log goes through here: no escape sequence reaches the terminal."""
+    return "\n".join(clean(line) for line in text.split("\n"))
 
 
 def render_detail(log: dict) -> str:
@@ -213,7 +225,7 @@ def render_detail(log: dict) -> str:
                      f"at {kv['context_tokens']} tokens, {fmt_bytes(kv['measured_bytes'])} measured")
         for f in m.get("failures", []):
             lines.append(f"   FAILURE {f.get('phase')}: {f.get('status')}: {f.get('reason')}")
-    return "\n".join(lines)
+    return safe_lines("\n".join(lines))
 
 
 def _metrics_line(summ: dict) -> str:
@@ -229,3 +241,45 @@ def _metrics_line(summ: dict) -> str:
 
 def _engine_mem(mem: dict) -> str:
     return ", ".join(f"{k.removeprefix('mlx_').removesuffix('_bytes')} {fmt_bytes(v)}" for k, v in mem.items())
+
+
+# -- compare -------------------------------------------------------------------------------
+def clean(text) -> str:
+    """Strip control characters (terminal escape sequences) from text that came from a log."""
+    return "".join(ch for ch in str(text) if ch.isprintable())
+
+
+def _pct(ratio: float | None) -> str:
+    return "-" if ratio is None else f"x{ratio:.2f}"
+
+
+def compare_table(result: dict, fmt: str = "table") -> str:
+    import csv
+    import io
+    import json
+
+    if fmt == "json":
+        return json.dumps(result, indent=1)
+    headers = ["model", "run", "engine", "quant", "size", "cold TTFT", "warm TTFT", "prefix TTFT",
+               "decode tok/s", "of ceiling", "peak RSS", "decode vs base", "TTFT vs base", "flags"]
+    rows = []
+    for r in result["rows"]:
+        calls = r["calls"]
+        dec = "baseline" if r["baseline"] else f"{_pct(r['ratios']['decode'])} {calls['decode']['call']}"
+        ttft = "baseline" if r["baseline"] else f"{_pct(r['ratios']['ttft'])} {calls['ttft']['call']}"
+        rows.append([clean(r["model"]), clean(r["source"]), clean(r["engine"]), clean(r["quant"] or "-"),
+                     fmt_bytes(r["file_bytes"]), fmt_s(r["cold_ttft_s"]), fmt_s(r["warm_ttft_s"]),
+                     fmt_s(r["prefix_ttft_s"]), fmt_rate(r["decode_tok_s"]),
+                     fmt_pct(r["efficiency"]), fmt_bytes(r["peak_rss_bytes"]),
+                     dec, ttft, "NOT COMPARABLE: " + ", ".join(r["not_comparable"]) if r["not_comparable"] else ""])
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(headers)
+        w.writerows(rows)
+        return buf.getvalue()
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        return "\n".join(lines) + f"\n\nBaseline: {result['baseline']}. Significance: {result['test']}."
+    return render_table(headers, rows) + f"\n\nbaseline: {clean(result['baseline'])}; significance: {result['test']}"

@@ -17,7 +17,7 @@ from macprof.errors import MacprofError
 from macprof.measure import stats
 from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: measured/spec bandwidth, per-phase roofline, per-request engine memory
 METRICS = ("ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s")
 
 
@@ -424,5 +424,22 @@ def load(path: Path) -> dict:
     if not isinstance(data["schema_version"], int) or data["schema_version"] > SCHEMA_VERSION:
         raise MacprofError(f"{path}: schema_version {data['schema_version']!r} is newer than this macprof "
                            f"understands ({SCHEMA_VERSION}): upgrade macprof")
+    data = migrate(data)
     validate(data, str(path))
+    return data
+
+
+def migrate(data: dict) -> dict:
+    """Bring an older log up to SCHEMA_VERSION; what the old version did not record is null,
+    with the reason."""
+    if data.get("schema_version") == 1:
+        data = dict(data)
+        data.setdefault("bandwidth", None)
+        for m in data.get("models", []) if isinstance(data.get("models"), list) else []:
+            for name in ("warm", "prefix"):
+                phase = (m.get("phases") or {}).get(name)
+                if isinstance(phase, dict):
+                    phase.setdefault("roofline", {"reason": "not recorded: schema_version 1 predates the ceiling"})
+        data["migrated_from"] = 1
+        data["schema_version"] = 2
     return data

@@ -1,0 +1,154 @@
+"""Comparing models across run logs (logic only; rendering is in report.py).
+
+One row per (run log, model). Each row is set against a baseline row: ratios of medians, and
+a call of faster / slower made only when the raw per-request samples say so (Mann–Whitney U,
+two-sided, alpha 0.05); otherwise "no significant difference". Rows measured under different
+conditions (lengths, machine, engine version, power source, thermal state) are flagged.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+from macprof.errors import MacprofError
+from macprof.measure.significance import verdict
+from macprof.runlog import dig
+
+# metric -> (what, higher is better)
+METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak RSS", False)}
+
+
+def log_files(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(f for f in p.glob("*.json") if not f.name.startswith("."))
+        else:
+            out.append(p)
+    if not out:
+        raise MacprofError("compare: no run logs found in " + ", ".join(map(str, paths)))
+    return out
+
+
+def _engine_version(model: dict, software: dict) -> str | None:
+    eng = model["identity"]["engine"]
+    return (software or {}).get("llama_cpp_python" if eng == "llama.cpp" else "mlx_lm")
+
+
+def rows_from(log: dict, source: str) -> list[dict]:
+    from macprof.report import peak_rss
+
+    machine = log.get("machine") or {}
+    rows = []
+    for m in log.get("models", []):
+        warm = dig(m, "phases", "warm") or {}
+        ok = [r for r in warm.get("requests", []) if r.get("kind") == "measured" and r.get("status") == "ok"]
+        s = m.get("settings", {})
+        rows.append({
+            "source": source,
+            "model": m["identity"]["name"],
+            "engine": m["identity"]["engine"],
+            "quant": m["identity"].get("quant_declared") or m["identity"].get("quant_label"),
+            "file_bytes": m["identity"].get("total_bytes"),
+            "cold_ttft_s": dig(m, "phases", "cold", "summary", "time_to_first_token_s", "median"),
+            "warm_ttft_s": dig(warm, "summary", "ttft_s", "median"),
+            "prefix_ttft_s": dig(m, "phases", "prefix", "summary", "reuse", "ttft_s", "median"),
+            "decode_tok_s": dig(warm, "summary", "decode_tok_s", "median"),
+            "efficiency": dig(warm, "roofline", "measured", "efficiency"),
+            "peak_rss_bytes": peak_rss(m),
+            "samples": {"decode": [r["decode_tok_s"] for r in ok if r.get("decode_tok_s") is not None],
+                        "ttft": [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]},
+            "conditions": {
+                "lengths": (s.get("prompt_tokens"), s.get("gen_tokens")),
+                "machine": machine.get("host_id") or (machine.get("cpu_model"), machine.get("chip")),
+                "engine_version": _engine_version(m, log.get("software")),
+                "power_source": machine.get("power_source"),
+                "thermal_state": machine.get("thermal_state"),
+            },
+        })
+    return rows
+
+
+_FLAG_NAMES = {"lengths": "prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
+               "power_source": "power source", "thermal_state": "thermal state"}
+
+
+def compare(rows: list[dict], baseline: str | None = None) -> dict:
+    if not rows:
+        raise MacprofError("compare: the run logs hold no models")
+    if baseline is None:
+        base = rows[0]
+    else:
+        matches = [r for r in rows if r["model"] == baseline or f"{r['model']}@{r['source']}" == baseline]
+        if not matches:
+            raise MacprofError(f"compare: no model named {baseline!r} (models: {', '.join(sorted({r['model'] for r in rows}))})")
+        base = matches[0]
+    out = []
+    for r in rows:
+        flags = [_FLAG_NAMES[k] for k, v in r["conditions"].items() if v != base["conditions"][k]
+                 and (k != "engine_version" or r["engine"] == base["engine"])]  # engines differ by design
+        row = {k: v for k, v in r.items() if k not in ("samples", "conditions")}
+        row["baseline"] = r is base
+        row["not_comparable"] = flags
+        row["ratios"], row["calls"] = _against(r, base)
+        # the same model in the baseline's run: what --fail-if judges (did this model regress?)
+        twin = next((t for t in rows if t["source"] == base["source"] and t["model"] == r["model"]), None)
+        row["same_model_baseline"] = None if twin is None or twin is r else f"{twin['model']}@{twin['source']}"
+        row["same_model"] = None if row["same_model_baseline"] is None else dict(zip(("ratios", "calls"), _against(r, twin)))
+        out.append(row)
+    return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
+            "rows": out}
+
+
+def _against(r: dict, base: dict) -> tuple[dict, dict]:
+    ratios = {"decode": _ratio(r["decode_tok_s"], base["decode_tok_s"]),
+              "ttft": _ratio(r["warm_ttft_s"], base["warm_ttft_s"]),
+              "memory": _ratio(r["peak_rss_bytes"], base["peak_rss_bytes"])}
+    calls = {} if r is base else {key: verdict(base["samples"][key], r["samples"][key], higher_is_better=METRICS[key][1])
+                                  for key in ("decode", "ttft")}
+    return ratios, calls
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+_FAIL_RE = re.compile(r"^(decode|ttft|memory):([+-]?\d+(?:\.\d+)?)%$")
+
+
+def parse_fail_if(specs: list[str]) -> list[tuple[str, float]]:
+    out = []
+    for spec in specs:
+        m = _FAIL_RE.match(spec.strip())
+        if not m:
+            raise MacprofError(f"--fail-if {spec!r}: expected METRIC:±N% with METRIC one of decode, ttft, memory "
+                               f"(e.g. decode:-5% fails when decode tok/s drops more than 5%)")
+        out.append((m.group(1), float(m.group(2)) / 100))
+    return out
+
+
+def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
+    """A regression: against the same model in the baseline's run, the median moved past the
+    limit in the bad direction, and (for the sampled metrics) the samples say it is significant."""
+    found = []
+    for row in result["rows"]:
+        if row["same_model"] is None:
+            continue
+        for metric, limit in specs:
+            ratio = row["same_model"]["ratios"][metric]
+            if ratio is None:
+                continue
+            change = ratio - 1
+            higher_is_better = METRICS[metric][1]
+            worse = change < limit if higher_is_better else change > abs(limit)
+            call = row["same_model"]["calls"].get(metric, {}).get("call")
+            if worse and call in (None, "slower"):
+                found.append(f"{row['model']}@{row['source']}: {METRICS[metric][0]} {change:+.1%} vs "
+                             f"{row['same_model_baseline']} (limit {metric}:{limit:+.0%})")
+    return found
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None

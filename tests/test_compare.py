@@ -1,0 +1,178 @@
+"""show / compare / share / plot on run logs recorded by real runs of the tiny demo models
+(tests/fixtures/runlogs, see its README.md), and the significance test on samples with a known answer."""
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from macprof import runlog
+from macprof.cli import main
+from macprof.measure.significance import mann_whitney, verdict
+from macprof.share import redact
+from tests.conftest import FIXTURES
+
+LOGS = FIXTURES / "runlogs"
+A, B = LOGS / "tiny-a.json", LOGS / "tiny-b.json"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+# -- significance on constructed samples -----------------------------------------------------
+def test_clearly_different():
+    a, b = [10.0, 10.2, 9.9, 10.1, 10.05], [12.0, 12.3, 11.8, 12.1, 11.9]
+    r = mann_whitney(a, b)
+    assert r["method"] == "exact" and r["p"] == pytest.approx(2 / 252)
+    assert verdict(a, b, higher_is_better=True)["call"] == "faster"
+    assert verdict(a, b, higher_is_better=False)["call"] == "slower"
+
+
+def test_identical_samples():
+    a = [5.0, 5.0, 5.0, 5.0]
+    assert verdict(a, list(a), higher_is_better=True)["call"] == "no significant difference"
+
+
+def test_overlapping_samples():
+    a, b = [10.0, 11.0, 12.0, 13.0, 14.0], [10.5, 11.5, 12.5, 13.5, 14.5]
+    assert verdict(a, b, higher_is_better=True)["call"] == "no significant difference"
+
+
+def test_large_samples_use_the_normal_approximation():
+    import random
+
+    rng = random.Random(1)
+    a = [rng.gauss(100, 5) for _ in range(40)]
+    b = [rng.gauss(110, 5) for _ in range(40)]
+    r = mann_whitney(a, b)
+    assert r["method"] == "normal approximation" and r["p"] < 1e-6
+
+
+# -- show and compare --------------------------------------------------------------------------
+def test_show_renders_every_section():
+    out = run("show", A).output
+    for text in ("cold trial 1", "warm: TTFT", "prefix TTFT speed-up", "ceiling at", "KV cache", "peak RSS",
+                 "demo-tiny-q8_0", "demo-tiny-mlx-8bit"):
+        assert text in out, text
+
+
+def test_compare_two_runs():
+    r = run("compare", A, B, "--format", "json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output)
+    rows = result["rows"]
+    assert rows[0]["baseline"] and len(rows) == 8
+    names = {row["model"] for row in rows}
+    assert {"demo-tiny-q8_0", "demo-tiny-q4_k_m", "demo-tiny-mlx-f16", "demo-tiny-mlx-8bit"} <= names
+    for row in rows[1:]:
+        assert row["calls"]["decode"]["call"] in ("faster", "slower", "no significant difference")
+        assert row["not_comparable"] == []  # same machine, lengths, versions
+
+
+def test_compare_formats_and_baseline():
+    md = run("compare", A, B, "--format", "markdown", "--baseline", "demo-tiny-mlx-f16").output
+    assert md.startswith("| model |") and "Baseline: demo-tiny-mlx-f16@tiny-a" in md
+    csv = run("compare", A, B, "--format", "csv").output
+    assert csv.splitlines()[0].startswith("model,run,engine")
+    assert run("compare", A, "--baseline", "nope").exit_code == 2
+
+
+def test_comparability_flags_on_changed_conditions(tmp_path):
+    other = json.loads(A.read_text())
+    other["machine"]["host_id"] = "00000000"  # what a log from another machine carries
+    other["machine"]["power_source"] = "battery"
+    for m in other["models"]:
+        m["settings"]["gen_tokens"] += 1
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    result = json.loads(run("compare", A, tmp_path / "other.json", "--format", "json").output)
+    flagged = [row for row in result["rows"] if row["source"] == "other"]
+    assert all(set(row["not_comparable"]) >= {"machine", "power source", "prompt/gen lengths"} for row in flagged)
+
+
+def test_fail_if_regression(tmp_path):
+    slow = json.loads(A.read_text())
+    for m in slow["models"]:  # the same requests, tokens 4x as far apart: no sample overlaps the original
+        for r in m["phases"]["warm"]["requests"]:
+            t1 = r["token_times"][0]
+            r["token_times"] = [t1 + 4 * (t - t1) for t in r["token_times"]]
+            r["decode_tok_s"] = r["decode_tok_s"] / 4 if r["decode_tok_s"] else None
+        m["phases"]["warm"]["summary"]["decode_tok_s"]["median"] /= 4
+    (tmp_path / "slow.json").write_text(json.dumps(slow))
+    r = run("compare", A, tmp_path / "slow.json", "--fail-if", "decode:-5%")
+    assert r.exit_code == 1
+    for name in ("demo-tiny-q8_0", "demo-tiny-q4_k_m", "demo-tiny-mlx-f16", "demo-tiny-mlx-8bit"):
+        assert f"REGRESSION: {name}@slow: decode tok/s -75.0% vs {name}@tiny-a" in r.output
+    assert run("compare", A, B, "--fail-if", "decode:-99%").exit_code == 0
+    assert run("compare", A, "--fail-if", "speed:5").exit_code == 2
+
+
+# -- loading: validation, migration, refusal -------------------------------------------------
+def test_older_schema_is_migrated():
+    log = runlog.load(LOGS / "schema1.json")
+    assert log["schema_version"] == runlog.SCHEMA_VERSION and log["migrated_from"] == 1
+    assert "tiny-q4" in run("show", LOGS / "schema1.json").output
+    roof = log["models"][0]["phases"]["warm"]["roofline"]
+    assert "schema_version 1" in roof["reason"]  # not recorded then: null with the reason, never a number
+
+
+@pytest.mark.parametrize("name,message", [
+    ("truncated.json", "not valid JSON (truncated or corrupt)"),
+    ("newer.json", "is newer than this macprof understands"),
+    ("malformed.json", "does not match the run-log schema"),
+])
+def test_bad_logs_are_refused_in_one_line(name, message):
+    r = run("show", LOGS / name)
+    assert r.exit_code == 2 and message in r.output and r.output.count("\n") == 1
+
+
+def test_incomplete_log_shows(tmp_path):
+    out = run("show", LOGS / "incomplete.journal.jsonl").output
+    assert "INCOMPLETE" in out
+
+
+def test_hostile_strings_never_reach_the_terminal(tmp_path):
+    log = json.loads(A.read_text())
+    log["models"][0]["identity"]["name"] = "evil\x1b]0;pwned\x07\x1b[2J"
+    (tmp_path / "evil.json").write_text(json.dumps(log))
+    for cmd in (["show"], ["compare"]):
+        out = run(*cmd, tmp_path / "evil.json").output
+        assert "\x1b" not in out and "\x07" not in out
+
+
+# -- share -----------------------------------------------------------------------------------
+def test_share_removes_user_host_and_home(tmp_path):
+    log = json.loads(A.read_text())
+    log["models"][0]["identity"]["path"] = "/Users/alice/models/x.gguf"
+    log["models"][0]["failures"] = [{"status": "error", "reason": "boom at /home/alice/.cache/x on alice-mbp.local"}]
+    ids = [("/Users/alice", "<home>"), ("alice-mbp.local", "<host>"), ("alice", "<user>")]
+    shared, removed = redact(log, ids)
+    text = json.dumps(shared)
+    assert "alice" not in text and "/Users/" not in text and "/home/" not in text
+    assert shared["machine"]["host_id"] is None and removed
+    runlog.validate(shared)
+    # files stay identified by name, size and sha256
+    assert shared["models"][0]["identity"]["files"] == log["models"][0]["identity"]["files"]
+
+
+def test_share_cli_writes_only_the_chosen_output(tmp_path):
+    src = tmp_path / "a.json"
+    shutil.copy(LOGS / "schema1.json", src)  # as recorded: model paths and the host id in it
+    r = run("share", src, "-o", tmp_path / "out" / "shared.json")
+    assert r.exit_code == 0 and "removed: host id" in r.output and "removed: model path of tiny-q4" in r.output
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["a.json", "shared.json"]
+    assert runlog.load(tmp_path / "out" / "shared.json")["redacted"]["by"] == "macprof share"
+
+
+# -- plot ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("suffix", [".png", ".svg", ".html"])
+def test_plot(tmp_path, suffix):
+    out = tmp_path / f"chart{suffix}"
+    r = run("plot", A, B, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 10_000
+    if suffix == ".png":
+        from PIL import Image
+
+        assert Image.open(out).size == (round((1.6 * 8 + 4) * 120), round(5.5 * 120))  # 8 model rows, 120 dpi
