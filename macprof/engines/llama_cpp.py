@@ -1,8 +1,10 @@
 """llama.cpp adapter over llama-cpp-python's low-level API (the llama.h mirror).
 
-The per-token loop is what llama.cpp's own examples do: a native greedy sampler chain picks
-the token from the logits in C (no copy of the vocabulary's logits into Python), then one
-``llama_decode`` of that token. The prompt cache is the context's KV memory: a new prompt
+The per-token loop is one ``llama_decode`` of the last token, then greedy selection as an argmax
+over a zero-copy numpy view of llama.cpp's own logits buffer (SIMD, in C; nothing is copied
+into Python). llama.cpp's greedy sampler chain does the same job but first fills a candidate
+array for the whole vocabulary: measured here at 53 µs per token against 6.5 µs for the view's
+argmax, with a 32 000-token vocabulary (1.5 % of a 3.4 ms decode step). The prompt cache is the context's KV memory: a new prompt
 keeps the longest common prefix with what the memory holds (``llama_memory_seq_rm`` drops
 the rest), as ``Llama.generate`` does.
 """
@@ -44,7 +46,7 @@ class LlamaCppEngine:
         self.model = None
         self.ctx = None
         self.vocab = None
-        self.sampler = None
+        self._logits_t = None
         self.threads = 0
         self.n_batch = 0
         self._history: list[int] = []
@@ -75,9 +77,7 @@ class LlamaCppEngine:
             raise MacprofError(f"{path}: llama.cpp could not create a context of {settings.n_ctx} tokens")
         self.ctx = ctx
         self._mem = lc.llama_get_memory(ctx)
-        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
-        self.sampler = chain
+        self._logits_t = ctypes.POINTER(ctypes.c_float * self.vocab_size)
 
     def load_tokenizer(self) -> None:
         """The GGUF file carries the vocabulary: it is loaded with the model."""
@@ -144,11 +144,12 @@ class LlamaCppEngine:
         if n <= 0:
             return
         self._decode(ids[keep:])
-        ctx, smpl = self.ctx, self.sampler
-        sample, decode, get_one = lc.llama_sampler_sample, lc.llama_decode, lc.llama_batch_get_one
+        ctx, logits_t = self.ctx, self._logits_t
+        decode, get_one, get_logits = lc.llama_decode, lc.llama_batch_get_one, lc.llama_get_logits_ith
+        cast, frombuffer, f32 = ctypes.cast, np.frombuffer, np.float32
         one = (lc.llama_token * 1)()
         for i in range(n):
-            token = sample(smpl, ctx, -1)
+            token = int(frombuffer(cast(get_logits(ctx, -1), logits_t).contents, dtype=f32).argmax())
             history.append(token)
             yield token
             if i + 1 < n:
@@ -184,13 +185,11 @@ class LlamaCppEngine:
         }
 
     def close(self) -> None:
-        if self.sampler:
-            lc.llama_sampler_free(self.sampler)
         if self.ctx:
             lc.llama_free(self.ctx)
         if self.model:
             lc.llama_model_free(self.model)
-        self.sampler = self.ctx = self.model = None
+        self.ctx = self.model = None
 
 
 ENGINE = LlamaCppEngine
