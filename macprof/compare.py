@@ -9,7 +9,6 @@ conditions (lengths, machine, engine version, power source, thermal state) are f
 from __future__ import annotations
 
 import re
-import statistics
 from pathlib import Path
 
 from macprof.errors import MacprofError
@@ -148,7 +147,3 @@ def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
                 found.append(f"{row['model']}@{row['source']}: {METRICS[metric][0]} {change:+.1%} vs "
                              f"{row['same_model_baseline']} (limit {metric}:{limit:+.0%})")
     return found
-
-
-def median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None

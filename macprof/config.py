@@ -220,8 +220,7 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
         if key in seen_paths:
             raise MacprofError(f"{where}: key 'path': the same model is already listed as '{seen_paths[key]}'")
         seen_paths[key] = name
-        layers = [{k: v for k, v in entry.items() if k in _SETTING_TYPES}]
-        model_settings = _settings_from(where, layers[0])
+        model_settings = _settings_from(where, {k: v for k, v in entry.items() if k in _SETTING_TYPES})
         platform_settings: dict = {}
         for pk in PLATFORM_KEYS.values():
             if pk in entry:

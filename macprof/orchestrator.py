@@ -82,7 +82,6 @@ class Journal:
 
 @dataclass
 class WorkerResult:
-    ok: bool
     phases_done: list[str]
     failure: dict | None = None
 
@@ -248,7 +247,7 @@ class Runner:
             journal.write(failure)
             self.progress(f"{model.name}: FAILED in {failure['phase']}: {failure['reason']}")
         stderr.close()
-        return WorkerResult(ok=failure is None, phases_done=done_phases, failure=failure)
+        return WorkerResult(phases_done=done_phases, failure=failure)
 
     def _kill_worker(self) -> None:
         proc = self._proc

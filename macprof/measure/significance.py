@@ -9,6 +9,7 @@ suits timings (skewed, with outliers).
 from __future__ import annotations
 
 import math
+import statistics
 from functools import lru_cache
 
 ALPHA = 0.05
@@ -72,6 +73,6 @@ def verdict(a: list[float], b: list[float], higher_is_better: bool, alpha: float
         return {**test, "call": "not comparable (missing samples)"}
     if test["p"] >= alpha:
         return {**test, "call": "no significant difference"}
-    med_a, med_b = sorted(a)[len(a) // 2], sorted(b)[len(b) // 2]
+    med_a, med_b = statistics.median(a), statistics.median(b)
     better = med_b > med_a if higher_is_better else med_b < med_a
     return {**test, "call": "faster" if better else "slower"}
