@@ -131,9 +131,17 @@ class Runner:
     def _run_model(self, model: ModelSpec, journal: Journal) -> None:
         s = model.settings
         self.progress(f"{model.name}: identifying ({model.engine}, {model.path.name})")
-        journal.write(runlog.model_start_event(model))
-        refusal = memory_refusal(model)
-        if refusal and not s.force:
+        try:
+            start = runlog.model_start_event(model)
+        except OSError as exc:  # vanished or unreadable since the config was read
+            start = runlog.model_start_event(model, files_error=f"{exc.filename or model.path}: {exc.strerror}")
+        journal.write(start)
+        # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
+        # refused before any worker loads it: one clear reason instead of an engine's crash.
+        refusal = start.get("files_error") or start.get("shape_error")
+        if refusal is None and not s.force:
+            refusal = memory_refusal(model)
+        if refusal:
             journal.write({"event": "failure", "model": model.name, "phase": None, "status": "refused",
                            "reason": refusal})
             self.progress(f"{model.name}: skipped: {refusal}")

@@ -53,18 +53,20 @@ def machine_bandwidth(mach: dict) -> dict:
             "tflops": hardware.spec_tflops(mach.get("chip"), mach.get("gpu_cores"))}
 
 
-def model_start_event(model) -> dict:
+def model_start_event(model, files_error: str | None = None) -> dict:
     from macprof import machine, modelinfo
     from macprof.config import settings_dict
     from macprof.fileid import cached_sha256
 
-    files = [{"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
-              "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in model.files]
-    try:
-        info = modelinfo.inspect(model.path).to_dict()
-        info_error = None
-    except MacprofError as exc:
-        info, info_error = None, str(exc)
+    files = [] if files_error else [
+        {"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
+         "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in model.files]
+    info, info_error = None, None
+    if not files_error:
+        try:
+            info = modelinfo.inspect(model.path).to_dict()
+        except MacprofError as exc:
+            info_error = str(exc)
     return {
         "event": "model_start", "model": model.name, "utc": _utc(),
         "identity": {
@@ -73,7 +75,7 @@ def model_start_event(model) -> dict:
             "architecture": info and info["architecture"], "n_params": info and info["n_params"],
             "total_bytes": sum(f["bytes"] for f in files), "files": files,
         },
-        "shape": info, "shape_error": info_error,
+        "shape": info, "shape_error": info_error, "files_error": files_error,
         "settings": settings_dict(model.settings), "memory": machine.memory_snapshot(),
     }
 

@@ -247,3 +247,19 @@ def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path):
     assert data["complete"] is False and data["interrupted"] is True
     assert len(data["models"][0]["phases"]["warm"]["requests"]) >= 5
     assert "incomplete" in out
+
+
+def test_a_file_that_is_not_a_model_is_refused_and_the_run_goes_on(tiny_dir, tmp_path):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("this is a text file, not a model\n")
+    cfg = tmp_path / "models.toml"
+    cfg.write_text(f'[[models]]\nname = "bad"\nengine = "llama.cpp"\npath = "{bad}"\n\n'
+                   f'[[models]]\nname = "good"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n')
+    log = tmp_path / "bad.json"
+    proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log))
+    data = runlog.load(log)
+    bad_m, good_m = data["models"]
+    (failure,) = bad_m["failures"]
+    assert failure["status"] == "refused" and f"{bad}: not a GGUF file" in failure["reason"]
+    assert len([r for r in good_m["phases"]["warm"]["requests"] if r["status"] == "ok"]) == 4
+    assert "bad: load failed (refused)" in proc.stdout
