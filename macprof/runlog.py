@@ -308,8 +308,11 @@ def _build_cold(events: list[dict], workers: dict, failures: list[dict]) -> dict
             "second_request": second,
             "first_request_extra_s": (first["total_s"] - second["total_s"])
             if first and second and first["total_s"] is not None and second["total_s"] is not None else None,
-            "time_to_first_token_s": (first["token_times"][0] - spawn["t_spawn"]) / 1e9
-            if first and first["token_times"] and spawn else None,
+            # spawn -> ready, then the first request's own TTFT: macprof's prompt preparation
+            # between the two (prompt_build_s) is not the engine's cold start
+            "time_to_first_token_s": span(spawn, "t_spawn", loaded, "t_tokenizer") + first["ttft_s"]
+            if first and first["ttft_s"] is not None and span(spawn, "t_spawn", loaded, "t_tokenizer") is not None else None,
+            "prompt_build_s": (first["t0"] - loaded["t_tokenizer"]) / 1e9 if first and loaded else None,
         })
         if loaded and loaded.get("tokenizer_separate") is False:
             trial["tokenizer_load_s"] = None
