@@ -105,6 +105,7 @@ class Runner:
                 journal.events.append(ev)
             done_models = {ev["model"] for ev in resume_events if ev.get("event") == "model_end"}
         else:
+            self.progress("reading machine facts; measuring memory bandwidth (once a day)")
             journal.write(runlog.run_start_event())
         old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
         complete = False
