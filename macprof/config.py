@@ -216,6 +216,11 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
             raise MacprofError(f"{where}: key 'path': {exc}") from None
         if demo is None and not model_path.exists():
             raise MacprofError(f"{where}: key 'path': {model_path} does not exist")
+        if demo is None and engine == "llama.cpp" and model_path.is_dir():
+            raise MacprofError(f"{where}: key 'path': {model_path} is a directory; llama.cpp needs a .gguf file")
+        if demo is None and engine == "mlx" and not model_path.is_dir():
+            raise MacprofError(f"{where}: key 'path': {model_path} is a file; mlx needs a model directory "
+                               f"(config.json + *.safetensors)")
         key = (engine, model_path.resolve())
         if key in seen_paths:
             raise MacprofError(f"{where}: key 'path': the same model is already listed as '{seen_paths[key]}'")

@@ -93,14 +93,21 @@ def _field(reader, key: str):
 def _inspect_gguf(path: Path) -> ModelInfo:
     import gguf
 
+    size = path.stat().st_size
     with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic != b"GGUF":
-        raise MacprofError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+        head = fh.read(8)
+    if size == 0:
+        raise MacprofError(f"{path}: empty file (0 bytes), not a GGUF model")
+    if head[:4] != b"GGUF":
+        raise MacprofError(f"{path}: not a GGUF file (magic {head[:4]!r}, expected b'GGUF')")
+    version = struct.unpack("<I", head[4:8])[0] if len(head) == 8 else None
+    if version not in (2, 3):
+        raise MacprofError(f"{path}: unsupported GGUF version {version} (llama.cpp reads versions 2 and 3)")
     try:
         reader = gguf.GGUFReader(str(path), "r")
     except Exception as exc:  # noqa: BLE001 - the gguf package raises many kinds
-        raise MacprofError(f"{path}: unreadable GGUF header or tensor table ({type(exc).__name__}: {exc})") from None
+        raise MacprofError(f"{path}: truncated or corrupt GGUF file ({size} bytes; the header or tensor table "
+                           f"does not fit: {type(exc).__name__}: {str(exc)[:120]})") from None
     arch = _field(reader, "general.architecture")
 
     def meta(key: str):

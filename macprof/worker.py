@@ -47,11 +47,17 @@ def run(job: dict, emit) -> None:
     from macprof import engines
     from macprof.config import Settings
     from macprof.engines.base import EngineSettings
+    from macprof.errors import MacprofError
 
     engine = engines.create(job["engine"])
     t_imported = time.perf_counter_ns()
     settings = Settings(**{**job["settings"], "phases": tuple(job["settings"]["phases"])})
-    engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads))
+    try:
+        engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads))
+    except MacprofError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the engine raises, say which file
+        raise MacprofError(f"{job['path']}: {job['engine']} could not load the model: {type(exc).__name__}: {exc}") from None
     t_model = time.perf_counter_ns()
     engine.load_tokenizer()
     t_tokenizer = time.perf_counter_ns()
@@ -119,7 +125,9 @@ def main() -> None:
     try:
         run(job, emit)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which records it
-        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
+        from macprof.errors import MacprofError
+
+        emit({"event": "error", "message": str(exc) if isinstance(exc, MacprofError) else f"{type(exc).__name__}: {exc}"})
         sys.exit(3)
     emit({"event": "done"})
 
