@@ -110,20 +110,24 @@ class Runner:
         old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
         complete = False
         try:
-            for model in self.models:
-                if model.name in done_models:
-                    self.progress(f"{model.name}: already measured (resumed)")
-                    continue
-                self._run_model(model, journal)
-            complete = True
-        except (KeyboardInterrupt, Interrupted):
-            self._kill_worker()
-            journal.write({"event": "interrupted", "utc": _utc()})
-            self.progress("interrupted: writing the run log from what was measured")
-        finally:
-            signal.signal(signal.SIGTERM, old_term)
+            try:
+                for model in self.models:
+                    if model.name in done_models:
+                        self.progress(f"{model.name}: already measured (resumed)")
+                        continue
+                    self._run_model(model, journal)
+                complete = True
+            except (KeyboardInterrupt, Interrupted):
+                self._kill_worker()
+                journal.write({"event": "interrupted", "utc": _utc()})
+                self.progress("interrupted: writing the run log from what was measured")
             journal.write({"event": "run_end", "utc": _utc(), "complete": complete,
                            "memory": machine.memory_snapshot()})
+        except BaseException:  # e.g. the disk filled: no worker outlives the run
+            self._kill_worker()
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
             journal.close()
         log = runlog.build(journal.events)
         runlog.save(log, self.log_path)
@@ -139,7 +143,7 @@ class Runner:
         journal.write(start)
         # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
         # refused before any worker loads it: one clear reason instead of an engine's crash.
-        refusal = start.get("files_error") or start.get("shape_error")
+        refusal = start.get("files_error") or start.get("shape_error") or context_refusal(model, start.get("shape"))
         if refusal is None and not s.force:
             refusal = memory_refusal(model)
         if refusal:
@@ -265,6 +269,20 @@ class Runner:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 proc.kill()
+            try:
+                proc.wait(timeout=10)  # reaped: no zombie, no orphan
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def context_refusal(model: ModelSpec, shape: dict | None) -> str | None:
+    """Settings that make no sense for this model: more tokens than its context holds."""
+    ctx = (shape or {}).get("context_length")
+    need = model.settings.prompt_tokens + model.settings.gen_tokens
+    if ctx and need > ctx:
+        return (f"{model.path}: prompt_tokens + gen_tokens = {need} exceeds the model's context length "
+                f"of {ctx} tokens")
+    return None
 
 
 def memory_refusal(model: ModelSpec) -> str | None:

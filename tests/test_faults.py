@@ -86,3 +86,168 @@ def test_broken_model(tiny_dir, tmp_path, case, message):
     reason = broken["failures"][0]["reason"]
     assert message in reason and "\n" not in reason.strip(), reason
     assert len([r for r in good["phases"]["warm"]["requests"] if r["status"] == "ok"]) == 4
+
+
+def _two_models(tmp_path, tiny_dir, first="demo-tiny-f16"):
+    cfg = tmp_path / "models.toml"
+    cfg.write_text(f'[[models]]\nname = "first"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf" / (first + ".gguf")}"\n\n'
+                   f'[[models]]\nname = "good"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n')
+    return cfg
+
+
+def test_prompt_longer_than_the_context_is_refused(tiny_dir, tmp_path):
+    cfg = tmp_path / "models.toml"
+    cfg.write_text(f'[[models]]\nname = "long"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n'
+                   f'prompt_tokens = 1100\ngen_tokens = 8\nphases = ["warm"]\n')
+    log = tmp_path / "run.json"
+    macprof("run", "--config", str(cfg), "--log", str(log))
+    (failure,) = runlog.load(log)["models"][0]["failures"]
+    assert failure["status"] == "refused" and "1108 exceeds the model's context length of 1024 tokens" in failure["reason"]
+
+
+def _runner(cfg, log):
+    from macprof import config, orchestrator
+
+    models = config.load(cfg, {"phases": ["warm"], "prompt_tokens": 32, "gen_tokens": 4, "reps": 3}).models
+    return orchestrator.Runner(models, log, progress=lambda s: None)
+
+
+def test_model_larger_than_memory_is_refused_unless_forced(tiny_dir, tmp_path, monkeypatch):
+    import psutil
+
+    from macprof import orchestrator
+
+    real = psutil.virtual_memory()
+    size = (tiny_dir / "gguf/demo-tiny-f16.gguf").stat().st_size
+    fake = real._replace(available=size - 1)  # the F16 file does not fit, the Q8_0 one does
+    monkeypatch.setattr(orchestrator.psutil, "virtual_memory", lambda: fake)
+    cfg = _two_models(tmp_path, tiny_dir)
+    log = _runner(cfg, tmp_path / "mem.json").run()
+    big, good = log["models"]
+    (failure,) = big["failures"]
+    assert failure["status"] == "refused" and "use --force" in failure["reason"] and "only 0.0 GB" in failure["reason"]
+    assert not big["phases"]["warm"]["requests"] and len(good["phases"]["warm"]["requests"]) == 4
+
+
+def test_disk_full_while_journaling(tiny_dir, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    import psutil
+
+    from macprof.errors import MacprofError
+
+    real_fsync, calls = os.fsync, {"n": 0}
+
+    def filling_up(fd):
+        calls["n"] += 1
+        if calls["n"] > 12:  # the disk is full from the 13th journal event on
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", filling_up)
+    journal = tmp_path / "full.journal.jsonl"
+    with pytest.raises(MacprofError) as err:
+        _runner(_two_models(tmp_path, tiny_dir, first="demo-tiny-q4_k_m"), tmp_path / "full.json").run()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    message = str(err.value)
+    assert str(journal) in message and "No space left on device" in message and "what was measured" in message
+    assert not (tmp_path / "full.json").exists()
+    recovered = runlog.load(journal)  # everything journaled before the disk filled
+    done = [r for m in recovered["models"] for r in m["phases"]["warm"]["requests"]]
+    assert done and all(r["status"] == "ok" for r in done)
+    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != "zombie"]
+
+
+def test_unwritable_log_folder(tiny_dir, tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where the runs folder should be")
+    proc = macprof("run", "--config", str(_two_models(tmp_path, tiny_dir)), *FAULT_ARGS,
+                   "--log", str(blocker / "x.json"), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "cannot write the journal" in proc.stderr and str(blocker) in proc.stderr
+
+
+def test_sigkill_of_the_parent_at_20_points(tiny_dir, tmp_path):
+    """Kill -9 the parent at varying times across a run of two models: the journal always holds
+    every request that had completed, and no run log is ever left half-written."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg = _two_models(tmp_path, tiny_dir, first="demo-tiny-q4_k_m")
+    total = 2 * 201  # requests of a whole run: 2 models x (warm-up + 200)
+
+    def start(log):
+        return subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(cfg), "--phases", "warm",
+                                 "--prompt-tokens", "32", "--gen-tokens", "4", "--reps", "200", "--log", str(log)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    assert start(tmp_path / "warmup.json").wait() == 0  # fills the caches (bandwidth probe, hashes)
+    t = time.monotonic()  # one whole run: the kills then spread over its duration
+    assert start(tmp_path / "whole.json").wait() == 0
+    duration = time.monotonic() - t
+    rng = random.Random(20)
+    results = []
+    for k in range(20):
+        log = tmp_path / f"k{k}.json"
+        journal = tmp_path / f"k{k}.journal.jsonl"
+        proc = start(log)
+        time.sleep(rng.uniform(0.05, 0.95) * duration)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        lines = journal.read_text().splitlines() if journal.exists() else []
+        completed = sum(1 for line in lines if '"event":"request"' in line and line.endswith("}"))
+        recovered = 0
+        if lines:
+            recovered = sum(len(m["phases"]["warm"]["requests"]) for m in runlog.load(journal)["models"])
+        assert recovered == completed, (k, completed, recovered)
+        if log.exists():  # the kill came after the end: then the log is whole
+            assert runlog.load(log)["complete"] is True
+        else:
+            assert completed < total
+        results.append((completed, recovered))
+    print(f"\nSIGKILL x{len(results)} over a {duration:.1f} s run: (completed, recovered) = {results}")
+    mid_run = [c for c, _ in results if 0 < c < total]
+    assert len(mid_run) >= 8, results  # kills landed while requests were being measured
+
+
+def test_permission_denied_on_the_config(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from macprof import config
+    from macprof.errors import MacprofError
+
+    p = tmp_path / "models.toml"
+    p.write_text("[[models]]\n")
+
+    def denied(self, *a, **k):  # root ignores file modes, so the OS's answer is simulated
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(MacprofError, match=f"{p}: permission denied"):
+        config.load(p)
+
+
+def test_log_with_path_tricks_writes_nothing_else(tmp_path):
+    from click.testing import CliRunner
+
+    from macprof.cli import main
+    from tests.conftest import FIXTURES
+
+    data = json.loads((FIXTURES / "runlogs" / "tiny-a.json").read_text())
+    data["models"][0]["identity"]["name"] = "../../escape"
+    data["models"][0]["identity"]["path"] = "../../../etc/passwd"
+    data["models"][0]["identity"]["files"][0]["name"] = "../../x.gguf"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "log.json").write_text(json.dumps(data))
+    before = sorted(p for p in tmp_path.rglob("*"))
+    for args in (["show", str(work / "log.json")], ["compare", str(work / "log.json")],
+                 ["share", str(work / "log.json"), "-o", str(work / "out.json")],
+                 ["plot", str(work / "log.json"), "-o", str(work / "c.png")]):
+        assert CliRunner().invoke(main, args).exit_code == 0, args
+    after = sorted(p for p in tmp_path.rglob("*"))
+    assert sorted(set(after) - set(before)) == [work / "c.png", work / "out.json"]

@@ -229,7 +229,8 @@ def test_drop_cache_makes_a_cold_start_cold(tiny_dir, tmp_path):
         assert trial["residency"]["fraction"] < 0.05 and trial["residency"]["label"].startswith("cold")
 
 
-def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path, sig):
     log = tmp_path / "term.json"
     journal = tmp_path / "term.journal.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(tiny_dir / "models.toml"),
@@ -240,7 +241,7 @@ def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path):
         if journal.exists() and journal.read_text().count('"event":"request"') >= 5:
             break
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130
     data = runlog.load(log)
