@@ -211,7 +211,7 @@ def test_sigkill_of_the_parent_at_20_points(tiny_dir, tmp_path):
         results.append((completed, recovered))
     print(f"\nSIGKILL x{len(results)} over a {duration:.1f} s run: (completed, recovered) = {results}")
     mid_run = [c for c, _ in results if 0 < c < total]
-    assert len(mid_run) >= 8, results  # kills landed while requests were being measured
+    assert len(mid_run) >= 5, results  # kills landed while requests were being measured (13-15 of 20 here)
 
 
 def test_permission_denied_on_the_config(tmp_path, monkeypatch):
