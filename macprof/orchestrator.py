@@ -84,6 +84,7 @@ class Journal:
 class WorkerResult:
     phases_done: list[str]
     failure: dict | None = None
+    loaded: bool = True  # False: the model never loaded, so another worker would fail the same way
 
 
 class Runner:
@@ -168,10 +169,10 @@ class Runner:
             attempts += 1
             result = self._worker(model, remaining, journal)
             remaining = [p for p in remaining if p not in result.phases_done]
-            if result.failure and result.failure.get("phase") in remaining:
-                remaining.remove(result.failure["phase"])  # that phase failed; go on with the next
-            if not result.failure:
+            if not result.failure or not result.loaded:
                 break
+            if result.failure.get("phase") in remaining:
+                remaining.remove(result.failure["phase"])  # that phase failed; go on with the next
         journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
 
     # -- one worker --------------------------------------------------------------------------
@@ -198,7 +199,7 @@ class Runner:
         peak, samples = 0, 0
         done_phases: list[str] = []
         failure = None
-        finished = False
+        finished = loaded = False
         try:
             while not finished:
                 if sel.select(timeout=RSS_PERIOD_S):
@@ -219,6 +220,8 @@ class Runner:
                             request = None
                             deadline = time.monotonic() + LOAD_TIMEOUT_S
                             self.progress(_request_line(model.name, event, s))
+                        elif kind == "loaded":
+                            loaded = True
                         elif kind == "phase_start":
                             phase, peak, samples = event["phase"], 0, 0
                         elif kind == "phase_end":
@@ -251,7 +254,8 @@ class Runner:
         if failure:
             failure.update({
                 "event": "failure", "model": model.name, "worker": worker_id,
-                "phase": (request or {}).get("phase") or phase or (phases[0] if not done_phases else None),
+                # a worker that died before the model loaded failed the load, not a phase
+                "phase": (request or {}).get("phase") or phase if loaded else None,
                 "index": (request or {}).get("index"), "kind": (request or {}).get("kind"),
                 "mode": (request or {}).get("mode"), "exit_code": rc,
                 "signal": signal.Signals(-rc).name if rc is not None and rc < 0 else None,
@@ -260,7 +264,7 @@ class Runner:
             journal.write(failure)
             self.progress(f"{model.name}: FAILED in {failure['phase']}: {failure['reason']}")
         stderr.close()
-        return WorkerResult(phases_done=done_phases, failure=failure)
+        return WorkerResult(phases_done=done_phases, failure=failure, loaded=loaded)
 
     def _kill_worker(self) -> None:
         proc = self._proc
