@@ -37,7 +37,7 @@ def _engine_version(model: dict, software: dict) -> str | None:
 
 
 def rows_from(log: dict, source: str) -> list[dict]:
-    from macprof.report import peak_rss
+    from macprof.report import headline
 
     machine = log.get("machine") or {}
     rows = []
@@ -47,16 +47,7 @@ def rows_from(log: dict, source: str) -> list[dict]:
         s = m.get("settings", {})
         rows.append({
             "source": source,
-            "model": m["identity"]["name"],
-            "engine": m["identity"]["engine"],
-            "quant": m["identity"].get("quant_declared") or m["identity"].get("quant_label"),
-            "file_bytes": m["identity"].get("total_bytes"),
-            "cold_ttft_s": dig(m, "phases", "cold", "summary", "time_to_first_token_s", "median"),
-            "warm_ttft_s": dig(warm, "summary", "ttft_s", "median"),
-            "prefix_ttft_s": dig(m, "phases", "prefix", "summary", "reuse", "ttft_s", "median"),
-            "decode_tok_s": dig(warm, "summary", "decode_tok_s", "median"),
-            "efficiency": dig(warm, "roofline", "measured", "efficiency"),
-            "peak_rss_bytes": peak_rss(m),
+            **headline(m),
             "samples": {"decode": [r["decode_tok_s"] for r in ok if r.get("decode_tok_s") is not None],
                         "ttft": [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]},
             "conditions": {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 from macprof.errors import MacprofError
 
@@ -100,9 +99,8 @@ def parse_sysctl(text: str) -> dict:
     levels = out["core_levels"]
     out["cores_performance"] = levels[0]["cores"] if levels else None
     effic = [lv["cores"] for lv in levels[1:] if lv["name"] in (None, "Efficiency")]
+    # M5 Pro/Max have Super + Performance levels and no efficiency cores: 0, not unknown
     out["cores_efficiency"] = effic[0] if effic else (0 if len(levels) > 1 else None)
-    if len(levels) > 1 and levels[1]["name"] == "Performance":  # M5 Pro/Max: Super + Performance
-        out["cores_efficiency"] = 0
     return out
 
 
@@ -157,10 +155,9 @@ def _int(value) -> int | None:
 
 # -- detection (runs the commands; macOS only) -------------------------------------------
 def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    from macprof.machine import run_command
+
+    return run_command(cmd, timeout=20) or ""
 
 
 def detect() -> dict:

@@ -19,7 +19,7 @@ from importlib import metadata
 import psutil
 
 
-def _run(cmd: list[str], timeout: float = 10.0) -> str | None:
+def run_command(cmd: list[str], timeout: float = 10.0) -> str | None:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False).stdout
     except (OSError, subprocess.SubprocessError):
@@ -72,7 +72,7 @@ def parse_pmset_therm(text: str) -> str | None:
 # -- collection --------------------------------------------------------------------------
 def cpu_model() -> str | None:
     if sys.platform == "darwin":
-        return (_run(["sysctl", "-n", "machdep.cpu.brand_string"]) or "").strip() or None
+        return (run_command(["sysctl", "-n", "machdep.cpu.brand_string"]) or "").strip() or None
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -127,9 +127,9 @@ def collect_machine() -> dict:
         hw = hardware.detect()
         info["unknown"].update(hw.pop("unknown"))
         info.update(hw)
-        info["power_source"] = parse_pmset_batt(_run(["pmset", "-g", "batt"]) or "")
-        info["low_power_mode"] = parse_pmset_low_power(_run(["pmset", "-g"]) or "")
-        info["thermal_state"] = parse_pmset_therm(_run(["pmset", "-g", "therm"]) or "")
+        info["power_source"] = parse_pmset_batt(run_command(["pmset", "-g", "batt"]) or "")
+        info["low_power_mode"] = parse_pmset_low_power(run_command(["pmset", "-g"]) or "")
+        info["thermal_state"] = parse_pmset_therm(run_command(["pmset", "-g", "therm"]) or "")
     else:
         info["power_source"] = _linux_power_source()
         info["unknown"]["chip"] = "not Apple Silicon"

@@ -120,9 +120,9 @@ class Runner:
                 complete = True
             except (KeyboardInterrupt, Interrupted):
                 self._kill_worker()
-                journal.write({"event": "interrupted", "utc": _utc()})
+                journal.write({"event": "interrupted", "utc": runlog.utc_now()})
                 self.progress("interrupted: writing the run log from what was measured")
-            journal.write({"event": "run_end", "utc": _utc(), "complete": complete,
+            journal.write({"event": "run_end", "utc": runlog.utc_now(), "complete": complete,
                            "memory": machine.memory_snapshot()})
         except BaseException:  # e.g. the disk filled: no worker outlives the run
             self._kill_worker()
@@ -356,6 +356,3 @@ def _request_line(name: str, ev: dict, s) -> str:
     mode = f" {ev['mode']}" if ev.get("mode") else ""
     return f"{name}: {ev['phase']}{mode} {what}: {ev['status']}"
 
-
-def _utc() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -63,27 +63,35 @@ def ceiling_text(roof: dict | None) -> str:
     return " / ".join(parts)
 
 
+def headline(m: dict) -> dict:
+    """The figures a model is known by, shared by the summary table and `compare`."""
+    ph = m.get("phases", {})
+    return {
+        "model": m["identity"]["name"],
+        "engine": m["identity"]["engine"],
+        "quant": m["identity"].get("quant_declared") or m["identity"].get("quant_label"),
+        "file_bytes": m["identity"].get("total_bytes"),
+        "cold_ttft_s": dig(ph, "cold", "summary", "time_to_first_token_s", "median"),
+        "warm_ttft_s": dig(ph, "warm", "summary", "ttft_s", "median"),
+        "prefix_ttft_s": dig(ph, "prefix", "summary", "reuse", "ttft_s", "median"),
+        "decode_tok_s": dig(ph, "warm", "summary", "decode_tok_s", "median"),
+        "efficiency": dig(ph, "warm", "roofline", "measured", "efficiency"),
+        "peak_rss_bytes": peak_rss(m),
+    }
+
+
 def summary_rows(log: dict) -> list[dict]:
     rows = []
     for m in log.get("models", []):
         ph = m.get("phases", {})
-        cold = ph.get("cold") or {}
-        trials = [t for t in cold.get("trials", []) if t.get("status") == "ok"]
+        trials = [t for t in dig(ph, "cold", "trials") or [] if t.get("status") == "ok"]
         states = sorted({t["residency"]["label"].split(" ")[0] for t in trials if t.get("residency")})
         rows.append({
-            "model": m["identity"]["name"],
-            "engine": m["identity"]["engine"],
-            "quant": m["identity"].get("quant_declared") or m["identity"].get("quant_label"),
-            "cold_ready_s": dig(cold, "summary", "ready_s", "median"),
-            "cold_ttft_s": dig(cold, "summary", "time_to_first_token_s", "median"),
+            **headline(m),
             "cold_state": "/".join(states) or None,
-            "warm_ttft_s": dig(ph, "warm", "summary", "ttft_s", "median"),
-            "prefix_ttft_s": dig(ph, "prefix", "summary", "reuse", "ttft_s", "median"),
             "prefix_speedup": dig(ph, "prefix", "summary", "ttft_speedup"),
-            "decode_tok_s": dig(ph, "warm", "summary", "decode_tok_s", "median"),
             "itl_p99_s": dig(ph, "warm", "summary", "itl_s", "p99"),
             "ceiling": ceiling_text(dig(ph, "warm", "roofline")),
-            "peak_rss_bytes": peak_rss(m),
             "failures": len(m.get("failures", [])),
         })
     return rows

@@ -21,7 +21,7 @@ SCHEMA_VERSION = 2  # 2: measured/spec bandwidth, per-phase roofline, per-reques
 METRICS = ("ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s")
 
 
-def _utc() -> str:
+def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -31,7 +31,7 @@ def run_start_event() -> dict:
 
     mach = machine.collect_machine()
     return {"event": "run_start", "schema_version": SCHEMA_VERSION, "tool_version": __version__,
-            "utc": _utc(), "machine": mach, "software": machine.collect_software(),
+            "utc": utc_now(), "machine": mach, "software": machine.collect_software(),
             "bandwidth": machine_bandwidth(mach), "memory": machine.memory_snapshot()}
 
 
@@ -68,7 +68,7 @@ def model_start_event(model, files_error: str | None = None) -> dict:
         except MacprofError as exc:
             info_error = str(exc)
     return {
-        "event": "model_start", "model": model.name, "utc": _utc(),
+        "event": "model_start", "model": model.name, "utc": utc_now(),
         "identity": {
             "name": model.name, "engine": model.engine, "path": str(model.path),
             "quant_label": model.quant, "quant_declared": info and info["quant"],
