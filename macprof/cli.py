@@ -54,10 +54,16 @@ def main() -> None:
               show_default=True, help="models.toml listing the models to measure.")
 @click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
 @click.option("--phases", help="Comma-separated phases: cold,warm,prefix (default all).")
-@click.option("--prompt-tokens", type=int, help="Prompt length in tokens [512].")
-@click.option("--gen-tokens", type=int, help="Generated tokens per request, EOS ignored [128].")
+@click.option("--prompt-tokens", callback=_csv_ints,
+              help="Prompt length in tokens [512]; a list (128,512,2048) makes a grid with --gen-tokens.")
+@click.option("--gen-tokens", callback=_csv_ints,
+              help="Generated tokens per request, EOS ignored [128]; a list (16,256) makes a grid.")
+@click.option("--shape", "shapes", help="Named workload shapes for the grid: rag, chat, code (comma-separated).")
+@click.option("--depth", "depths", callback=_csv_ints,
+              help="KV-cache depths: decode after the cache already holds d tokens, e.g. 0,1024,4096.")
+@click.option("--batch", "batches", callback=_csv_ints, help="Batch sizes decoded together, e.g. 1,2,4,8.")
 @click.option("--prefix-tokens", type=int, help="Shared prefix length for the prefix phase [448].")
-@click.option("--reps", type=int, help="Measured requests per phase [5].")
+@click.option("--reps", type=int, help="Measured requests per phase (per case in a sweep) [5].")
 @click.option("--cold-trials", type=int, help="Fresh-process cold starts per model [3].")
 @click.option("--threads", type=int, help="Engine threads [engine default: physical cores for llama.cpp].")
 @click.option("--timeout", type=float, help="Per-request timeout in seconds [300].")
@@ -69,16 +75,18 @@ def main() -> None:
               help="Run log path [runs/<UTC time>-<host id>.json].")
 @click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Continue an interrupted run from its journal (models already measured are kept).")
-def run(config_path, names, phases, prompt_tokens, gen_tokens, prefix_tokens, reps, cold_trials, threads,
-        timeout, delay, drop_cache, force, log_path, resume) -> None:
-    """Measure every model of the config: cold start, warm residence, prefix reuse."""
+def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens, reps,
+        cold_trials, threads, timeout, delay, drop_cache, force, log_path, resume) -> None:
+    """Measure every model of the config: cold start, warm residence, prefix reuse; and, when
+    asked, a grid of lengths (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep
+    (--depth) and a batch sweep (--batch). Sweep options alone run only the sweeps."""
     from macprof import config, orchestrator, report, runlog
 
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
-        "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "prefix_tokens": prefix_tokens,
-        "reps": reps, "cold_trials": cold_trials, "threads": threads, "timeout": timeout,
-        "delay": delay, "drop_cache": drop_cache, "force": force,
+        "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads,
+        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force,
+        **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
     }
     cfg = config.load(config_path, overrides)
     selected = cfg.select([n.strip() for name in names for n in name.split(",") if n.strip()])
@@ -96,6 +104,23 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, prefix_tokens, re
     click.echo(report.render_summary(log, str(log_path)))
     if not log["complete"]:
         sys.exit(130)
+
+
+def sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given: bool) -> dict:
+    """Command-line lengths and sweeps -> settings. A list of lengths is a grid (its first value
+    is also the length every other phase uses); without --phases, sweep options run only
+    the sweeps they ask for, as llama-bench runs only its tests."""
+    out: dict = {"prompt_tokens": prompt_tokens[0] if prompt_tokens else None,
+                 "gen_tokens": gen_tokens[0] if gen_tokens else None,
+                 "prompt_grid": prompt_tokens if prompt_tokens and len(prompt_tokens) > 1 else None,
+                 "gen_grid": gen_tokens if gen_tokens and len(gen_tokens) > 1 else None,
+                 "shapes": [x.strip() for x in shapes.split(",") if x.strip()] if shapes else None,
+                 "depths": depths or None, "batches": batches or None}
+    sweeps = [phase for phase, wanted in (("grid", out["prompt_grid"] or out["gen_grid"] or out["shapes"]),
+                                           ("depth", out["depths"]), ("batch", out["batches"])) if wanted]
+    if sweeps and not phases_given:
+        out["phases"] = sweeps
+    return out
 
 
 def _ensure_demo_models(models) -> None:

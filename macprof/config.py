@@ -29,13 +29,14 @@ from typing import Any
 
 from macprof.errors import MacprofError
 
-PHASES = ("cold", "warm", "prefix")
+PHASES = ("cold", "warm", "prefix", "grid", "depth", "batch")
+DEFAULT_PHASES = ("cold", "warm", "prefix")
 PLATFORM_KEYS = {"linux": "linux", "darwin": "macos"}
 
 
 @dataclass(frozen=True)
 class Settings:
-    phases: tuple[str, ...] = PHASES
+    phases: tuple[str, ...] = DEFAULT_PHASES
     prompt_tokens: int = 512
     gen_tokens: int = 128
     prefix_tokens: int = 448
@@ -46,10 +47,27 @@ class Settings:
     delay: float = 0.0
     drop_cache: bool = False
     force: bool = False
+    # sweeps (macprof/cases.py): grid of lengths, named shapes, KV depths, batch sizes
+    prompt_grid: tuple[int, ...] = ()
+    gen_grid: tuple[int, ...] = ()
+    shapes: tuple[str, ...] = ()
+    depths: tuple[int, ...] = ()
+    batches: tuple[int, ...] = ()
 
 
 # key -> (accepted types, check, what a valid value is)
 _POSITIVE_INT = (int, lambda v: v > 0, "a positive integer")
+
+
+def _int_list(minimum: int, what: str) -> tuple:
+    return (list, lambda v: bool(v) and all(isinstance(x, int) and not isinstance(x, bool) and x >= minimum for x in v)
+            and len(set(v)) == len(v), what)
+
+
+def _shape_names() -> tuple[str, ...]:
+    from macprof.cases import SHAPES
+
+    return tuple(SHAPES)
 _SETTING_TYPES: dict[str, tuple] = {
     "phases": (list, lambda v: bool(v) and all(p in PHASES for p in v) and len(set(v)) == len(v),
                f"a non-empty list of distinct phases from {', '.join(PHASES)}"),
@@ -63,7 +81,14 @@ _SETTING_TYPES: dict[str, tuple] = {
     "delay": ((int, float), lambda v: v >= 0, "a number of seconds >= 0"),
     "drop_cache": (bool, lambda v: True, "true or false"),
     "force": (bool, lambda v: True, "true or false"),
+    "prompt_grid": _int_list(1, "a non-empty list of distinct positive integers"),
+    "gen_grid": _int_list(1, "a non-empty list of distinct positive integers"),
+    "shapes": (list, lambda v: bool(v) and all(x in _shape_names() for x in v) and len(set(v)) == len(v),
+               "a non-empty list of distinct shapes from rag, chat, code"),
+    "depths": _int_list(0, "a non-empty list of distinct integers >= 0"),
+    "batches": _int_list(1, "a non-empty list of distinct positive integers"),
 }
+_TUPLE_KEYS = {"phases", "prompt_grid", "gen_grid", "shapes", "depths", "batches"}
 _MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())
 
 
@@ -108,7 +133,7 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         ok = isinstance(value, types) and check(value)
     if not ok:
         raise MacprofError(f"{where}: key '{key}' must be {what}, not {value!r}")
-    return tuple(value) if key == "phases" else value
+    return tuple(value) if key in _TUPLE_KEYS else value
 
 
 def _settings_from(where: str, table: dict) -> dict:
@@ -125,6 +150,10 @@ def check_settings(where: str, s: Settings) -> Settings:
     if "prefix" in s.phases and s.prefix_tokens >= s.prompt_tokens:
         raise MacprofError(f"{where}: prefix_tokens ({s.prefix_tokens}) must be smaller than "
                            f"prompt_tokens ({s.prompt_tokens}): the suffix needs at least one token")
+    if "depth" in s.phases and not s.depths:
+        raise MacprofError(f"{where}: phase 'depth' needs depths (--depth 0,1024,4096 or depths = [...])")
+    if "batch" in s.phases and not s.batches:
+        raise MacprofError(f"{where}: phase 'batch' needs batch sizes (--batch 1,2,4,8 or batches = [...])")
     return s
 
 
@@ -240,4 +269,10 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
 
 
 def settings_dict(s: Settings) -> dict:
-    return {f.name: (list(getattr(s, f.name)) if f.name == "phases" else getattr(s, f.name)) for f in fields(s)}
+    return {f.name: (list(getattr(s, f.name)) if f.name in _TUPLE_KEYS else getattr(s, f.name)) for f in fields(s)}
+
+
+def settings_from_dict(d: dict) -> Settings:
+    """The inverse of settings_dict (a worker's job, a log's settings)."""
+    known = {f.name for f in fields(Settings)}
+    return Settings(**{k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known})

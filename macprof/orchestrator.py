@@ -24,7 +24,7 @@ from typing import Callable
 
 import psutil
 
-from macprof import machine, runlog
+from macprof import cases as sweeps, machine, runlog
 from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.measure import residency
@@ -144,7 +144,8 @@ class Runner:
         journal.write(start)
         # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
         # refused before any worker loads it: one clear reason instead of an engine's crash.
-        refusal = start.get("files_error") or start.get("shape_error") or context_refusal(model, start.get("shape"))
+        context = (start.get("shape") or {}).get("context_length")
+        refusal = start.get("files_error") or start.get("shape_error") or context_refusal(model, context)
         if refusal is None and not s.force:
             refusal = memory_refusal(model)
         if refusal:
@@ -153,6 +154,15 @@ class Runner:
             self.progress(f"{model.name}: skipped: {refusal}")
             journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
             return
+        plan = sweeps.plan(s)
+        for phase, cases in plan.items():
+            for case in list(cases):
+                if context and sweeps.tokens_per_sequence(case) > context:  # this case only: the others run
+                    cases.remove(case)
+                    journal.write({"event": "failure", "model": model.name, "phase": phase, "case": case["id"],
+                                   "status": "refused", "reason": f"{model.path}: case {case['id']} needs "
+                                   f"{sweeps.tokens_per_sequence(case)} tokens of context per sequence; the model "
+                                   f"holds {context}"})
         if "cold" in s.phases:
             for trial in range(s.cold_trials):
                 if s.delay > 0:
@@ -163,23 +173,36 @@ class Runner:
                                "drop_cache": drop, "residency": before})
                 self.progress(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
                 self._worker(model, ["cold"], journal, trial=trial)
-        remaining = [p for p in s.phases if p != "cold"]
+        remaining = [p for p in s.phases if p != "cold" and (p not in plan or plan[p])]
         attempts = 0
-        while remaining and attempts < len(s.phases):
+        while remaining and attempts < len(s.phases) + sum(len(c) for c in plan.values()):
             attempts += 1
-            result = self._worker(model, remaining, journal)
+            result = self._worker(model, remaining, journal, cases=plan)
             remaining = [p for p in remaining if p not in result.phases_done]
             if not result.failure or not result.loaded:
                 break
-            if result.failure.get("phase") in remaining:
-                remaining.remove(result.failure["phase"])  # that phase failed; go on with the next
+            phase, case = result.failure.get("phase"), result.failure.get("case")
+            if phase in plan and case is not None:  # a sweep goes on from the case after the failed one
+                ids = [c["id"] for c in plan[phase]]
+                plan[phase] = plan[phase][ids.index(case) + 1:] if case in ids else []
+                if plan[phase]:
+                    continue
+            if phase in remaining:
+                remaining.remove(phase)  # that phase failed; go on with the next
         journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
 
     # -- one worker --------------------------------------------------------------------------
-    def _worker(self, model: ModelSpec, phases: list[str], journal: Journal, trial: int = 0) -> WorkerResult:
+    def _worker(self, model: ModelSpec, phases: list[str], journal: Journal, trial: int = 0,
+                cases: dict | None = None) -> WorkerResult:
         s = model.settings
+        cases = cases or {}
+        # one sequence's context: the longest request of the phases this worker runs (batch
+        # cases get a context of their own, sized for their sequences)
+        need = [s.prompt_tokens + s.gen_tokens if p in ("cold", "warm", "prefix") else 0 for p in phases]
+        need += [sweeps.tokens_per_sequence(c) for p in ("grid", "depth") if p in phases for c in cases.get(p, [])]
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
-               "settings": settings_dict(s), "n_ctx": s.prompt_tokens + s.gen_tokens + 16, "trial": trial}
+               "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
+               "cases": cases}
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         stderr = tempfile.TemporaryFile()
         t_spawn = time.perf_counter_ns()
@@ -257,6 +280,7 @@ class Runner:
                 # a worker that died before the model loaded failed the load, not a phase
                 "phase": (request or {}).get("phase") or phase if loaded else None,
                 "index": (request or {}).get("index"), "kind": (request or {}).get("kind"),
+                "case": (request or {}).get("case"),
                 "mode": (request or {}).get("mode"), "exit_code": rc,
                 "signal": signal.Signals(-rc).name if rc is not None and rc < 0 else None,
                 "stderr_tail": _tail(stderr),
@@ -279,11 +303,11 @@ class Runner:
                 pass
 
 
-def context_refusal(model: ModelSpec, shape: dict | None) -> str | None:
-    """Settings that make no sense for this model: more tokens than its context holds."""
-    ctx = (shape or {}).get("context_length")
+def context_refusal(model: ModelSpec, ctx: int | None) -> str | None:
+    """Settings that make no sense for this model: more tokens than its context holds (the
+    sweep phases are checked case by case instead)."""
     need = model.settings.prompt_tokens + model.settings.gen_tokens
-    if ctx and need > ctx:
+    if ctx and need > ctx and set(model.settings.phases) & {"cold", "warm", "prefix"}:
         return (f"{model.path}: prompt_tokens + gen_tokens = {need} exceeds the model's context length "
                 f"of {ctx} tokens")
     return None
@@ -354,5 +378,6 @@ def _request_line(name: str, ev: dict, s) -> str:
     total = s.cold_trials if ev["phase"] == "cold" else s.reps
     what = ev.get("kind") if ev.get("kind") in ("warmup", "first", "second") else f"{ev['index'] + 1}/{total}"
     mode = f" {ev['mode']}" if ev.get("mode") else ""
-    return f"{name}: {ev['phase']}{mode} {what}: {ev['status']}"
+    case = f" {ev['case']}" if ev.get("case") else ""
+    return f"{name}: {ev['phase']}{case}{mode} {what}: {ev['status']}"
 

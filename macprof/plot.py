@@ -1,18 +1,31 @@
-"""`macprof plot`: decode tok/s against the ceiling, and cold / warm / prefix TTFT, per model.
+"""`macprof plot`: decode tok/s against the ceiling and cold / warm / prefix TTFT per model; and,
+where the logs hold sweeps, TTFT across the grid, decode vs KV depth with the ceiling curve,
+and aggregate tok/s and per-user ITL vs batch size beside the roofline's prediction.
 matplotlib is imported here only (Agg backend, no display needed)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from macprof.errors import MacprofError
 from macprof.runlog import dig
 
 FORMATS = (".png", ".svg", ".html")
+MEASURED, SPEC = "#C44E52", "#55A868"
 
 
 def _label(row: dict, many_logs: bool) -> str:
     return f"{row['model']}\n[{row['source']}]" if many_logs else row["model"]
+
+
+def _models(logs: list[tuple[str, dict]]):
+    """(series label, model) for every model of every log."""
+    many = len(logs) > 1
+    for source, log in logs:
+        for m in log.get("models", []):
+            name = m["identity"]["name"]
+            yield (f"{name} [{source}]" if many else name), m
 
 
 def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
@@ -33,37 +46,30 @@ def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
             ceilings.append((dig(roof, "spec", "ceiling_tok_s"), dig(roof, "measured", "ceiling_tok_s")))
     if not rows:
         raise MacprofError("plot: the run logs hold no models")
-    many = len(logs) > 1
-    labels = [_label(r, many) for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(10, 1.6 * len(rows) + 4), 5.5))
-    x = range(len(rows))
-    ax1.bar(x, [r["decode_tok_s"] or 0 for r in rows], color="#4C72B0", label="decode tok/s (p50)")
-    for i, (spec, meas) in enumerate(ceilings):
-        if meas:
-            ax1.hlines(meas, i - 0.4, i + 0.4, colors="#C44E52", linewidth=2.5,
-                       label="ceiling (measured bandwidth)" if i == 0 or not any(c[1] for c in ceilings[:i]) else None)
-        if spec:
-            ax1.hlines(spec, i - 0.4, i + 0.4, colors="#55A868", linestyles="dashed", linewidth=2,
-                       label="ceiling (published bandwidth)" if not any(c[0] for c in ceilings[:i]) else None)
-        eff = rows[i]["efficiency"]
-        if eff is not None and rows[i]["decode_tok_s"]:
-            ax1.annotate(f"{eff:.0%}", (i, rows[i]["decode_tok_s"]), ha="center", va="bottom", fontsize=8)
-    ax1.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=8)
-    ax1.set_ylabel("tokens / s")
-    ax1.set_title("Decode vs the bandwidth ceiling")
-    ax1.legend(fontsize=8)
-    width = 0.27
-    for k, (key, name, color) in enumerate((("cold_ttft_s", "cold (first token of a fresh process)", "#8172B2"),
-                                             ("warm_ttft_s", "warm", "#4C72B0"),
-                                             ("prefix_ttft_s", "prefix cached", "#55A868"))):
-        ax2.bar([i + (k - 1) * width for i in x], [r[key] or 0 for r in rows], width, label=name, color=color)
-    ax2.set_yscale("log")
-    ax2.set_xticks(list(x), labels, rotation=30, ha="right", fontsize=8)
-    ax2.set_ylabel("TTFT, seconds (log scale)")
-    ax2.set_title("Time to first token")
-    ax2.legend(fontsize=8)
-    fig.text(0.01, 0.01, _caption(logs), fontsize=7, va="bottom", ha="left", wrap=True)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    models = list(_models(logs))
+    panels = []
+    if any(r[k] for r in rows for k in ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s")):
+        panels += [lambda ax: _decode_bars(ax, rows, ceilings, len(logs) > 1),
+                   lambda ax: _ttft_bars(ax, rows, len(logs) > 1)]
+    if any(dig(m, "phases", "grid") for _, m in models):
+        panels.append(lambda ax: _grid(ax, models))
+    if any(dig(m, "phases", "depth") for _, m in models):
+        panels.append(lambda ax: _depth(ax, models))
+    if any(dig(m, "phases", "batch") for _, m in models):
+        panels += [lambda ax: _batch(ax, models, "aggregate"), lambda ax: _batch(ax, models, "itl")]
+    if not panels:
+        raise MacprofError("plot: the run logs hold no measured phase to draw")
+    ncols = 2 if len(panels) <= 4 else 3
+    nrows = math.ceil(len(panels) / ncols)
+    width = max(10, 1.6 * len(rows) + 4) if ncols == 2 else 17
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 5.5 * nrows), squeeze=False)
+    flat = [ax for line in axes for ax in line]
+    for draw, ax in zip(panels, flat):
+        draw(ax)
+    for ax in flat[len(panels):]:
+        ax.axis("off")
+    fig.text(0.01, 0.005, _caption(logs), fontsize=7, va="bottom", ha="left", wrap=True)
+    fig.tight_layout(rect=(0, 0.06 / nrows + 0.03, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".html":
         import io
@@ -77,12 +83,116 @@ def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
     return out
 
 
+def _decode_bars(ax, rows, ceilings, many: bool) -> None:
+    x = range(len(rows))
+    ax.bar(x, [r["decode_tok_s"] or 0 for r in rows], color="#4C72B0", label="decode tok/s (p50)")
+    for i, (spec, meas) in enumerate(ceilings):
+        if meas:
+            ax.hlines(meas, i - 0.4, i + 0.4, colors=MEASURED, linewidth=2.5,
+                      label="ceiling (measured bandwidth)" if not any(c[1] for c in ceilings[:i]) else None)
+        if spec:
+            ax.hlines(spec, i - 0.4, i + 0.4, colors=SPEC, linestyles="dashed", linewidth=2,
+                      label="ceiling (published bandwidth)" if not any(c[0] for c in ceilings[:i]) else None)
+        eff = rows[i]["efficiency"]
+        if eff is not None and rows[i]["decode_tok_s"]:
+            ax.annotate(f"{eff:.0%}", (i, rows[i]["decode_tok_s"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("tokens / s")
+    ax.set_title("Decode vs the bandwidth ceiling")
+    ax.legend(fontsize=8)
+
+
+def _ttft_bars(ax, rows, many: bool) -> None:
+    x = range(len(rows))
+    width = 0.27
+    for k, (key, name, color) in enumerate((("cold_ttft_s", "cold (first token of a fresh process)", "#8172B2"),
+                                             ("warm_ttft_s", "warm", "#4C72B0"),
+                                             ("prefix_ttft_s", "prefix cached", "#55A868"))):
+        ax.bar([i + (k - 1) * width for i in x], [r[key] or 0 for r in rows], width, label=name, color=color)
+    ax.set_yscale("log")
+    ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("TTFT, seconds (log scale)")
+    ax.set_title("Time to first token")
+    ax.legend(fontsize=8)
+
+
+def _ok_cases(m: dict, phase: str) -> list[dict]:
+    return [c for c in dig(m, "phases", phase, "cases") or [] if c["status"] == "ok"]
+
+
+def _grid(ax, models) -> None:
+    styles = ("-", "--", ":", "-.")
+    for k, (label, m) in enumerate(models):
+        cases = _ok_cases(m, "grid")
+        color = f"C{k % 10}"  # one colour per model, one line style per output length
+        for j, gen in enumerate(sorted({c["gen_tokens"] for c in cases})):
+            pts = sorted((c["prompt_tokens"], dig(c, "summary", "ttft_s", "median")) for c in cases if c["gen_tokens"] == gen)
+            pts = [(p, t) for p, t in pts if t]
+            if pts:
+                ax.plot(*zip(*pts), styles[j % len(styles)], marker="o", color=color, label=f"{label}, gen {gen}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("TTFT p50, seconds")
+    ax.set_title("Grid: time to first token vs prompt length")
+    ax.legend(fontsize=7)
+
+
+def _depth(ax, models) -> None:
+    for label, m in models:
+        cases = _ok_cases(m, "depth")
+        if not cases:
+            continue
+        depth = [c["depth"] for c in cases]
+        line, = ax.plot(depth, [dig(c, "summary", "decode_tok_s", "median") or 0 for c in cases], marker="o",
+                        label=f"{label} decode p50")
+        for which, style in (("measured", "--"), ("spec", ":")):
+            ceiling = [dig(c, "roofline", which, "ceiling_tok_s") for c in cases]
+            if all(ceiling):
+                ax.plot(depth, ceiling, style, color=line.get_color(), label=f"{label} ceiling ({which} bandwidth)")
+        for c in cases:
+            eff = dig(c, "roofline", "measured", "efficiency") or dig(c, "roofline", "spec", "efficiency")
+            if eff is not None:
+                ax.annotate(f"{eff:.0%}", (c["depth"], dig(c, "summary", "decode_tok_s", "median")),
+                            ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens already in the KV cache (depth)")
+    ax.set_ylabel("decode tokens / s (log scale)")
+    ax.set_title("Decode vs KV depth (dashed: ceiling at that depth)")
+    ax.legend(fontsize=7)
+
+
+def _batch(ax, models, what: str) -> None:
+    key, pred_key = ("aggregate_tok_s", "predicted_aggregate_tok_s") if what == "aggregate" else ("itl_p50_s", "predicted_itl_s")
+    for label, m in models:
+        rows = dig(m, "phases", "batch", "tradeoff") or []
+        if not rows:
+            continue
+        b = [r["batch"] for r in rows]
+        line, = ax.plot(b, [r[key] or 0 for r in rows], marker="o", label=f"{label} measured")
+        if all(r[pred_key] for r in rows):
+            ax.plot(b, [r[pred_key] for r in rows], "--", color=line.get_color(),
+                    label=f"{label} roofline ({rows[0]['predicted_with']} bandwidth)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size B (sequences decoded together)")
+    if what == "aggregate":
+        ax.set_ylabel("aggregate decode tokens / s")
+        ax.set_title("Batching: aggregate throughput")
+    else:
+        ax.set_ylabel("per-user inter-token latency p50, s")
+        ax.set_title("Batching: each user's ITL")
+    ax.legend(fontsize=7)
+
+
 def _caption(logs: list[tuple[str, dict]]) -> str:
     parts = []
     for source, log in logs:
         mach = log.get("machine") or {}
         s = (log.get("models") or [{}])[0].get("settings") or {}
+        sweeps = ", ".join(f"{k} {s[k]}" for k in ("prompt_grid", "gen_grid", "shapes", "depths", "batches") if s.get(k))
         parts.append(f"{source}: {mach.get('chip') or mach.get('cpu_model')}, {mach.get('os')} {mach.get('os_version')}, "
                      f"prompt {s.get('prompt_tokens')} / gen {s.get('gen_tokens')} tokens, reps {s.get('reps')}, "
-                     f"macprof {log.get('tool_version')}, {log.get('started_utc')}")
+                     + (f"{sweeps}, " if sweeps else "")
+                     + f"macprof {log.get('tool_version')}, {log.get('started_utc')}")
     return "\n".join(parts)

@@ -17,7 +17,7 @@ from macprof.errors import MacprofError
 from macprof.measure import stats
 from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
 
-SCHEMA_VERSION = 2  # 2: measured/spec bandwidth, per-phase roofline, per-request engine memory
+SCHEMA_VERSION = 3  # 2: measured/spec bandwidth, per-phase roofline; 3: grid / depth / batch sweeps
 METRICS = ("ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s")
 
 
@@ -87,6 +87,7 @@ def request_record(ev: dict) -> dict:
     rec = {k: ev.get(k) for k in ("index", "kind", "mode", "status", "error", "t0", "t_tokenized", "token_times",
                                     "tokens", "prompt_tokens", "reused_tokens", "computed_prompt_tokens",
                                     "cached_tokens_after", "kv_cache_bytes", "engine_memory")}
+    rec.update({k: ev[k] for k in ("case", "batch", "cached_tokens_before") if k in ev})
     rec["n_tokens"] = d.n_tokens
     rec.update(ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s,
                e2e_tok_s=d.e2e_tok_s, tokenize_s=d.tokenize_s, total_s=d.total_s)
@@ -156,38 +157,63 @@ def _near_tie() -> float:
 
 
 ROOFLINE_DEFINITIONS = {
-    "ceiling_tok_s": "bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token), c = mean context during decode = prompt_tokens + gen_tokens / 2",
+    "ceiling_tok_s": "bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token), c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
+    "batch_prediction": "step(B) = max((W + B c kv) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); flops only where Apple publishes them",
+    "aggregate_decode_tok_s": "B x decode_tok_s of the batch: every step yields one token of each sequence",
     "efficiency": "decode_tok_s (median) / ceiling_tok_s",
     "weight_bytes_per_token": "tensor bytes, less the embedding table but one row (unless tied to the output head), less inactive experts",
     "file_size_convention": "bandwidth / model file bytes, the simple figure people quote",
 }
 
 
-def roofline_for(summary: dict, shape: dict | None, settings: dict, bw: dict | None, file_bytes: int) -> dict:
-    """Ceilings for one phase's decode figure, with spec and measured bandwidth both."""
-    from macprof.roofline import Roofline, efficiency
+def _roofline(shape: dict, bw: dict | None, which: str):
+    """(Roofline, None) for the spec or measured bandwidth, or (None, reason)."""
+    from macprof.roofline import Roofline
+
+    gbs = dig(bw, which, "gbs")
+    if not gbs:
+        return None, dig(bw, which, "reason") or "unknown"
+    tflops = (bw or {}).get("tflops")
+    return Roofline(shape["weight_bytes_per_token"], gbs * 1e9, shape.get("active_params"),
+                    tflops * 1e12 if tflops and which == "spec" else None, shape.get("kv_bytes_per_token") or 0), None
+
+
+def roofline_for(summary: dict, shape: dict | None, context: float, bw: dict | None, file_bytes: int) -> dict:
+    """Ceilings for one phase's (or case's) decode figure at ``context`` tokens, with spec and
+    measured bandwidth both."""
+    from macprof.roofline import efficiency
 
     if not shape or not shape.get("weight_bytes_per_token"):
         return {"reason": "model shape unknown"}
-    context = settings["prompt_tokens"] + settings["gen_tokens"] / 2
     decode = dig(summary, "decode_tok_s", "median")
     prefill = dig(summary, "prefill_tok_s", "median")
     out = {"context_tokens": context, "weight_bytes_per_token": shape["weight_bytes_per_token"],
            "kv_bytes_per_token": shape.get("kv_bytes_per_token"), "decode_tok_s": decode}
-    tflops = (bw or {}).get("tflops")
     for which in ("spec", "measured"):
-        gbs = dig(bw, which, "gbs")
-        if not gbs:
-            out[which] = {"bandwidth_gbs": None, "reason": dig(bw, which, "reason") or "unknown"}
+        r, reason = _roofline(shape, bw, which)
+        if r is None:
+            out[which] = {"bandwidth_gbs": None, "reason": reason}
             continue
-        r = Roofline(shape["weight_bytes_per_token"], gbs * 1e9, shape.get("active_params"),
-                     tflops * 1e12 if tflops and which == "spec" else None, shape.get("kv_bytes_per_token") or 0)
+        gbs = r.bandwidth / 1e9
         ceiling = r.ceiling_tok_s(context)
         pre = r.prefill_ceiling_tok_s()
         out[which] = {"bandwidth_gbs": gbs, "ceiling_tok_s": ceiling, "efficiency": efficiency(decode, ceiling),
                       "bound": r.bound(context), "file_size_ceiling_tok_s": gbs * 1e9 / file_bytes if file_bytes else None,
                       "prefill_compute_ceiling_tok_s": pre, "prefill_efficiency": efficiency(prefill, pre),
                       "prefill_reason": None if pre else "no published peak FLOP figure for this chip"}
+    return out
+
+
+def batch_prediction(shape: dict | None, context: float, batch: int, bw: dict | None) -> dict:
+    """The roofline's batching model for B sequences at ``context`` tokens each (DESIGN.md):
+    per-user ITL = step(B), aggregate = B / step(B), for spec and measured bandwidth."""
+    if not shape or not shape.get("weight_bytes_per_token"):
+        return {"reason": "model shape unknown"}
+    out = {}
+    for which in ("spec", "measured"):
+        r, reason = _roofline(shape, bw, which)
+        out[which] = {"bandwidth_gbs": None, "reason": reason} if r is None else \
+            {"bandwidth_gbs": r.bandwidth / 1e9, **r.batch_row(batch, context)}
     return out
 
 
@@ -225,11 +251,15 @@ def build_model(events: list[dict], bw: dict | None = None) -> dict:
         summary = summarize_requests(warm_measured, len(wf))
         phases["warm"] = {"requests": warm_reqs, "summary": summary, "failures": wf,
                           "memory": _phase_memory(events, "warm"),
-                          "roofline": roofline_for(summary, head.get("shape"), settings, bw, head["identity"]["total_bytes"])}
+                          "roofline": roofline_for(summary, head.get("shape"), _context(settings), bw,
+                                                   head["identity"]["total_bytes"])}
     if "prefix" in settings["phases"]:
         phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"))
-        phases["prefix"]["roofline"] = roofline_for(phases["prefix"]["summary"]["reuse"], head.get("shape"), settings,
-                                                    bw, head["identity"]["total_bytes"])
+        phases["prefix"]["roofline"] = roofline_for(phases["prefix"]["summary"]["reuse"], head.get("shape"),
+                                                    _context(settings), bw, head["identity"]["total_bytes"])
+    for phase in ("grid", "depth", "batch"):
+        if phase in settings["phases"]:
+            phases[phase] = _build_sweep(phase, events, _phase_failures(failures, phase), head, bw)
     shape = head.get("shape") or {}
     kv_tok = shape.get("kv_bytes_per_token")
     context = settings["prompt_tokens"] + settings["gen_tokens"]
@@ -262,6 +292,106 @@ def build_model(events: list[dict], bw: dict | None = None) -> dict:
         "failures": failures,
         "complete": model_end is not None,
     }
+
+
+def _context(settings: dict) -> float:
+    """Mean context while decoding: the prompt plus half the generated tokens."""
+    return settings["prompt_tokens"] + settings["gen_tokens"] / 2
+
+
+def _build_sweep(phase: str, events: list[dict], failures: list[dict], head: dict, bw: dict | None) -> dict:
+    """One entry per planned case, in plan order, each with its requests, summary and ceiling
+    at its own context; a case refused, unsupported or never reached says so."""
+    from macprof.cases import plan
+    from macprof.config import settings_from_dict
+
+    shape, file_bytes = head.get("shape"), head["identity"]["total_bytes"]
+    mine = [e for e in events if e.get("phase") == phase]
+    cases = []
+    for case in plan(settings_from_dict(head["settings"])).get(phase, []):
+        cid = case["id"]
+        evs = [e for e in mine if e.get("case") == cid]
+        build_record = batch_record if phase == "batch" else request_record
+        reqs = [build_record(e) for e in evs if e["event"] == "request"]
+        measured = [r for r in reqs if r["kind"] == "measured"]
+        fails = [f for f in failures if f.get("case") == cid]
+        unsupported = next((e for e in evs if e["event"] == "case_unsupported"), None)
+        summary = summarize_requests(measured, len(fails))
+        entry = {**case, "status": _case_status(measured, fails, unsupported), "requests": reqs, "summary": summary,
+                 "failures": fails, "reason": (unsupported or {}).get("reason") or next((f.get("reason") for f in fails), None),
+                 "roofline": roofline_for(summary, shape, case["context_tokens"], bw, file_bytes)}
+        if phase == "depth":
+            fill = next((e for e in evs if e["event"] == "depth_fill"), None)
+            entry["fill"] = fill and {k: fill.get(k) for k in ("fill_s", "cached_tokens", "kv_cache_bytes")}
+        if phase == "batch":
+            aggregate = [r["aggregate_decode_tok_s"] for r in measured if r["status"] == "ok"]
+            summary["aggregate_decode_tok_s"] = stats.summarize(aggregate, failures=len(fails))
+            entry["prediction"] = batch_prediction(shape, case["context_tokens"], case["batch"], bw)
+            check = next((e for e in evs if e["event"] == "batch_check"), None)
+            entry["check"] = _batch_check_summary(check)
+        cases.append(entry)
+    out = {"cases": cases, "failures": [f for f in failures if f.get("case") is None],
+           "memory": _phase_memory(events, phase)}
+    if phase == "batch":
+        out["tradeoff"] = batch_tradeoff(cases)
+    return out
+
+
+def _case_status(measured: list[dict], fails: list[dict], unsupported: dict | None) -> str:
+    if unsupported:
+        return "unsupported"
+    if any(f.get("status") == "refused" for f in fails):
+        return "refused"
+    if fails or any(r["status"] != "ok" for r in measured):
+        return "failed"
+    return "ok" if measured else "not run"
+
+
+def batch_record(ev: dict) -> dict:
+    """A batched request: B sequences share each step's timestamp. ``decode_tok_s`` and the ITL
+    are per sequence (what each user sees); prefill counts all B prompts; the aggregate is B x
+    the per-sequence rate."""
+    rec = request_record(ev)
+    b = ev["batch"]
+    rec["aggregate_decode_tok_s"] = b * rec["decode_tok_s"] if rec["decode_tok_s"] else None
+    rec["aggregate_e2e_tok_s"] = b * rec["e2e_tok_s"] if rec["e2e_tok_s"] else None
+    return rec
+
+
+def _batch_check_summary(check: dict | None) -> dict | None:
+    if not check:
+        return None
+    seqs = check["sequences"]
+    return {"n": len(seqs), "identical": sum(1 for c in seqs if c["first_divergence"] is None),
+            "near_ties": sum(1 for c in seqs if c["near_tie"]), "failed": sum(1 for c in seqs if not c["passed"]),
+            "sequences": seqs}
+
+
+def batch_tradeoff(cases: list[dict]) -> list[dict]:
+    """Per batch size: aggregate tok/s and per-user ITL, measured and predicted, each also as a
+    ratio to batch 1 (the trade-off: "B=8: aggregate x6.1, each user's ITL x1.24")."""
+    rows = []
+    for c in cases:
+        if c["status"] != "ok":
+            continue
+        which = "measured" if dig(c, "prediction", "measured", "itl_s") else "spec"
+        pred = dig(c, "prediction", which) or {}
+        rows.append({"batch": c["batch"], "aggregate_tok_s": dig(c, "summary", "aggregate_decode_tok_s", "median"),
+                     "itl_p50_s": dig(c, "summary", "itl_s", "median"), "itl_p99_s": dig(c, "summary", "itl_s", "p99"),
+                     "predicted_with": which if pred.get("itl_s") else None,
+                     "predicted_aggregate_tok_s": pred.get("aggregate_tok_s"), "predicted_itl_s": pred.get("itl_s"),
+                     "bound": pred.get("bound")})
+    base = next((r for r in rows if r["batch"] == 1), None)
+    for r in rows:
+        r["measured_over_predicted_aggregate"] = _ratio(r["aggregate_tok_s"], r["predicted_aggregate_tok_s"])
+        r["measured_over_predicted_itl"] = _ratio(r["itl_p50_s"], r["predicted_itl_s"])
+        for key in ("aggregate_tok_s", "itl_p50_s", "predicted_aggregate_tok_s", "predicted_itl_s"):
+            r[f"{key.removesuffix('_s').removesuffix('_tok')}_vs_b1"] = _ratio(r[key], base and base[key])
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
 
 
 def _phase_memory(events: list[dict], phase: str) -> dict:
@@ -447,4 +577,7 @@ def migrate(data: dict) -> dict:
                     phase.setdefault("roofline", {"reason": "not recorded: schema_version 1 predates the ceiling"})
         data["migrated_from"] = 1
         data["schema_version"] = 2
+    if data.get("schema_version") == 2:  # 3 added optional sweep phases: a 2 log is a valid 3 log
+        data = {**data, "schema_version": 3}
+        data.setdefault("migrated_from", 2)
     return data

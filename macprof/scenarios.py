@@ -10,6 +10,7 @@ which journals them at once, so nothing measured waits in memory for the end of 
           first; outputs are compared token by token.
 - cold:   (see worker.py) the first request of a fresh process, then a warm one of the
           same shape, so the first request's extra cost is measured, not guessed.
+- grid / depth / batch: the sweeps of macprof/cases.py.
 """
 
 from __future__ import annotations
@@ -28,41 +29,52 @@ Clock = Callable[[], int]
 NEAR_TIE_LOGITS = 0.1
 
 
-def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
-    """One request, timestamped by the caller's clock (engines never time themselves). The
-    engine's peak-memory counter is reset before it, outside the timed span."""
+def _stamped(engine, texts: list[str], generate, clock: Clock) -> dict:
+    """Tokenize ``texts`` and run ``generate(ids)``, timestamping each item it yields; an
+    engine error becomes a recorded failure with whatever timestamps it had."""
     engine.reset_peak_memory()
     times: list[int] = []
-    tokens: list[int] = []
+    outs: list = []
+    ids: list[list[int]] | None = None
     t_tok = None
     t0 = clock()
     try:
-        ids = engine.tokenize(prompt.text)
+        ids = [engine.tokenize(t) for t in texts]
         t_tok = clock()
-        for token in engine.generate(ids, n):
+        for out in generate(ids):
             times.append(clock())
-            tokens.append(token)
+            outs.append(out)
         status, error = "ok", None
     except Exception as exc:  # noqa: BLE001 - an engine error is a recorded failure
         status, error = "error", f"{type(exc).__name__}: {exc}"
-        ids = list(prompt.ids)
-    if status == "ok" and len(tokens) != n:
-        status, error = "error", f"engine yielded {len(tokens)} tokens instead of {n}"
+    return {"status": status, "error": error, "t0": t0, "t_tokenized": t_tok, "token_times": times,
+            "outs": outs, "ids": ids}
+
+
+def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
+    """One request, timestamped by the caller's clock (engines never time themselves). The
+    engine's peak-memory counter is reset before it, outside the timed span."""
+    r = _stamped(engine, [prompt.text], lambda ids: engine.generate(ids[0], n), clock)
+    tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
+    if r["status"] == "ok" and len(tokens) != n:
+        r.update(status="error", error=f"engine yielded {len(tokens)} tokens instead of {n}")
     reused = engine.reused_tokens
-    return {
-        "status": status,
-        "error": error,
-        "t0": t0,
-        "t_tokenized": t_tok,
-        "token_times": times,
-        "tokens": tokens,
-        "prompt_tokens": len(ids),
-        "reused_tokens": reused,
-        "computed_prompt_tokens": len(ids) - reused,
-        "cached_tokens_after": engine.cached_tokens(),
-        "kv_cache_bytes": engine.kv_cache_bytes(),
-        "engine_memory": engine.memory() or None,
-    }
+    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "reused_tokens": reused,
+            "computed_prompt_tokens": len(ids) - reused, "cached_tokens_after": engine.cached_tokens(),
+            "kv_cache_bytes": engine.kv_cache_bytes(), "engine_memory": engine.memory() or None}
+
+
+def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_counter_ns) -> dict:
+    """B sequences decoded together: one timestamp per step (each step yields one token of
+    every sequence), tokens kept per sequence."""
+    r = _stamped(engine, [p.text for p in prompts], lambda ids: engine.generate_batch(ids, n), clock)
+    steps, ids = r.pop("outs"), r.pop("ids") or [list(p.ids) for p in prompts]
+    seqs = [[step[j] for step in steps] for j in range(len(prompts))]
+    if r["status"] == "ok" and (len(steps) != n or any(len(step) != len(prompts) for step in steps)):
+        r.update(status="error", error=f"engine yielded {len(steps)} steps instead of {n}, "
+                                       f"or a step without one token per sequence")
+    return {**r, "tokens": seqs, "batch": len(prompts), "prompt_tokens": len(ids[0]),
+            "computed_prompt_tokens": sum(len(x) for x in ids), "engine_memory": engine.memory() or None}
 
 
 def _pause(settings: Settings) -> None:
@@ -70,17 +82,95 @@ def _pause(settings: Settings) -> None:
         time.sleep(settings.delay)
 
 
-def run_warm(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock = time.perf_counter_ns) -> None:
-    prompts = [builder.prompt(f"warm:{i}", s.prompt_tokens) for i in range(s.reps + 1)]
-    engine.reset_peak_memory()
+def _kind(i: int) -> str:
+    return "warmup" if i == 0 else "measured"
+
+
+def _warm_case(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock, phase: str, key: str,
+               prompt_tokens: int, gen_tokens: int, tags: dict) -> None:
+    """One warm-up request (discarded), then ``reps`` measured ones, the cache emptied before each."""
+    prompts = [builder.prompt(f"{key}:{i}", prompt_tokens) for i in range(s.reps + 1)]
     for i, prompt in enumerate(prompts):
-        kind = "warmup" if i == 0 else "measured"
         _pause(s)
         engine.reset()
-        emit({"event": "request_start", "phase": "warm", "index": i - 1, "kind": kind})
-        rec = timed_request(engine, prompt, s.gen_tokens, clock)
-        emit({"event": "request", "phase": "warm", "index": i - 1, "kind": kind, **rec})
+        head = {"phase": phase, "index": i - 1, "kind": _kind(i), **tags}
+        emit({"event": "request_start", **head})
+        emit({"event": "request", **head, **timed_request(engine, prompt, gen_tokens, clock)})
+
+
+def run_warm(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock = time.perf_counter_ns) -> None:
+    engine.reset_peak_memory()
+    _warm_case(engine, builder, s, emit, clock, "warm", "warm", s.prompt_tokens, s.gen_tokens, {})
     emit({"event": "phase_memory", "phase": "warm", "engine_memory": engine.memory()})
+
+
+def run_grid(engine, builder: PromptBuilder, s: Settings, cases: list[dict], emit: Emit,
+             clock: Clock = time.perf_counter_ns) -> None:
+    engine.reset_peak_memory()
+    for case in cases:
+        _warm_case(engine, builder, s, emit, clock, "grid", f"grid:{case['id']}", case["prompt_tokens"],
+                   case["gen_tokens"], {"case": case["id"]})
+    emit({"event": "phase_memory", "phase": "grid", "engine_memory": engine.memory()})
+
+
+def run_depth(engine, builder: PromptBuilder, s: Settings, cases: list[dict], emit: Emit,
+              clock: Clock = time.perf_counter_ns) -> None:
+    """The cache is filled with d tokens once per case (timed apart, as ``fill_s``); before each
+    request it is cut back to exactly those d tokens, which the request then reuses."""
+    engine.reset_peak_memory()
+    for case in cases:
+        d, tags = case["depth"], {"case": case["id"]}
+        engine.reset()
+        if d > 0:
+            context = builder.prompt(f"depth:{d}", d)
+            t = clock()
+            for _ in engine.generate(list(context.ids), 1):  # computes exactly the d context tokens
+                pass
+            fill_s = (clock() - t) / 1e9
+            prompts = [builder.prefixed(context, f"depth:{d}:{i}", d + 1) for i in range(s.reps + 1)]
+        else:
+            fill_s, prompts = None, [builder.prompt(f"depth:0:{i}", 1) for i in range(s.reps + 1)]
+        emit({"event": "depth_fill", "phase": "depth", **tags, "depth": d, "fill_s": fill_s,
+              "cached_tokens": engine.cached_tokens(), "kv_cache_bytes": engine.kv_cache_bytes()})
+        for i, prompt in enumerate(prompts):
+            _pause(s)
+            engine.truncate(d)  # restore the filled cache: drop what the previous request added
+            head = {"phase": "depth", "index": i - 1, "kind": _kind(i), **tags,
+                    "cached_tokens_before": engine.cached_tokens()}
+            emit({"event": "request_start", **head})
+            emit({"event": "request", **head, **timed_request(engine, prompt, case["gen_tokens"], clock)})
+    emit({"event": "phase_memory", "phase": "depth", "engine_memory": engine.memory()})
+
+
+def run_batch(engine, builder: PromptBuilder, s: Settings, cases: list[dict], emit: Emit,
+              clock: Clock = time.perf_counter_ns) -> None:
+    """Per batch size: a warm-up batch, then ``reps`` measured batches of distinct prompts. The
+    first measured batch is checked against the same prompts run one at a time (greedy)."""
+    from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
+
+    engine.reset_peak_memory()
+    for case in cases:
+        size, n, tags = case["batch"], case["gen_tokens"], {"case": case["id"], "batch": case["batch"]}
+        if engine.batch_unsupported:
+            emit({"event": "case_unsupported", "phase": "batch", **tags, "reason": engine.batch_unsupported})
+            continue
+        engine.reset()
+        engine.open_batch(size, tokens_per_sequence(case) + CONTEXT_MARGIN)
+        try:
+            for i in range(s.reps + 1):
+                prompts = [builder.prompt(f"batch:{size}:{i}:{j}", case["prompt_tokens"]) for j in range(size)]
+                _pause(s)
+                engine.reset()
+                head = {"phase": "batch", "index": i - 1, "kind": _kind(i), **tags}
+                emit({"event": "request_start", **head})
+                rec = timed_batch(engine, prompts, n, clock)
+                emit({"event": "request", **head, **rec})
+                if i == 1 and rec["status"] == "ok":
+                    emit({"event": "batch_check", "phase": "batch", **tags, "index": 0,
+                          "sequences": _batch_check(engine, prompts, rec["tokens"], n)})
+        finally:
+            engine.close_batch()
+    emit({"event": "phase_memory", "phase": "batch", "engine_memory": engine.memory()})
 
 
 def run_prefix(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock = time.perf_counter_ns) -> None:
@@ -89,7 +179,7 @@ def run_prefix(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: C
     engine.reset_peak_memory()
     for i, prompt in enumerate(prompts):
         index = i - 1  # the first pair warms up both paths and is discarded
-        kind = "warmup" if i == 0 else "measured"
+        kind = _kind(i)
         outputs: dict[str, list[int]] = {}
         order = ("reuse", "noreuse") if i % 2 == 0 else ("noreuse", "reuse")
         for mode in order:
@@ -105,6 +195,15 @@ def run_prefix(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: C
         emit({"event": "prefix_check", "phase": "prefix", "index": index, "kind": kind,
               **compare_outputs(engine, prompt, outputs["noreuse"], outputs["reuse"])})
     emit({"event": "phase_memory", "phase": "prefix", "engine_memory": engine.memory()})
+
+
+def _batch_check(engine, prompts: list[Prompt], batched: list[list[int]], n: int) -> list[dict]:
+    out = []
+    for prompt, tokens in zip(prompts, batched):
+        engine.reset()
+        alone = list(engine.generate(list(prompt.ids), n))
+        out.append(compare_outputs(engine, prompt, alone, tokens))
+    return out
 
 
 def compare_outputs(engine, prompt: Prompt, reference: list[int], other: list[int]) -> dict:

@@ -45,13 +45,13 @@ def run(job: dict, emit) -> None:
         emit = _with_fault(emit, json.loads(fault), job["name"])
 
     from macprof import engines
-    from macprof.config import Settings
+    from macprof.config import settings_from_dict
     from macprof.engines.base import EngineSettings
     from macprof.errors import MacprofError
 
     engine = engines.create(job["engine"])
     t_imported = time.perf_counter_ns()
-    settings = Settings(**{**job["settings"], "phases": tuple(job["settings"]["phases"])})
+    settings = settings_from_dict(job["settings"])
     try:
         engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads))
     except MacprofError:
@@ -77,6 +77,9 @@ def run(job: dict, emit) -> None:
             scenarios.run_warm(engine, builder, settings, emit)
         elif phase == "prefix":
             scenarios.run_prefix(engine, builder, settings, emit)
+        elif phase in ("grid", "depth", "batch"):
+            run_sweep = getattr(scenarios, f"run_{phase}")
+            run_sweep(engine, builder, settings, job["cases"][phase], emit)
         emit({"event": "phase_end", "phase": phase, "rss_bytes": _rss()})
     engine.close()
 

@@ -3,6 +3,10 @@
 As generate_step does, step k+1 is queued with ``mx.async_eval`` before token k is read with
 ``.item()``, so the Python side overlaps the device; unlike it, greedy sampling is a plain
 argmax (no log-softmax), and no step is computed past the last token requested.
+
+Batched decoding is mlx-lm's own ``BatchGenerator`` (what ``mlx_lm.batch_generate`` runs),
+greedy, with no stop tokens so every sequence yields exactly ``n`` tokens. It keeps its own
+pipelining: step k+1 is queued before step k's tokens are read, one step past the last.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class MlxEngine:
         self._reused = 0
         self._stream = None
         self._prefill_step = 2048
+        self._bsize = 0
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -68,6 +73,12 @@ class MlxEngine:
 
     def cached_tokens(self) -> int:
         return 0 if self._cache is None else int(self._cache[0].offset)
+
+    def truncate(self, n_tokens: int) -> None:
+        excess = self.cached_tokens() - n_tokens
+        if excess > 0:
+            trim_prompt_cache(self._cache, excess)
+        self._history = self._history[:n_tokens]
 
     @property
     def reused_tokens(self) -> int:
@@ -115,6 +126,37 @@ class MlxEngine:
                 if i + 1 < n:
                     y = next_y
 
+    # -- batched generation ----------------------------------------------------------------
+    batch_unsupported = None
+
+    def open_batch(self, size: int, tokens_per_seq: int) -> None:
+        self._bsize = size  # BatchGenerator allocates each sequence's cache as it goes
+
+    def close_batch(self) -> None:
+        self._bsize = 0
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
+        from mlx_lm.generate import BatchGenerator
+        from mlx_lm.sample_utils import greedy_sampler
+
+        size = len(prompts)
+        gen = BatchGenerator(self.model, max_tokens=n, stop_tokens=None, sampler=greedy_sampler,
+                             completion_batch_size=size, prefill_batch_size=size,
+                             prefill_step_size=self._prefill_step, stream=self._stream)
+        try:
+            uids = gen.insert([list(p) for p in prompts], [n] * size)
+            slot = {uid: i for i, uid in enumerate(uids)}
+            for _ in range(n):
+                responses = gen.next_generated()
+                if len(responses) != size:
+                    raise RuntimeError(f"BatchGenerator returned {len(responses)} tokens for {size} sequences")
+                tokens = [0] * size
+                for r in responses:
+                    tokens[slot[r.uid]] = int(r.token)
+                yield tokens
+        finally:
+            gen.close()
+
     def top2(self, ids: Sequence[int]) -> TopTwo:
         self.reset()
         cache = self._cache
@@ -146,6 +188,7 @@ class MlxEngine:
         return {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "device": str(mx.default_device())}
 
     def close(self) -> None:
+        self.close_batch()
         self.model = self._cache = None
         mx.clear_cache()
 

@@ -1,0 +1,59 @@
+"""Workload sweeps (pure): which cases the grid, depth and batch phases measure.
+
+- grid:  every (prompt_tokens, gen_tokens) of ``prompt_grid`` x ``gen_grid``, plus the named
+         shapes; each case runs the warm protocol (warm-up, then ``reps`` requests with
+         distinct prompts, the cache emptied before each).
+- depth: decode after the KV cache already holds d tokens. The d tokens are computed once
+         per case (untimed); each request then adds one new prompt token and generates
+         ``gen_tokens``, and the cache is cut back to d tokens before the next one.
+- batch: B sequences (distinct prompts of ``prompt_tokens``) decoded together,
+         ``gen_tokens`` each.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+# Named workload shapes: (prompt tokens, generated tokens, what it stands for).
+SHAPES = {
+    "rag": (2048, 64, "long input, short output: retrieval-augmented answers, document Q&A"),
+    "chat": (256, 256, "short input, medium output: a chat turn"),
+    "code": (512, 1024, "short input, long output: code generation"),
+}
+SWEEP_PHASES = ("grid", "depth", "batch")
+CONTEXT_MARGIN = 16  # tokens the engine's context holds beyond a case's own
+
+
+def case_id(phase: str, case: dict) -> str:
+    if phase == "grid":
+        return case["shape"] or f"p{case['prompt_tokens']}-g{case['gen_tokens']}"
+    if phase == "depth":
+        return f"d{case['depth']}"
+    return f"b{case['batch']}"
+
+
+def plan(s) -> dict[str, list[dict]]:
+    """Cases per sweep phase of settings ``s`` (only the phases it asks for), in run order."""
+    out: dict[str, list[dict]] = {}
+    if "grid" in s.phases:
+        cases = [{"shape": None, "prompt_tokens": p, "gen_tokens": g}
+                 for p, g in product(s.prompt_grid or (s.prompt_tokens,), s.gen_grid or (s.gen_tokens,))]
+        if s.shapes and not (s.prompt_grid or s.gen_grid):
+            cases = []  # shapes alone: just the shapes
+        cases += [{"shape": name, "prompt_tokens": SHAPES[name][0], "gen_tokens": SHAPES[name][1]} for name in s.shapes]
+        out["grid"] = cases
+    if "depth" in s.phases:
+        # the request's prompt is the d cached tokens plus one new one
+        out["depth"] = [{"depth": d, "prompt_tokens": d + 1, "gen_tokens": s.gen_tokens} for d in s.depths]
+    if "batch" in s.phases:
+        out["batch"] = [{"batch": b, "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens} for b in s.batches]
+    for phase, cases in out.items():
+        for c in cases:
+            c["id"] = case_id(phase, c)
+            # mean context while decoding: what the ceiling at context c is evaluated at
+            c["context_tokens"] = c["prompt_tokens"] + c["gen_tokens"] / 2
+    return out
+
+
+def tokens_per_sequence(case: dict) -> int:
+    return case["prompt_tokens"] + case["gen_tokens"]
