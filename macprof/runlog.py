@@ -322,7 +322,7 @@ def _build_sweep(phase: str, events: list[dict], failures: list[dict], head: dic
                  "roofline": roofline_for(summary, shape, case["context_tokens"], bw, file_bytes)}
         if phase == "depth":
             fill = next((e for e in evs if e["event"] == "depth_fill"), None)
-            entry["fill"] = fill and {k: fill.get(k) for k in ("fill_s", "cached_tokens", "kv_cache_bytes")}
+            entry["fill"] = fill and {k: fill.get(k) for k in ("t_start", "t_end", "fill_s", "cached_tokens", "kv_cache_bytes")}
         if phase == "batch":
             aggregate = [r["aggregate_decode_tok_s"] for r in measured if r["status"] == "ok"]
             summary["aggregate_decode_tok_s"] = stats.summarize(aggregate, failures=len(fails))

@@ -121,17 +121,19 @@ def run_depth(engine, builder: PromptBuilder, s: Settings, cases: list[dict], em
     for case in cases:
         d, tags = case["depth"], {"case": case["id"]}
         engine.reset()
+        t_start = t_end = None
         if d > 0:
             context = builder.prompt(f"depth:{d}", d)
-            t = clock()
+            t_start = clock()
             for _ in engine.generate(list(context.ids), 1):  # computes exactly the d context tokens
                 pass
-            fill_s = (clock() - t) / 1e9
+            t_end = clock()
             prompts = [builder.prefixed(context, f"depth:{d}:{i}", d + 1) for i in range(s.reps + 1)]
         else:
-            fill_s, prompts = None, [builder.prompt(f"depth:0:{i}", 1) for i in range(s.reps + 1)]
-        emit({"event": "depth_fill", "phase": "depth", **tags, "depth": d, "fill_s": fill_s,
-              "cached_tokens": engine.cached_tokens(), "kv_cache_bytes": engine.kv_cache_bytes()})
+            prompts = [builder.prompt(f"depth:0:{i}", 1) for i in range(s.reps + 1)]
+        emit({"event": "depth_fill", "phase": "depth", **tags, "depth": d, "t_start": t_start, "t_end": t_end,
+              "fill_s": (t_end - t_start) / 1e9 if d > 0 else None, "cached_tokens": engine.cached_tokens(),
+              "kv_cache_bytes": engine.kv_cache_bytes()})
         for i, prompt in enumerate(prompts):
             _pause(s)
             engine.truncate(d)  # restore the filled cache: drop what the previous request added

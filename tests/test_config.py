@@ -87,6 +87,12 @@ BAD = [
     ("settings wrong type", "[settings]\nreps = 1.5\n" + M, "[settings]: key 'reps' must be a positive integer, not 1.5"),
     ("platform table type", M + "linux = 3\n", "key 'linux' must be a table of settings"),
     ("bad demo ref", M.replace("model.gguf", "demo:huge/q4"), "key 'path': unknown demo model 'huge/q4'"),
+    ("negative depth", M + "depths = [0, -5]\n", "key 'depths' must be a non-empty list of distinct integers >= 0, not [0, -5]"),
+    ("zero batch", M + "batches = [0, 2]\n", "key 'batches' must be a non-empty list of distinct positive integers"),
+    ("repeated grid value", M + "prompt_grid = [128, 128]\n", "key 'prompt_grid' must be a non-empty list of distinct"),
+    ("unknown shape", M + 'shapes = ["essay"]\n', "key 'shapes' must be a non-empty list of distinct shapes from rag, chat, code"),
+    ("depth phase, no depths", M + 'phases = ["depth"]\n', "phase 'depth' needs depths"),
+    ("batch phase, no sizes", M + 'phases = ["batch"]\n', "phase 'batch' needs batch sizes"),
 ]
 
 
@@ -123,6 +129,28 @@ def test_bad_command_line_value(folder):
     p.write_text(M)
     result = CliRunner().invoke(main, ["run", "--config", str(p), "--reps", "0"])
     assert result.exit_code == 2 and "command line: key 'reps' must be a positive integer, not 0" in result.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--depth", "0,-1"], "command line: key 'depths' must be a non-empty list of distinct integers >= 0"),
+    (["--batch", "1,x"], "expected an integer, got '1,x'"),
+    (["--shape", "novel"], "command line: key 'shapes' must be a non-empty list of distinct shapes"),
+    (["--prompt-tokens", "128,0"], "command line: key 'prompt_grid' must be a non-empty list of distinct positive"),
+])
+def test_bad_sweep_options(folder, args, message):
+    p = folder / "models.toml"
+    p.write_text(M)
+    result = CliRunner().invoke(main, ["run", "--config", str(p), *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_sweep_settings_from_toml(folder):
+    p = folder / "models.toml"
+    p.write_text("[settings]\nphases = [\"grid\", \"depth\", \"batch\"]\nprompt_grid = [64, 256]\n"
+                 "depths = [0, 1024]\nbatches = [1, 4]\nshapes = [\"rag\"]\n" + M)
+    s = config.load(p).models[0].settings
+    assert (s.prompt_grid, s.depths, s.batches, s.shapes) == ((64, 256), (0, 1024), (1, 4), ("rag",))
+    assert config.settings_from_dict(config.settings_dict(s)) == s
 
 
 def test_help_imports_no_engine():

@@ -94,3 +94,43 @@ def test_prefix_reuse(loaded):
     out = list(loaded.generate(list(prompt.ids), 4))
     assert loaded.reused_tokens == 16
     assert out == reference
+
+
+def test_truncate_restores_a_filled_cache(loaded):
+    """A depth case: the cache holds d tokens, a request adds to it, truncate(d) puts it back
+    and the next request reuses exactly those d tokens, with the same output."""
+    b = PromptBuilder(loaded, seed=8)
+    context = b.prompt("ctx", 40)
+    request = b.prefixed(context, "req", 41)
+    loaded.reset()
+    list(loaded.generate(list(context.ids), 1))
+    assert loaded.cached_tokens() == 40
+    first = list(loaded.generate(list(request.ids), 6))
+    assert loaded.reused_tokens == 40 and loaded.cached_tokens() == 40 + 1 + 6 - 1
+    loaded.truncate(40)
+    assert loaded.cached_tokens() == 40
+    again = list(loaded.generate(list(request.ids), 6))
+    assert loaded.reused_tokens == 40 and again == first
+
+
+def test_batch_equals_one_at_a_time(loaded):
+    """B sequences decoded together give, for every sequence, exactly GEN tokens, the same as
+    the prompt run alone (greedy); a divergence is allowed only at a floating-point near-tie."""
+    from macprof.scenarios import compare_outputs
+
+    b = PromptBuilder(loaded, seed=9)
+    n = 6  # MLX's quantized matmul is slow on Linux CPUs: keep this short
+    prompts = [b.prompt(f"batch{j}", 8 + 3 * j) for j in range(3)]  # unequal lengths too
+    loaded.open_batch(3, 32)
+    try:
+        loaded.reset()
+        steps = list(loaded.generate_batch([list(p.ids) for p in prompts], n))
+    finally:
+        loaded.close_batch()
+    assert len(steps) == n and all(len(step) == 3 for step in steps)
+    for j, prompt in enumerate(prompts):
+        loaded.reset()
+        alone = list(loaded.generate(list(prompt.ids), n))
+        together = [step[j] for step in steps]
+        check = compare_outputs(loaded, prompt, alone, together)
+        assert check["passed"], (j, alone, together, check)

@@ -1,0 +1,237 @@
+"""Grids, KV-depth sweeps and batch sweeps: the case plan (pure), then `macprof run` with the
+real engines on the tiny demo models."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from macprof import cases, config, estimate, runlog
+from macprof.cli import sweep_overrides
+from macprof.report import batch_table, tradeoff_line
+from tests.test_run import macprof
+
+GEN = 12
+DEPTHS = (0, 200, 900, 1020)  # the tiny models hold 1024 tokens: 1020 + 1 + GEN does not fit
+BATCHES = (1, 3)
+REPS = 2
+MODELS = ("demo-tiny-q8_0", "demo-tiny-mlx-f16")
+
+
+# -- the plan (pure) --------------------------------------------------------------------------
+def test_grid_plan_is_the_product_plus_shapes():
+    s = config.Settings(phases=("grid",), prompt_grid=(128, 512, 2048), gen_grid=(16, 256), shapes=("rag",))
+    grid = cases.plan(s)["grid"]
+    assert [c["id"] for c in grid] == ["p128-g16", "p128-g256", "p512-g16", "p512-g256", "p2048-g16", "p2048-g256", "rag"]
+    rag = grid[-1]
+    assert (rag["prompt_tokens"], rag["gen_tokens"]) == cases.SHAPES["rag"][:2]
+    assert grid[1]["context_tokens"] == 128 + 256 / 2
+
+
+def test_shapes_alone_and_no_grid_lists():
+    assert [c["id"] for c in cases.plan(config.Settings(phases=("grid",), shapes=("chat", "code")))["grid"]] == ["chat", "code"]
+    only = cases.plan(config.Settings(phases=("grid",), prompt_tokens=64, gen_tokens=8))["grid"]
+    assert [(c["prompt_tokens"], c["gen_tokens"]) for c in only] == [(64, 8)]
+
+
+def test_depth_and_batch_plans():
+    p = cases.plan(config.Settings(phases=("depth", "batch"), depths=(0, 4096), batches=(1, 8), prompt_tokens=100,
+                                   gen_tokens=64))
+    assert [(c["id"], c["prompt_tokens"], c["context_tokens"]) for c in p["depth"]] == [("d0", 1, 33.0), ("d4096", 4097, 4129.0)]
+    assert [(c["id"], c["batch"], cases.tokens_per_sequence(c)) for c in p["batch"]] == [("b1", 1, 164), ("b8", 8, 164)]
+    assert "grid" not in p and "warm" not in p
+
+
+@pytest.mark.parametrize("given,phases_given,expect", [
+    (dict(prompt_tokens=[128, 512]), False, {"phases": ["grid"], "prompt_tokens": 128, "prompt_grid": [128, 512]}),
+    (dict(prompt_tokens=[256]), False, {"prompt_tokens": 256, "prompt_grid": None}),
+    (dict(gen_tokens=[64], depths=[0, 1024], batches=[1, 2]), False, {"phases": ["depth", "batch"], "gen_tokens": 64}),
+    (dict(shapes="rag, chat"), False, {"phases": ["grid"], "shapes": ["rag", "chat"]}),
+    (dict(depths=[0, 512]), True, {"depths": [0, 512]}),  # --phases given: it decides
+])
+def test_command_line_sweeps(given, phases_given, expect):
+    args = dict(prompt_tokens=None, gen_tokens=None, shapes=None, depths=None, batches=None) | given
+    out = sweep_overrides(**args, phases_given=phases_given)
+    for key, value in expect.items():
+        assert out[key] == value, key
+    if phases_given or not expect.get("phases"):
+        assert "phases" not in out
+
+
+def test_tradeoff_math_on_constructed_cases():
+    """Ratios to B=1, measured against predicted, and the one-line summary."""
+    def case(b, agg, itl, pred_agg, pred_itl):
+        return {"id": f"b{b}", "batch": b, "status": "ok", "summary": {"aggregate_decode_tok_s": {"median": agg},
+                "itl_s": {"median": itl, "p99": itl * 1.5}}, "check": None,
+                "prediction": {"measured": {"itl_s": pred_itl, "aggregate_tok_s": pred_agg, "bound": "memory"}}}
+
+    cs = [case(1, 50.0, 0.020, 60.0, 1 / 60), case(8, 305.0, 0.0248, 480.0, 1 / 60 * 1.0)]
+    rows = runlog.batch_tradeoff(cs)
+    assert rows[1]["aggregate_vs_b1"] == pytest.approx(6.1)
+    assert rows[1]["itl_p50_vs_b1"] == pytest.approx(1.24)
+    assert rows[1]["predicted_aggregate_vs_b1"] == pytest.approx(8.0)
+    assert rows[1]["measured_over_predicted_aggregate"] == pytest.approx(305 / 480)
+    line = tradeoff_line({"tradeoff": rows})
+    assert line.startswith("B=8: aggregate x6.10, each user's ITL x1.24 (predicted x8.00, x1.00")
+    assert "x6.10" in batch_table({"cases": cs, "tradeoff": rows})
+
+
+def test_engine_without_batching_is_recorded_not_faked():
+    from macprof.scenarios import run_batch
+
+    class NoBatch:
+        batch_unsupported = "this engine decodes one sequence at a time"
+
+        def reset_peak_memory(self):
+            pass
+
+        def memory(self):
+            return {}
+
+    events = []
+    s = config.Settings(phases=("batch",), batches=(1, 4))
+    run_batch(NoBatch(), None, s, cases.plan(s)["batch"], events.append)
+    assert [(e["event"], e.get("case")) for e in events] == [("case_unsupported", "b1"), ("case_unsupported", "b4"),
+                                                             ("phase_memory", None)]
+    assert events[0]["reason"] == NoBatch.batch_unsupported
+
+
+# -- the real engines -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sweep_log(tiny_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweeps")
+    log = out / "sweeps.json"
+    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", ",".join(MODELS),
+                   "--prompt-tokens", "24,96", "--gen-tokens", f"{GEN},4", "--depth", ",".join(map(str, DEPTHS)),
+                   "--batch", ",".join(map(str, BATCHES)), "--reps", str(REPS), "--timeout", "120", "--log", str(log))
+    return json.loads(log.read_text()), log, proc
+
+
+def _measured(case):
+    return [r for r in case["requests"] if r["kind"] == "measured"]
+
+
+def test_sweeps_alone_run_only_the_sweeps(sweep_log):
+    data, log, _ = sweep_log
+    runlog.load(log)  # valid against the schema
+    for m in data["models"]:
+        assert list(m["phases"]) == ["grid", "depth", "batch"]
+        assert m["settings"]["gen_tokens"] == GEN and m["settings"]["gen_grid"] == [GEN, 4]
+
+
+def test_grid_one_case_per_combination(sweep_log):
+    for m in sweep_log[0]["models"]:
+        grid = m["phases"]["grid"]["cases"]
+        assert [(c["prompt_tokens"], c["gen_tokens"]) for c in grid] == [(24, GEN), (24, 4), (96, GEN), (96, 4)]
+        for c in grid:
+            assert c["status"] == "ok" and len(_measured(c)) == REPS
+            for r in c["requests"]:
+                assert r["status"] == "ok" and r["reused_tokens"] == 0
+                assert r["prompt_tokens"] == c["prompt_tokens"] and r["n_tokens"] == len(r["tokens"]) == c["gen_tokens"]
+            assert c["summary"]["decode_tok_s"]["n"] == REPS
+            assert c["roofline"]["context_tokens"] == c["prompt_tokens"] + c["gen_tokens"] / 2
+
+
+def test_depth_cases_start_with_d_tokens_cached(sweep_log):
+    for m in sweep_log[0]["models"]:
+        depth = {c["depth"]: c for c in m["phases"]["depth"]["cases"]}
+        for d in DEPTHS[:-1]:
+            c = depth[d]
+            assert c["status"] == "ok", c["reason"]
+            assert c["fill"]["cached_tokens"] == d  # the engine reports d tokens in the cache
+            for r in c["requests"]:
+                assert r["cached_tokens_before"] == d and r["reused_tokens"] == d  # restored, not recomputed
+                assert r["computed_prompt_tokens"] == 1 and r["prompt_tokens"] == d + 1
+                assert r["n_tokens"] == GEN and r["status"] == "ok"
+                if d:
+                    assert r["t0"] > c["fill"]["t_end"]  # the fill is not inside any request's timing
+        too_deep = depth[DEPTHS[-1]]
+        assert too_deep["status"] == "refused" and "holds 1024" in too_deep["reason"] and not too_deep["requests"]
+
+
+def test_depth_ceilings_fall_with_depth_and_match_estimate(sweep_log):
+    data = sweep_log[0]
+    gbs = data["bandwidth"]["measured"]["gbs"]
+    for m in data["models"]:
+        ok = [c for c in m["phases"]["depth"]["cases"] if c["status"] == "ok"]
+        ceilings = [c["roofline"]["measured"]["ceiling_tok_s"] for c in ok]
+        assert ceilings == sorted(ceilings, reverse=True) and ceilings[0] > ceilings[-1]
+        for c in ok:
+            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, context=c["context_tokens"])
+            assert c["roofline"]["measured"]["ceiling_tok_s"] == pytest.approx(e["ceiling_tok_s"], rel=1e-12)
+            assert c["roofline"]["measured"]["efficiency"] == pytest.approx(
+                c["summary"]["decode_tok_s"]["median"] / e["ceiling_tok_s"])
+
+
+def test_batch_sequences_equal_one_at_a_time(sweep_log, tiny_dir):
+    """Every sequence of every batch has exactly GEN tokens, and the first measured batch's
+    tokens are those of the same prompts run alone: checked by macprof in the run, and here
+    again, independently, by this test with the engine in-process."""
+    from macprof import engines
+    from macprof.engines.base import EngineSettings
+    from macprof.prompts import PromptBuilder
+    from macprof.scenarios import compare_outputs
+
+    for m in sweep_log[0]["models"]:
+        engine = engines.create(m["identity"]["engine"])
+        engine.load_model(Path(m["identity"]["path"]), EngineSettings(n_ctx=256))
+        engine.load_tokenizer()
+        builder = PromptBuilder(engine, seed=0)  # the worker's seed: the same prompts
+        try:
+            for c in m["phases"]["batch"]["cases"]:
+                assert c["status"] == "ok" and len(_measured(c)) == REPS
+                for r in c["requests"]:
+                    assert r["batch"] == c["batch"] and len(r["tokens"]) == c["batch"]
+                    assert all(len(seq) == GEN for seq in r["tokens"]) and len(r["token_times"]) == GEN
+                assert c["check"]["n"] == c["batch"] and c["check"]["failed"] == 0
+                first = _measured(c)[0]
+                for j, seq in enumerate(first["tokens"]):
+                    prompt = builder.prompt(f"batch:{c['batch']}:1:{j}", c["prompt_tokens"])
+                    engine.reset()
+                    alone = list(engine.generate(list(prompt.ids), GEN))
+                    assert compare_outputs(engine, prompt, alone, seq)["passed"], (c["id"], j, alone, seq)
+        finally:
+            engine.close()
+
+
+def test_batch_predictions_match_estimate(sweep_log):
+    data = sweep_log[0]
+    gbs = data["bandwidth"]["measured"]["gbs"]
+    for m in data["models"]:
+        phase = m["phases"]["batch"]
+        for c, row in zip(phase["cases"], phase["tradeoff"]):
+            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, context=c["context_tokens"],
+                                  batches=[c["batch"]])
+            pred = c["prediction"]["measured"]
+            assert pred["itl_s"] == pytest.approx(e["batch"][0]["itl_s"], rel=1e-12)
+            assert pred["aggregate_tok_s"] == pytest.approx(e["batch"][0]["aggregate_tok_s"], rel=1e-12)
+            agg = c["summary"]["aggregate_decode_tok_s"]["median"]
+            assert row["measured_over_predicted_aggregate"] == pytest.approx(agg / pred["aggregate_tok_s"])
+            per_seq = sorted(r["decode_tok_s"] for r in _measured(c))
+            assert agg == pytest.approx(c["batch"] * runlog.stats.summarize(per_seq)["median"])
+
+
+def test_show_and_plot_present_the_sweeps(sweep_log, tmp_path):
+    _, log, proc = sweep_log
+    for out in (proc.stdout, macprof("show", str(log)).stdout):
+        assert "grid (warm protocol per case" in out and "p96-g4" in out
+        assert "decode after d tokens already in the KV cache" in out and "REFUSED" in out
+        assert "batched decoding" in out and "B=3: aggregate x" in out and "each user's ITL x" in out
+    chart = tmp_path / "sweeps.png"
+    macprof("plot", str(log), "-o", str(chart))
+    from PIL import Image
+
+    # no warm phase, so no bars: grid, depth, batch aggregate and batch ITL, 2 rows of 2, 120 dpi
+    assert Image.open(chart).size == (10 * 120, round(2 * 5.5 * 120))
+
+
+def test_a_crash_in_a_sweep_loses_one_case(tiny_dir, tmp_path):
+    """The worker segfaults in case d50: it is recorded, and a fresh worker goes on with d100."""
+    log = tmp_path / "crash.json"
+    fault = {"model": "demo-tiny-q8_0", "kind": "segfault", "after_requests": 3}  # d0: 2 requests, d50: 1
+    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q8_0", "--depth", "0,50,100",
+            "--gen-tokens", "4", "--reps", "1", "--log", str(log), env={"MACPROF_TEST_FAULT": json.dumps(fault)})
+    data = json.loads(log.read_text())
+    d0, d50, d100 = data["models"][0]["phases"]["depth"]["cases"]
+    assert d0["status"] == "ok" and d100["status"] == "ok" and len(_measured(d100)) == 1
+    assert d50["status"] == "failed" and d50["failures"][0]["signal"] == "SIGSEGV"
