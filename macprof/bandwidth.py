@@ -7,6 +7,11 @@ last-level cache (numpy releases the GIL in reductions, so the threads run in pa
 reduction is a maximum: one SIMD compare per element, so the cores wait on memory, not on
 arithmetic (a float sum's pairwise adds cost about a tenth of the bandwidth here).
 Read bandwidth = bytes read / time; best and median over repetitions and sizes.
+
+Beside it, the peak matmul throughput on the same device (the compute side of the roofline,
+for the batching prediction and the prefill ceiling where Apple publishes no FLOP figure):
+square float32 matmuls through numpy's BLAS on the CPU, float16 through MLX on the GPU.
+It is an upper bound: an engine's quantized kernels may reach less.
 """
 
 from __future__ import annotations
@@ -104,19 +109,58 @@ def measure(device: str | None = None, threads: int | None = None, sizes_mib: li
             "samples_gbs": samples, "per_size": per_size, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5) -> dict:
+    """Peak matmul throughput: 2 n^3 operations per n x n matmul; median and best of ``reps``."""
+    if device is None:
+        device = "gpu" if sys.platform == "darwin" else "cpu"
+    rates = []
+    if device == "gpu":
+        import mlx.core as mx
+
+        n = n or 4096
+        a = mx.ones((n, n), dtype=mx.float16)
+        b = mx.ones((n, n), dtype=mx.float16)
+        mx.eval(a @ b)  # warm-up (kernel compilation)
+        for _ in range(reps):
+            t = time.perf_counter()
+            mx.eval(a @ b)
+            rates.append(2 * n**3 / (time.perf_counter() - t) / 1e12)
+        method = f"MLX float16 matmul {n}x{n}"
+    else:
+        import numpy as np
+
+        n = n or 2048
+        a = np.ones((n, n), dtype=np.float32)
+        b = np.ones((n, n), dtype=np.float32)
+        a @ b  # warm-up (BLAS threads start)
+        for _ in range(reps):
+            t = time.perf_counter()
+            a @ b
+            rates.append(2 * n**3 / (time.perf_counter() - t) / 1e12)
+        method = f"numpy float32 matmul {n}x{n} (BLAS, all cores)"
+    s = summarize(rates)
+    return {"device": device, "method": method, "median_tflops": s["median"], "best_tflops": s["max"],
+            "samples_tflops": rates}
+
+
 def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
-    """The probe's result for this machine, re-measured when older than a day."""
+    """The probes' result for this machine (bandwidth, and matmul throughput under "flops"),
+    re-measured when older than a day."""
     from macprof.fileid import cache_dir
     from macprof.machine import host_id
 
     path = cache_dir() / f"bandwidth-{host_id()}.json"
     try:
         data = json.loads(path.read_text())
-        if time.time() - data["measured_at"] < max_age_s:
+        if time.time() - data["measured_at"] < max_age_s and "flops" in data["result"]:
             return {**data["result"], "cached": True}
     except (OSError, ValueError, KeyError, TypeError):
         pass
     result = measure(**kwargs)
+    try:
+        result["flops"] = measure_flops(device=result.get("device"))
+    except Exception as exc:  # noqa: BLE001 - the compute side stays unknown, with the reason
+        result["flops"] = {"median_tflops": None, "reason": f"matmul probe failed: {exc}"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"measured_at": time.time(), "result": result}))

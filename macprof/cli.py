@@ -281,17 +281,20 @@ def inspect(model, as_json) -> None:
 @click.option("--reps", type=int, default=7, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def bandwidth_cmd(device, threads, reps, as_json) -> None:
-    """Measure sustained memory read bandwidth on the device the engines use."""
+    """Measure sustained memory read bandwidth (and peak matmul throughput) on the device the engines use."""
     import json as _json
 
     from macprof import bandwidth
 
     r = bandwidth.measure(device=device, threads=threads, reps=reps)
+    r["flops"] = f = bandwidth.measure_flops(device=r["device"])
     if as_json:
         click.echo(_json.dumps(r, indent=1))
         return
     click.echo(f"{r['device']}: {r['median_gbs']:.1f} GB/s median, {r['best_gbs']:.1f} best, "
                f"stdev {r['stdev_gbs']:.1f} ({r['method']}; sizes {r['sizes_mib']} MiB x {r['reps']})")
+    click.echo(f"{f['device']}: {f['median_tflops'] * 1e3:.1f} GFLOP/s median, {f['best_tflops'] * 1e3:.1f} best "
+               f"({f['method']})")
 
 
 @main.command()

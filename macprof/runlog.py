@@ -44,9 +44,11 @@ def machine_bandwidth(mach: dict) -> dict:
         spec["reason"] = "not an Apple Silicon chip: no published unified-memory bandwidth"
     try:
         probe = bandwidth.cached()
+        flops = probe.get("flops") or {}
         measured = {"gbs": probe["median_gbs"], "best_gbs": probe["best_gbs"], "stdev_gbs": probe["stdev_gbs"],
                     "device": probe["device"], "method": probe["method"], "utc": probe["utc"],
-                    "cached": probe["cached"], "reason": None}
+                    "cached": probe["cached"], "reason": None,
+                    "tflops": flops.get("median_tflops"), "tflops_method": flops.get("method") or flops.get("reason")}
     except Exception as exc:  # noqa: BLE001 - a failed probe leaves the measured ceiling unknown
         measured = {"gbs": None, "reason": f"bandwidth probe failed: {exc}"}
     return {"spec": spec, "measured": measured,
@@ -158,7 +160,7 @@ def _near_tie() -> float:
 
 ROOFLINE_DEFINITIONS = {
     "ceiling_tok_s": "bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token), c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
-    "batch_prediction": "step(B) = max((W + B c kv) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); flops only where Apple publishes them",
+    "batch_prediction": "step(B) = max((W + B c kv) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); spec: published bandwidth and FLOP/s (Apple chips only), measured: the bandwidth probe and the matmul probe (an upper bound: quantized kernels may reach less)",
     "aggregate_decode_tok_s": "B x decode_tok_s of the batch: every step yields one token of each sequence",
     "efficiency": "decode_tok_s (median) / ceiling_tok_s",
     "weight_bytes_per_token": "tensor bytes, less the embedding table but one row (unless tied to the output head), less inactive experts",
@@ -173,9 +175,11 @@ def _roofline(shape: dict, bw: dict | None, which: str):
     gbs = dig(bw, which, "gbs")
     if not gbs:
         return None, dig(bw, which, "reason") or "unknown"
-    tflops = (bw or {}).get("tflops")
+    # compute: Apple's published figure beside the published bandwidth; the matmul probe's
+    # beside the measured one (absent from logs before it existed: compute unknown)
+    tflops = (bw or {}).get("tflops") if which == "spec" else dig(bw, "measured", "tflops")
     return Roofline(shape["weight_bytes_per_token"], gbs * 1e9, shape.get("active_params"),
-                    tflops * 1e12 if tflops and which == "spec" else None, shape.get("kv_bytes_per_token") or 0), None
+                    tflops * 1e12 if tflops else None, shape.get("kv_bytes_per_token") or 0), None
 
 
 def roofline_for(summary: dict, shape: dict | None, context: float, bw: dict | None, file_bytes: int) -> dict:
@@ -200,7 +204,8 @@ def roofline_for(summary: dict, shape: dict | None, context: float, bw: dict | N
         out[which] = {"bandwidth_gbs": gbs, "ceiling_tok_s": ceiling, "efficiency": efficiency(decode, ceiling),
                       "bound": r.bound(context), "file_size_ceiling_tok_s": gbs * 1e9 / file_bytes if file_bytes else None,
                       "prefill_compute_ceiling_tok_s": pre, "prefill_efficiency": efficiency(prefill, pre),
-                      "prefill_reason": None if pre else "no published peak FLOP figure for this chip"}
+                      "prefill_reason": None if pre else ("no published peak FLOP figure for this chip" if which == "spec"
+                                                          else "no measured matmul throughput in this log")}
     return out
 
 

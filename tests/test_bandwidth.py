@@ -23,15 +23,24 @@ def test_mlx_probe_path_runs():
 
 def test_cached_per_machine(cache_root, monkeypatch):
     calls = []
-    monkeypatch.setattr(bandwidth, "measure", lambda **kw: calls.append(kw) or {"median_gbs": 1.0})
+    monkeypatch.setattr(bandwidth, "measure", lambda **kw: calls.append(kw) or {"median_gbs": 1.0, "device": "cpu"})
+    monkeypatch.setattr(bandwidth, "measure_flops", lambda **kw: {"median_tflops": 0.1})
     path = cache_root / "bw-test"
     monkeypatch.setenv("MACPROF_CACHE", str(path))
     first, second = bandwidth.cached(), bandwidth.cached()
     assert len(calls) == 1 and first["cached"] is False and second["cached"] is True
     bandwidth.cached(max_age_s=0)
-    assert len(calls) == 2
+    assert len(calls) == 2 and second["flops"]["median_tflops"] == 0.1
+
+
+def test_matmul_probes():
+    cpu = bandwidth.measure_flops(device="cpu", n=256, reps=3)
+    assert cpu["best_tflops"] >= cpu["median_tflops"] > 0 and len(cpu["samples_tflops"]) == 3
+    gpu = bandwidth.measure_flops(device="gpu", n=64, reps=2)  # MLX (on Linux, on the CPU)
+    assert gpu["median_tflops"] > 0 and "MLX" in gpu["method"]
 
 
 def test_cli_json():
     r = CliRunner().invoke(main, ["bandwidth", "--device", "cpu", "--reps", "2", "--json"])
-    assert r.exit_code == 0 and json.loads(r.output)["best_gbs"] > 0
+    out = json.loads(r.output)
+    assert r.exit_code == 0 and out["best_gbs"] > 0 and out["flops"]["median_tflops"] > 0

@@ -151,13 +151,15 @@ def test_depth_cases_start_with_d_tokens_cached(sweep_log):
 
 def test_depth_ceilings_fall_with_depth_and_match_estimate(sweep_log):
     data = sweep_log[0]
-    gbs = data["bandwidth"]["measured"]["gbs"]
+    gbs, tflops = data["bandwidth"]["measured"]["gbs"], data["bandwidth"]["measured"]["tflops"]
+    assert tflops > 0  # the matmul probe's figure: the compute side of the measured roofline
     for m in data["models"]:
         ok = [c for c in m["phases"]["depth"]["cases"] if c["status"] == "ok"]
         ceilings = [c["roofline"]["measured"]["ceiling_tok_s"] for c in ok]
         assert ceilings == sorted(ceilings, reverse=True) and ceilings[0] > ceilings[-1]
         for c in ok:
-            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, context=c["context_tokens"])
+            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, tflops=tflops,
+                                  context=c["context_tokens"])
             assert c["roofline"]["measured"]["ceiling_tok_s"] == pytest.approx(e["ceiling_tok_s"], rel=1e-12)
             assert c["roofline"]["measured"]["efficiency"] == pytest.approx(
                 c["summary"]["decode_tok_s"]["median"] / e["ceiling_tok_s"])
@@ -196,13 +198,14 @@ def test_batch_sequences_equal_one_at_a_time(sweep_log, tiny_dir):
 
 def test_batch_predictions_match_estimate(sweep_log):
     data = sweep_log[0]
-    gbs = data["bandwidth"]["measured"]["gbs"]
+    gbs, tflops = data["bandwidth"]["measured"]["gbs"], data["bandwidth"]["measured"]["tflops"]
     for m in data["models"]:
         phase = m["phases"]["batch"]
         for c, row in zip(phase["cases"], phase["tradeoff"]):
-            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, context=c["context_tokens"],
-                                  batches=[c["batch"]])
+            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, tflops=tflops,
+                                  context=c["context_tokens"], batches=[c["batch"]])
             pred = c["prediction"]["measured"]
+            assert pred["bound"] == e["batch"][0]["bound"]
             assert pred["itl_s"] == pytest.approx(e["batch"][0]["itl_s"], rel=1e-12)
             assert pred["aggregate_tok_s"] == pytest.approx(e["batch"][0]["aggregate_tok_s"], rel=1e-12)
             agg = c["summary"]["aggregate_decode_tok_s"]["median"]
