@@ -172,7 +172,7 @@ def _batch(ax, models, what: str) -> None:
         line, = ax.plot(b, [r[key] or 0 for r in rows], marker="o", label=f"{label} measured")
         if all(r[pred_key] for r in rows):
             ax.plot(b, [r[pred_key] for r in rows], "--", color=line.get_color(),
-                    label=f"{label} roofline ({rows[0]['predicted_with']} bandwidth)")
+                    label=f"{label} roofline ({rows[0]['predicted_with']} bandwidth & FLOP/s)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch size B (sequences decoded together)")

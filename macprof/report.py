@@ -146,6 +146,15 @@ def warnings(log: dict) -> list[str]:
                 if spread is not None and spread > SPREAD_WARN:
                     out.append(f"{name}: {label} {what} varies by {spread:.0%} of its median (stdev/median > "
                                f"{SPREAD_WARN:.0%}): close other programs, add --reps or --delay")
+        for phase in ("grid", "depth", "batch"):
+            noisy = [c["id"] for c in dig(m, "phases", phase, "cases") or []
+                     if (relative_spread(dig(c, "summary", "decode_tok_s") or {}) or 0) > SPREAD_WARN]
+            if noisy:
+                out.append(f"{name}: {phase} decode tok/s varies by more than {SPREAD_WARN:.0%} of its median in "
+                           f"{', '.join(noisy)}: close other programs, add --reps or --delay")
+            checks = [c["id"] for c in dig(m, "phases", phase, "cases") or [] if dig(c, "check", "failed")]
+            if checks:
+                out.append(f"{name}: batched decoding changed the output beyond a near-tie in {', '.join(checks)}")
         reqs = [r for r in dig(m, "phases", "warm", "requests") or [] if r["kind"] == "measured" and r["status"] == "ok"]
         if len(reqs) >= 3:
             rest = sorted(r["total_s"] for r in reqs[1:])
@@ -217,7 +226,7 @@ def tradeoff_line(phase: dict) -> str | None:
         return None
     r = rows[-1]
     pred = f" (predicted {_x(r['predicted_aggregate_vs_b1'])}, {_x(r['predicted_itl_vs_b1'])}, " \
-           f"{r['predicted_with']} bandwidth, bound: {r['bound']})" if r.get("predicted_aggregate_vs_b1") else ""
+           f"{r['predicted_with']} bandwidth and FLOP/s, bound: {r['bound']})" if r.get("predicted_aggregate_vs_b1") else ""
     return f"B={r['batch']}: aggregate {_x(r['aggregate_vs_b1'])}, each user's ITL {_x(r['itl_p50_vs_b1'])}{pred}"
 
 

@@ -36,10 +36,12 @@ def redact(log: dict, identifiers: list[tuple[str, str]] | None = None) -> tuple
     ids = _identifiers() if identifiers is None else identifiers
     out = copy.deepcopy(log)
     removed: list[str] = []
+    model_paths = []
     for m in out.get("models", []):
         path = m.get("identity", {}).get("path")
         if path:
             m["identity"]["path"] = None
+            model_paths.append((path, f"<path of {m['identity']['name']}>"))
             removed.append(f"model path of {m['identity']['name']}")
     machine = out.get("machine") or {}
     if machine.get("host_id"):
@@ -47,7 +49,9 @@ def redact(log: dict, identifiers: list[tuple[str, str]] | None = None) -> tuple
         machine.setdefault("unknown", {})["host_id"] = "removed by macprof share"
         removed.append("host id")
     hits: dict[str, int] = {}
-    patterns = [(re.compile(re.escape(text), re.IGNORECASE if label != "<home>" else 0), label) for text, label in ids]
+    # a model's path also appears in messages (a refused case, a load error): replaced there too
+    patterns = [(re.compile(re.escape(p)), label) for p, label in sorted(model_paths, key=lambda x: -len(x[0]))]
+    patterns += [(re.compile(re.escape(text), re.IGNORECASE if label != "<home>" else 0), label) for text, label in ids]
 
     def scrub(value):
         if isinstance(value, str):
@@ -68,7 +72,8 @@ def redact(log: dict, identifiers: list[tuple[str, str]] | None = None) -> tuple
 
     out = scrub(out)
     names = {"<home>": "home-directory paths", "<user>": "user names", "<host>": "host names"}
-    removed += [f"{n} occurrence(s) of {names[label]}" for label, n in sorted(hits.items())]
+    removed += [f"{n} occurrence(s) of {names.get(label, 'the model path in messages: ' + label)}"
+                for label, n in sorted(hits.items())]
     out["redacted"] = {"by": "macprof share", "removed": removed}
     return out, removed
 

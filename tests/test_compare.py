@@ -145,11 +145,14 @@ def test_hostile_strings_never_reach_the_terminal(tmp_path):
 def test_share_removes_user_host_and_home(tmp_path):
     log = json.loads(A.read_text())
     log["models"][0]["identity"]["path"] = "/Users/alice/models/x.gguf"
-    log["models"][0]["failures"] = [{"status": "error", "reason": "boom at /home/alice/.cache/x on alice-mbp.local"}]
+    log["models"][0]["failures"] = [{"status": "error", "reason": "boom at /home/alice/.cache/x on alice-mbp.local"},
+                                    {"status": "refused", "reason": "/Users/alice/models/x.gguf: case d4096 needs 4161 tokens"}]
+    log["models"][1]["identity"]["path"] = "/srv/team-models/y.gguf"  # outside any home directory
+    log["models"][1]["failures"] = [{"status": "refused", "reason": "/srv/team-models/y.gguf: too big"}]
     ids = [("/Users/alice", "<home>"), ("alice-mbp.local", "<host>"), ("alice", "<user>")]
     shared, removed = redact(log, ids)
     text = json.dumps(shared)
-    assert "alice" not in text and "/Users/" not in text and "/home/" not in text
+    assert "alice" not in text and "/Users/" not in text and "/home/" not in text and "team-models" not in text
     assert shared["machine"]["host_id"] is None and removed
     runlog.validate(shared)
     # files stay identified by name, size and sha256

@@ -238,3 +238,19 @@ def test_a_crash_in_a_sweep_loses_one_case(tiny_dir, tmp_path):
     d0, d50, d100 = data["models"][0]["phases"]["depth"]["cases"]
     assert d0["status"] == "ok" and d100["status"] == "ok" and len(_measured(d100)) == 1
     assert d50["status"] == "failed" and d50["failures"][0]["signal"] == "SIGSEGV"
+
+
+def test_sweep_warnings():
+    from macprof.report import warnings
+
+    def case(cid, median, stdev, failed=0):
+        return {"id": cid, "summary": {"decode_tok_s": {"median": median, "stdev": stdev}},
+                "check": {"failed": failed} if failed is not None else None}
+
+    model = {"identity": {"name": "m"}, "failures": [], "phases": {
+        "depth": {"cases": [case("d0", 100.0, 2.0, None), case("d4096", 50.0, 9.0, None)]},
+        "batch": {"cases": [case("b1", 100.0, 1.0), case("b8", 80.0, 1.0, failed=2)]}}}
+    out = warnings({"complete": True, "models": [model]})
+    assert "m: depth decode tok/s varies by more than 10% of its median in d4096: close other programs, add --reps or --delay" in out
+    assert "m: batched decoding changed the output beyond a near-tie in b8" in out
+    assert not any("d0" in w or "b1" in w for w in out)

@@ -55,7 +55,8 @@ class Engine(Protocol):
     def eos_ids(self) -> set[int]: ...
 
     def reset(self) -> None:
-        """Empty the KV / prompt cache: the next request shares nothing with earlier ones."""
+        """Empty the KV / prompt cache (and an open batch's): the next request shares nothing
+        with earlier ones."""
 
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
         """Greedy-decode ``n`` tokens after ``ids``, reusing the longest prefix of ``ids``
@@ -66,6 +67,23 @@ class Engine(Protocol):
 
     def cached_tokens(self) -> int:
         """How many tokens the KV cache holds now."""
+
+    def truncate(self, n_tokens: int) -> None:
+        """Keep the cache's first ``n_tokens`` and drop the rest (a depth case's fill is
+        restored this way before each request, never recomputed)."""
+
+    # Batched decoding: B sequences decoded together, one weight read per step for all.
+    batch_unsupported: str | None  # None, or why this engine cannot (recorded, never imitated)
+
+    def open_batch(self, size: int, tokens_per_seq: int) -> None:
+        """Make room for ``size`` sequences of ``tokens_per_seq`` tokens (untimed)."""
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
+        """Greedy-decode ``n`` tokens for every prompt together, from an empty batch cache
+        (``reset`` empties it); yields one list per step: that step's token of each
+        sequence, in prompt order."""
+
+    def close_batch(self) -> None: ...
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
         """Untimed diagnosis: the two best next tokens after ``ids`` (the cache is emptied)."""
