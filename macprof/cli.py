@@ -53,7 +53,8 @@ def main() -> None:
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml",
               show_default=True, help="models.toml listing the models to measure.")
 @click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
-@click.option("--phases", help="Comma-separated phases: cold,warm,prefix (default all).")
+@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch "
+                                "[cold,warm,prefix; with sweep options, just the sweeps].")
 @click.option("--prompt-tokens", callback=_csv_ints,
               help="Prompt length in tokens [512]; a list (128,512,2048) makes a grid with --gen-tokens.")
 @click.option("--gen-tokens", callback=_csv_ints,

@@ -14,6 +14,9 @@ Format (documented in README.md):
     [models.linux]             # optional per-platform overrides: linux, macos
     gen_tokens = 16
 
+Sweeps (macprof/cases.py): ``prompt_grid``, ``gen_grid``, ``shapes``, ``depths``, ``batches``,
+run by the phases ``grid``, ``depth`` and ``batch``.
+
 A path of the form ``demo:SIZE/VARIANT`` names a demo model in macprof's cache; `macprof run`
 builds it when missing. Precedence: command-line option > model's platform table > model >
 [settings] > built-in default. Every error names the file, the model entry and the key.
