@@ -319,7 +319,9 @@ def _build_sweep(phase: str, events: list[dict], failures: list[dict], head: dic
         build_record = batch_record if phase == "batch" else request_record
         reqs = [build_record(e) for e in evs if e["event"] == "request"]
         measured = [r for r in reqs if r["kind"] == "measured"]
-        fails = [f for f in failures if f.get("case") == cid]
+        fails = [f for f in failures if f.get("case") == cid] + [
+            {"status": "error", "reason": e["reason"], "phase": phase, "case": cid}
+            for e in evs if e["event"] == "case_error"]
         unsupported = next((e for e in evs if e["event"] == "case_unsupported"), None)
         summary = summarize_requests(measured, len(fails))
         entry = {**case, "status": _case_status(measured, fails, unsupported), "requests": reqs, "summary": summary,

@@ -104,21 +104,34 @@ def run_warm(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clo
     emit({"event": "phase_memory", "phase": "warm", "engine_memory": engine.memory()})
 
 
-def run_grid(engine, builder: PromptBuilder, s: Settings, cases: list[dict], emit: Emit,
-             clock: Clock = time.perf_counter_ns) -> None:
+def _sweep(engine, phase: str, cases: list[dict], emit: Emit, one_case: Callable[[dict], None]) -> None:
+    """Run each case; a case that cannot be set up (its prompts cannot be built, the engine
+    cannot make room for its batch) is recorded as that case's error and the next one runs."""
+    from macprof.errors import MacprofError
+
     engine.reset_peak_memory()
     for case in cases:
+        try:
+            one_case(case)
+        except MacprofError as exc:
+            emit({"event": "case_error", "phase": phase, "case": case["id"], "reason": str(exc)})
+    emit({"event": "phase_memory", "phase": phase, "engine_memory": engine.memory()})
+
+
+def run_grid(engine, builder: PromptBuilder, s: Settings, cases: list[dict], emit: Emit,
+             clock: Clock = time.perf_counter_ns) -> None:
+    def one_case(case: dict) -> None:
         _warm_case(engine, builder, s, emit, clock, "grid", f"grid:{case['id']}", case["prompt_tokens"],
                    case["gen_tokens"], {"case": case["id"]})
-    emit({"event": "phase_memory", "phase": "grid", "engine_memory": engine.memory()})
+
+    _sweep(engine, "grid", cases, emit, one_case)
 
 
 def run_depth(engine, builder: PromptBuilder, s: Settings, cases: list[dict], emit: Emit,
               clock: Clock = time.perf_counter_ns) -> None:
     """The cache is filled with d tokens once per case (timed apart, as ``fill_s``); before each
     request it is cut back to exactly those d tokens, which the request then reuses."""
-    engine.reset_peak_memory()
-    for case in cases:
+    def one_case(case: dict) -> None:
         d, tags = case["depth"], {"case": case["id"]}
         engine.reset()
         t_start = t_end = None
@@ -141,7 +154,8 @@ def run_depth(engine, builder: PromptBuilder, s: Settings, cases: list[dict], em
                     "cached_tokens_before": engine.cached_tokens()}
             emit({"event": "request_start", **head})
             emit({"event": "request", **head, **timed_request(engine, prompt, case["gen_tokens"], clock)})
-    emit({"event": "phase_memory", "phase": "depth", "engine_memory": engine.memory()})
+
+    _sweep(engine, "depth", cases, emit, one_case)
 
 
 def run_batch(engine, builder: PromptBuilder, s: Settings, cases: list[dict], emit: Emit,
@@ -150,12 +164,11 @@ def run_batch(engine, builder: PromptBuilder, s: Settings, cases: list[dict], em
     first measured batch is checked against the same prompts run one at a time (greedy)."""
     from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
 
-    engine.reset_peak_memory()
-    for case in cases:
+    def one_case(case: dict) -> None:
         size, n, tags = case["batch"], case["gen_tokens"], {"case": case["id"], "batch": case["batch"]}
         if engine.batch_unsupported:
             emit({"event": "case_unsupported", "phase": "batch", **tags, "reason": engine.batch_unsupported})
-            continue
+            return
         engine.reset()
         engine.open_batch(size, tokens_per_sequence(case) + CONTEXT_MARGIN)
         try:
@@ -172,7 +185,8 @@ def run_batch(engine, builder: PromptBuilder, s: Settings, cases: list[dict], em
                           "sequences": _batch_check(engine, prompts, rec["tokens"], n)})
         finally:
             engine.close_batch()
-    emit({"event": "phase_memory", "phase": "batch", "engine_memory": engine.memory()})
+
+    _sweep(engine, "batch", cases, emit, one_case)
 
 
 def run_prefix(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock = time.perf_counter_ns) -> None:

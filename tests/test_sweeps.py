@@ -96,6 +96,36 @@ def test_engine_without_batching_is_recorded_not_faked():
     assert events[0]["reason"] == NoBatch.batch_unsupported
 
 
+def test_a_case_that_cannot_be_set_up_is_that_case_s_error():
+    """open_batch fails for B=8 (say, no memory for 8 KV streams): b8 is failed, with the
+    engine's reason, and the phase still ends normally."""
+    from macprof.errors import MacprofError
+    from macprof.scenarios import run_batch
+
+    class NoRoom:
+        batch_unsupported = None
+
+        def reset_peak_memory(self):
+            pass
+
+        def reset(self):
+            pass
+
+        def memory(self):
+            return {}
+
+        def open_batch(self, size, tokens_per_seq):
+            raise MacprofError(f"llama.cpp could not create a context for {size} sequences of {tokens_per_seq} tokens")
+
+    events = []
+    s = config.Settings(phases=("batch",), batches=(8,), prompt_tokens=32, gen_tokens=8)
+    run_batch(NoRoom(), None, s, cases.plan(s)["batch"], events.append)
+    assert [e["event"] for e in events] == ["case_error", "phase_memory"]
+    head = {"settings": config.settings_dict(s), "shape": None, "identity": {"total_bytes": 0}}
+    (b8,) = runlog._build_sweep("batch", [{**e, "model": "m"} for e in events], [], head, None)["cases"]
+    assert b8["status"] == "failed" and "could not create a context for 8 sequences of 56 tokens" in b8["reason"]
+
+
 # -- the real engines -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sweep_log(tiny_dir, tmp_path_factory):
