@@ -180,7 +180,9 @@ def _x(ratio: float | None) -> str:
 
 
 def _case_status(c: dict) -> str:
-    return "" if c["status"] == "ok" else f"{c['status'].upper()}: {c.get('reason') or ''}".strip()
+    if c["status"] == "ok":
+        return ""
+    return f"{c['status'].upper()}: {c['reason']}" if c.get("reason") else c["status"].upper()
 
 
 def grid_table(cases: list[dict]) -> str:
