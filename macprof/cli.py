@@ -167,16 +167,22 @@ def _load_logs(paths) -> list[tuple[str, dict]]:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--baseline", help="Model name (or NAME@RUN) to compare against [the first row].")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table", show_default=True)
+@click.option("--case", "case", help="Compare one sweep case instead of the warm phase: depth:d4096, batch:b8, "
+                                     "grid:p512-g128, grid:rag.")
 @click.option("--fail-if", "fail_if", multiple=True,
               help="Exit 1 when a model regressed against the same model in the baseline's run, "
                    "significantly and past a limit: decode:-5%, ttft:+10%, memory:+10%.")
-def compare(paths, baseline, fmt, fail_if) -> None:
+def compare(paths, baseline, fmt, case, fail_if) -> None:
     """Compare models across run logs (files or folders), with significance on raw samples."""
     from macprof import compare as cmp, report
 
     specs = cmp.parse_fail_if(list(fail_if))
-    rows = [row for source, log in _load_logs(paths) for row in cmp.rows_from(log, source)]
+    which = cmp.parse_case(case)
+    rows = [row for source, log in _load_logs(paths) for row in cmp.rows_from(log, source, which)]
+    if which and not rows:
+        raise MacprofError(f"compare: no model in these logs has the case {case!r}")
     result = cmp.compare(rows, baseline)
+    result["case"] = case
     click.echo(report.compare_table(result, fmt))
     bad = cmp.regressions(result, specs)
     for line in bad:

@@ -36,22 +36,44 @@ def _engine_version(model: dict, software: dict) -> str | None:
     return (software or {}).get("llama_cpp_python" if eng == "llama.cpp" else "mlx_lm")
 
 
-def rows_from(log: dict, source: str) -> list[dict]:
+def parse_case(spec: str | None) -> tuple[str, str] | None:
+    """'depth:d4096' -> ('depth', 'd4096'): compare that sweep case instead of the warm phase."""
+    if spec is None:
+        return None
+    phase, _, cid = spec.partition(":")
+    if phase not in ("grid", "depth", "batch") or not cid:
+        raise MacprofError(f"--case {spec!r}: expected PHASE:ID with PHASE grid, depth or batch "
+                           f"(e.g. depth:d4096, batch:b8, grid:p512-g128, grid:rag)")
+    return phase, cid
+
+
+def rows_from(log: dict, source: str, case: tuple[str, str] | None = None) -> list[dict]:
+    """One row per model; with ``case``, the figures of that sweep case (models without it are
+    left out) instead of the warm phase's."""
     from macprof.report import headline
 
     machine = log.get("machine") or {}
     rows = []
     for m in log.get("models", []):
-        warm = dig(m, "phases", "warm") or {}
-        ok = [r for r in warm.get("requests", []) if r.get("kind") == "measured" and r.get("status") == "ok"]
         s = m.get("settings", {})
+        head, block, lengths = headline(m), dig(m, "phases", "warm") or {}, (s.get("prompt_tokens"), s.get("gen_tokens"))
+        if case:
+            block = next((c for c in dig(m, "phases", case[0], "cases") or [] if c["id"] == case[1]), None)
+            if block is None:
+                continue
+            head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=dig(block, "summary", "ttft_s", "median"),
+                        decode_tok_s=dig(block, "summary", "decode_tok_s", "median"),
+                        efficiency=dig(block, "roofline", "measured", "efficiency"),
+                        peak_rss_bytes=dig(m, "phases", case[0], "memory", "peak_rss_bytes"))
+            lengths = (block["prompt_tokens"], block["gen_tokens"])
+        ok = [r for r in block.get("requests", []) if r.get("kind") == "measured" and r.get("status") == "ok"]
         rows.append({
             "source": source,
-            **headline(m),
+            **head,
             "samples": {"decode": [r["decode_tok_s"] for r in ok if r.get("decode_tok_s") is not None],
                         "ttft": [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]},
             "conditions": {
-                "lengths": (s.get("prompt_tokens"), s.get("gen_tokens")),
+                "lengths": lengths,
                 "machine": machine.get("host_id") or (machine.get("cpu_model"), machine.get("chip")),
                 "engine_version": _engine_version(m, log.get("software")),
                 "power_source": machine.get("power_source"),

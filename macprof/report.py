@@ -355,7 +355,9 @@ def compare_table(result: dict, fmt: str = "table") -> str:
 
     if fmt == "json":
         return json.dumps(result, indent=1)
-    headers = ["model", "run", "engine", "quant", "size", "cold TTFT", "warm TTFT", "prefix TTFT",
+    case = (f"; TTFT, decode and memory are those of the sweep case {clean(result['case'])} (decode per sequence "
+            f"in a batch case)") if result.get("case") else ""
+    headers = ["model", "run", "engine", "quant", "size", "cold TTFT", "case TTFT" if case else "warm TTFT", "prefix TTFT",
                "decode tok/s", "of ceiling", "peak RSS", "decode vs base", "TTFT vs base", "flags"]
     rows = []
     for r in result["rows"]:
@@ -376,5 +378,5 @@ def compare_table(result: dict, fmt: str = "table") -> str:
     if fmt == "markdown":
         lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-        return "\n".join(lines) + f"\n\nBaseline: {result['baseline']}. Significance: {result['test']}."
-    return render_table(headers, rows) + f"\n\nbaseline: {clean(result['baseline'])}; significance: {result['test']}"
+        return "\n".join(lines) + f"\n\nBaseline: {result['baseline']}. Significance: {result['test']}" + case + "."
+    return render_table(headers, rows) + f"\n\nbaseline: {clean(result['baseline'])}; significance: {result['test']}" + case

@@ -258,6 +258,27 @@ def test_show_and_plot_present_the_sweeps(sweep_log, tmp_path):
     assert Image.open(chart).size == (10 * 120, round(2 * 5.5 * 120))
 
 
+def test_compare_a_sweep_case_across_models(sweep_log):
+    from click.testing import CliRunner
+
+    from macprof import compare as cmp
+    from macprof.cli import main
+
+    data, log, _ = sweep_log
+    rows = cmp.rows_from(data, "run", cmp.parse_case("depth:d200"))
+    assert [r["model"] for r in rows] == list(MODELS)
+    for r, m in zip(rows, data["models"]):
+        case = m["phases"]["depth"]["cases"][1]
+        assert r["decode_tok_s"] == case["summary"]["decode_tok_s"]["median"] and r["conditions"]["lengths"] == (201, GEN)
+        assert sorted(r["samples"]["decode"]) == sorted(q["decode_tok_s"] for q in _measured(case))
+    out = CliRunner().invoke(main, ["compare", str(log), "--case", "batch:b3", "--format", "csv"])
+    assert out.exit_code == 0 and "case TTFT" in out.output and len(out.output.strip().splitlines()) == 1 + len(MODELS)
+    for bad, message in (("depth:d999", "no model in these logs has the case 'depth:d999'"),
+                         ("cold:x", "expected PHASE:ID with PHASE grid, depth or batch")):
+        out = CliRunner().invoke(main, ["compare", str(log), "--case", bad])
+        assert out.exit_code == 2 and message in out.output and out.output.count("\n") == 1
+
+
 def test_a_crash_in_a_sweep_loses_one_case(tiny_dir, tmp_path):
     """The worker segfaults in case d50: it is recorded, and a fresh worker goes on with d100."""
     log = tmp_path / "crash.json"
