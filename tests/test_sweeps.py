@@ -227,6 +227,10 @@ def test_batch_sequences_equal_one_at_a_time(sweep_log, tiny_dir):
 
 
 def test_batch_predictions_match_estimate(sweep_log):
+    from click.testing import CliRunner
+
+    from macprof.cli import main
+
     data = sweep_log[0]
     gbs, tflops = data["bandwidth"]["measured"]["gbs"], data["bandwidth"]["measured"]["tflops"]
     for m in data["models"]:
@@ -238,6 +242,12 @@ def test_batch_predictions_match_estimate(sweep_log):
             assert pred["bound"] == e["batch"][0]["bound"]
             assert pred["itl_s"] == pytest.approx(e["batch"][0]["itl_s"], rel=1e-12)
             assert pred["aggregate_tok_s"] == pytest.approx(e["batch"][0]["aggregate_tok_s"], rel=1e-12)
+            # and the command itself, given the same inputs on its command line
+            out = CliRunner().invoke(main, ["estimate", m["identity"]["path"], "--bandwidth", repr(gbs), "--tflops",
+                                            repr(tflops), "--context", str(int(c["context_tokens"])),
+                                            "--batch", str(c["batch"]), "--json"])
+            assert out.exit_code == 0 and c["context_tokens"] == int(c["context_tokens"])
+            assert json.loads(out.output)["batch"][0]["aggregate_tok_s"] == pytest.approx(pred["aggregate_tok_s"], rel=1e-12)
             agg = c["summary"]["aggregate_decode_tok_s"]["median"]
             assert row["measured_over_predicted_aggregate"] == pytest.approx(agg / pred["aggregate_tok_s"])
             per_seq = sorted(r["decode_tok_s"] for r in _measured(c))
