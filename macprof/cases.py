@@ -50,9 +50,13 @@ def plan(s) -> dict[str, list[dict]]:
     for phase, cases in out.items():
         for c in cases:
             c["id"] = case_id(phase, c)
-            # mean context while decoding: what the ceiling at context c is evaluated at
-            c["context_tokens"] = c["prompt_tokens"] + c["gen_tokens"] / 2
+            c["context_tokens"] = mean_context(c["prompt_tokens"], c["gen_tokens"])
     return out
+
+
+def mean_context(prompt_tokens: int, gen_tokens: int) -> float:
+    """Mean context while decoding, c = prompt + gen / 2: where the ceiling is evaluated."""
+    return prompt_tokens + gen_tokens / 2
 
 
 def tokens_per_sequence(case: dict) -> int:

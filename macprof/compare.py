@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
 from macprof.measure.significance import verdict
 from macprof.runlog import dig
@@ -41,7 +42,7 @@ def parse_case(spec: str | None) -> tuple[str, str] | None:
     if spec is None:
         return None
     phase, _, cid = spec.partition(":")
-    if phase not in ("grid", "depth", "batch") or not cid:
+    if phase not in SWEEP_PHASES or not cid:
         raise MacprofError(f"--case {spec!r}: expected PHASE:ID with PHASE grid, depth or batch "
                            f"(e.g. depth:d4096, batch:b8, grid:p512-g128, grid:rag)")
     return phase, cid

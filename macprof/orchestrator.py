@@ -198,7 +198,7 @@ class Runner:
         cases = cases or {}
         # one sequence's context: the longest request of the phases this worker runs (batch
         # cases get a context of their own, sized for their sequences)
-        need = [s.prompt_tokens + s.gen_tokens if p in ("cold", "warm", "prefix") else 0 for p in phases]
+        need = [0 if p in sweeps.SWEEP_PHASES else s.prompt_tokens + s.gen_tokens for p in phases]
         need += [sweeps.tokens_per_sequence(c) for p in ("grid", "depth") if p in phases for c in cases.get(p, [])]
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
@@ -307,7 +307,7 @@ def context_refusal(model: ModelSpec, ctx: int | None) -> str | None:
     """Settings that make no sense for this model: more tokens than its context holds (the
     sweep phases are checked case by case instead)."""
     need = model.settings.prompt_tokens + model.settings.gen_tokens
-    if ctx and need > ctx and set(model.settings.phases) & {"cold", "warm", "prefix"}:
+    if ctx and need > ctx and set(model.settings.phases) - set(sweeps.SWEEP_PHASES):
         return (f"{model.path}: prompt_tokens + gen_tokens = {need} exceeds the model's context length "
                 f"of {ctx} tokens")
     return None

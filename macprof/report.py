@@ -3,6 +3,7 @@ Pure functions of the run log; no measurement, no I/O."""
 
 from __future__ import annotations
 
+from macprof.cases import SWEEP_PHASES
 from macprof.measure.stats import relative_spread
 from macprof.runlog import dig
 
@@ -29,6 +30,11 @@ def fmt_pct(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:.0%}" if x >= 0.1 else f"{100 * x:.2g}%"
+
+
+def _x(ratio: float | None) -> str:
+    """A ratio as x1.24."""
+    return "-" if ratio is None else f"x{ratio:.2f}"
 
 
 def fmt_bytes(x: int | None) -> str:
@@ -146,7 +152,7 @@ def warnings(log: dict) -> list[str]:
                 if spread is not None and spread > SPREAD_WARN:
                     out.append(f"{name}: {label} {what} varies by {spread:.0%} of its median (stdev/median > "
                                f"{SPREAD_WARN:.0%}): close other programs, add --reps or --delay")
-        for phase in ("grid", "depth", "batch"):
+        for phase in SWEEP_PHASES:
             noisy = [c["id"] for c in dig(m, "phases", phase, "cases") or []
                      if (relative_spread(dig(c, "summary", "decode_tok_s") or {}) or 0) > SPREAD_WARN]
             if noisy:
@@ -173,10 +179,6 @@ def warnings(log: dict) -> list[str]:
         for f in m.get("failures", []):
             out.append(f"{name}: {f.get('phase') or 'load'} failed ({f.get('status')}): {f.get('reason')}")
     return out
-
-
-def _x(ratio: float | None) -> str:
-    return "-" if ratio is None else f"x{ratio:.2f}"
 
 
 def _case_status(c: dict) -> str:
@@ -344,10 +346,6 @@ def clean(text) -> str:
     return "".join(ch for ch in str(text) if ch.isprintable())
 
 
-def _pct(ratio: float | None) -> str:
-    return "-" if ratio is None else f"x{ratio:.2f}"
-
-
 def compare_table(result: dict, fmt: str = "table") -> str:
     import csv
     import io
@@ -362,8 +360,8 @@ def compare_table(result: dict, fmt: str = "table") -> str:
     rows = []
     for r in result["rows"]:
         calls = r["calls"]
-        dec = "baseline" if r["baseline"] else f"{_pct(r['ratios']['decode'])} {calls['decode']['call']}"
-        ttft = "baseline" if r["baseline"] else f"{_pct(r['ratios']['ttft'])} {calls['ttft']['call']}"
+        dec = "baseline" if r["baseline"] else f"{_x(r['ratios']['decode'])} {calls['decode']['call']}"
+        ttft = "baseline" if r["baseline"] else f"{_x(r['ratios']['ttft'])} {calls['ttft']['call']}"
         rows.append([clean(r["model"]), clean(r["source"]), clean(r["engine"]), clean(r["quant"] or "-"),
                      fmt_bytes(r["file_bytes"]), fmt_s(r["cold_ttft_s"]), fmt_s(r["warm_ttft_s"]),
                      fmt_s(r["prefix_ttft_s"]), fmt_rate(r["decode_tok_s"]),

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from macprof import __version__
+from macprof.cases import SWEEP_PHASES, mean_context
 from macprof.errors import MacprofError
 from macprof.measure import stats
 from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
@@ -251,18 +252,19 @@ def build_model(events: list[dict], bw: dict | None = None) -> dict:
     settings = head["settings"]
     if "cold" in settings["phases"]:
         phases["cold"] = cold
+    decode_context = mean_context(settings["prompt_tokens"], settings["gen_tokens"])
     if "warm" in settings["phases"]:
         wf = _phase_failures(failures, "warm")
         summary = summarize_requests(warm_measured, len(wf))
         phases["warm"] = {"requests": warm_reqs, "summary": summary, "failures": wf,
                           "memory": _phase_memory(events, "warm"),
-                          "roofline": roofline_for(summary, head.get("shape"), _context(settings), bw,
+                          "roofline": roofline_for(summary, head.get("shape"), decode_context, bw,
                                                    head["identity"]["total_bytes"])}
     if "prefix" in settings["phases"]:
         phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"))
         phases["prefix"]["roofline"] = roofline_for(phases["prefix"]["summary"]["reuse"], head.get("shape"),
-                                                    _context(settings), bw, head["identity"]["total_bytes"])
-    for phase in ("grid", "depth", "batch"):
+                                                    decode_context, bw, head["identity"]["total_bytes"])
+    for phase in SWEEP_PHASES:
         if phase in settings["phases"]:
             phases[phase] = _build_sweep(phase, events, _phase_failures(failures, phase), head, bw)
     shape = head.get("shape") or {}
@@ -297,11 +299,6 @@ def build_model(events: list[dict], bw: dict | None = None) -> dict:
         "failures": failures,
         "complete": model_end is not None,
     }
-
-
-def _context(settings: dict) -> float:
-    """Mean context while decoding: the prompt plus half the generated tokens."""
-    return settings["prompt_tokens"] + settings["gen_tokens"] / 2
 
 
 def _build_sweep(phase: str, events: list[dict], failures: list[dict], head: dict, bw: dict | None) -> dict:

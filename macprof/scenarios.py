@@ -77,6 +77,15 @@ def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_
             "computed_prompt_tokens": sum(len(x) for x in ids), "engine_memory": engine.memory() or None}
 
 
+def announced(emit: Emit, head: dict, measure: Callable[[], dict]) -> dict:
+    """``request_start`` before the measurement (the parent's per-request timeout runs from
+    it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...)."""
+    emit({"event": "request_start", **head})
+    rec = measure()
+    emit({"event": "request", **head, **rec})
+    return rec
+
+
 def _pause(settings: Settings) -> None:
     if settings.delay > 0:
         time.sleep(settings.delay)
@@ -93,9 +102,8 @@ def _warm_case(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: C
     for i, prompt in enumerate(prompts):
         _pause(s)
         engine.reset()
-        head = {"phase": phase, "index": i - 1, "kind": _kind(i), **tags}
-        emit({"event": "request_start", **head})
-        emit({"event": "request", **head, **timed_request(engine, prompt, gen_tokens, clock)})
+        announced(emit, {"phase": phase, "index": i - 1, "kind": _kind(i), **tags},
+                  lambda: timed_request(engine, prompt, gen_tokens, clock))
 
 
 def run_warm(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock = time.perf_counter_ns) -> None:
@@ -150,10 +158,9 @@ def run_depth(engine, builder: PromptBuilder, s: Settings, cases: list[dict], em
         for i, prompt in enumerate(prompts):
             _pause(s)
             engine.truncate(d)  # restore the filled cache: drop what the previous request added
-            head = {"phase": "depth", "index": i - 1, "kind": _kind(i), **tags,
-                    "cached_tokens_before": engine.cached_tokens()}
-            emit({"event": "request_start", **head})
-            emit({"event": "request", **head, **timed_request(engine, prompt, case["gen_tokens"], clock)})
+            announced(emit, {"phase": "depth", "index": i - 1, "kind": _kind(i), **tags,
+                             "cached_tokens_before": engine.cached_tokens()},
+                      lambda: timed_request(engine, prompt, case["gen_tokens"], clock))
 
     _sweep(engine, "depth", cases, emit, one_case)
 
@@ -176,10 +183,8 @@ def run_batch(engine, builder: PromptBuilder, s: Settings, cases: list[dict], em
                 prompts = [builder.prompt(f"batch:{size}:{i}:{j}", case["prompt_tokens"]) for j in range(size)]
                 _pause(s)
                 engine.reset()
-                head = {"phase": "batch", "index": i - 1, "kind": _kind(i), **tags}
-                emit({"event": "request_start", **head})
-                rec = timed_batch(engine, prompts, n, clock)
-                emit({"event": "request", **head, **rec})
+                rec = announced(emit, {"phase": "batch", "index": i - 1, "kind": _kind(i), **tags},
+                                lambda: timed_batch(engine, prompts, n, clock))
                 if i == 1 and rec["status"] == "ok":
                     emit({"event": "batch_check", "phase": "batch", **tags, "index": 0,
                           "sequences": _batch_check(engine, prompts, rec["tokens"], n)})
@@ -204,10 +209,9 @@ def run_prefix(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: C
             if mode == "reuse":  # put exactly the prefix in the cache, untimed
                 for _ in engine.generate(list(prefix.ids), 1):
                     pass
-            emit({"event": "request_start", "phase": "prefix", "index": index, "kind": kind, "mode": mode})
-            rec = timed_request(engine, prompt, s.gen_tokens, clock)
+            rec = announced(emit, {"phase": "prefix", "index": index, "kind": kind, "mode": mode},
+                            lambda: timed_request(engine, prompt, s.gen_tokens, clock))
             outputs[mode] = rec["tokens"]
-            emit({"event": "request", "phase": "prefix", "index": index, "kind": kind, "mode": mode, **rec})
         emit({"event": "prefix_check", "phase": "prefix", "index": index, "kind": kind,
               **compare_outputs(engine, prompt, outputs["noreuse"], outputs["reuse"])})
     emit({"event": "phase_memory", "phase": "prefix", "engine_memory": engine.memory()})

@@ -66,6 +66,7 @@ def run(job: dict, emit) -> None:
           "vocab_size": engine.vocab_size, "tokenizer_separate": getattr(engine, "separate_tokenizer", True)})
 
     from macprof import scenarios
+    from macprof.cases import SWEEP_PHASES
     from macprof.prompts import PromptBuilder
 
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
@@ -77,7 +78,7 @@ def run(job: dict, emit) -> None:
             scenarios.run_warm(engine, builder, settings, emit)
         elif phase == "prefix":
             scenarios.run_prefix(engine, builder, settings, emit)
-        elif phase in ("grid", "depth", "batch"):
+        elif phase in SWEEP_PHASES:
             run_sweep = getattr(scenarios, f"run_{phase}")
             run_sweep(engine, builder, settings, job["cases"][phase], emit)
         emit({"event": "phase_end", "phase": phase, "rss_bytes": _rss()})
@@ -86,14 +87,13 @@ def run(job: dict, emit) -> None:
 
 def run_cold(engine, builder, s, emit, trial: int) -> None:
     """The first request of this fresh process, then a warm one of the same shape."""
-    from macprof.scenarios import timed_request
+    from macprof.scenarios import announced, timed_request
 
     for kind in ("first", "second"):
         prompt = builder.prompt(f"cold:{trial}:{kind}", s.prompt_tokens)
         engine.reset()
-        emit({"event": "request_start", "phase": "cold", "index": trial, "kind": kind})
-        rec = timed_request(engine, prompt, s.gen_tokens)
-        emit({"event": "request", "phase": "cold", "index": trial, "kind": kind, **rec})
+        announced(emit, {"phase": "cold", "index": trial, "kind": kind},
+                  lambda: timed_request(engine, prompt, s.gen_tokens))
     emit({"event": "phase_memory", "phase": "cold", "engine_memory": engine.memory()})
 
 

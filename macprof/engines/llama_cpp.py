@@ -57,7 +57,6 @@ class LlamaCppEngine:
         self._history: list[int] = []
         self._reused = 0
         self._mem = None
-        self._settings: EngineSettings | None = None
         self._bctx = None  # the batch context (open_batch .. close_batch)
         self._bsize = 0
 
@@ -73,7 +72,6 @@ class LlamaCppEngine:
         self.model = model
         self.vocab = lc.llama_model_get_vocab(model)
         self.threads = settings.threads or default_threads()
-        self._settings = settings
         self.n_batch = min(settings.batch or 2048, settings.n_ctx)
         self.ctx = self._context(settings.n_ctx, 1)
         if not self.ctx:

@@ -38,7 +38,6 @@ class MlxEngine:
         self._reused = 0
         self._stream = None
         self._prefill_step = 2048
-        self._bsize = 0
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -130,10 +129,10 @@ class MlxEngine:
     batch_unsupported = None
 
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
-        self._bsize = size  # BatchGenerator allocates each sequence's cache as it goes
+        """Nothing to prepare: BatchGenerator allocates each sequence's cache as it goes."""
 
     def close_batch(self) -> None:
-        self._bsize = 0
+        """Nothing to free: each call's BatchGenerator goes with it."""
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
         from mlx_lm.generate import BatchGenerator
