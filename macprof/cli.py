@@ -81,7 +81,10 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
     """Measure every model of the config: cold start, warm residence, prefix reuse; and, when
     asked, a grid of lengths (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep
     (--depth) and a batch sweep (--batch). Sweep options alone run only the sweeps."""
-    from macprof import config, orchestrator, report, runlog
+    from macprof import config, session
+    from macprof.render.summary import render_summary
+    from macprof.run import progress
+    from macprof.store import runlog
 
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
@@ -96,13 +99,11 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
     if resume:
         resume_events = runlog.read_journal(resume)
         log_path = Path(str(resume).removesuffix(".journal.jsonl") + ".json")
-    log_path = log_path or orchestrator.default_log_path(Path("runs"))
+    log_path = log_path or session.default_log_path(Path("runs"))
     if log_path.suffix != ".json":
         raise MacprofError(f"{log_path}: the run log must be a .json file")
-    progress = orchestrator.Progress()
-    runner = orchestrator.Runner(selected, log_path, progress)
-    log = runner.run(resume_events)
-    click.echo(report.render_summary(log, str(log_path)))
+    log = session.measure(selected, log_path, progress.Progress(), resume_events)
+    click.echo(render_summary(log, str(log_path)))
     if not log["complete"]:
         sys.exit(130)
 
@@ -148,16 +149,19 @@ def demo(size, root) -> None:
 @click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 def show(path) -> None:
     """Render a run log, or the journal of an interrupted run."""
-    from macprof import report, runlog
+    from macprof.render.detail import render_detail
+    from macprof.render.summary import render_summary
+    from macprof.store import runlog
 
     log = runlog.load(path)
-    click.echo(report.render_detail(log))
+    click.echo(render_detail(log))
     click.echo("")
-    click.echo(report.render_summary(log))
+    click.echo(render_summary(log))
 
 
 def _load_logs(paths) -> list[tuple[str, dict]]:
-    from macprof import compare as cmp, runlog
+    from macprof.analyse import compare as cmp
+    from macprof.store import runlog
 
     files = cmp.log_files(list(paths))
     return [(f.name.removesuffix(".json"), runlog.load(f)) for f in files]
@@ -174,7 +178,9 @@ def _load_logs(paths) -> list[tuple[str, dict]]:
                    "significantly and past a limit: decode:-5%, ttft:+10%, memory:+10%.")
 def compare(paths, baseline, fmt, case, fail_if) -> None:
     """Compare models across run logs (files or folders), with significance on raw samples."""
-    from macprof import compare as cmp, report
+    from macprof.analyse import compare as cmp
+    from macprof.render.compare import compare_table
+    from macprof.render.text import clean
 
     specs = cmp.parse_fail_if(list(fail_if))
     which = cmp.parse_case(case)
@@ -183,10 +189,10 @@ def compare(paths, baseline, fmt, case, fail_if) -> None:
         raise MacprofError(f"compare: no model in these logs has the case {case!r}")
     result = cmp.compare(rows, baseline)
     result["case"] = case
-    click.echo(report.compare_table(result, fmt))
+    click.echo(compare_table(result, fmt))
     bad = cmp.regressions(result, specs)
     for line in bad:
-        click.echo(f"REGRESSION: {report.clean(line)}", err=True)
+        click.echo(f"REGRESSION: {clean(line)}", err=True)
     if bad:
         sys.exit(1)
 
@@ -196,7 +202,7 @@ def compare(paths, baseline, fmt, case, fail_if) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Where to write [RUNLOG.shared.json].")
 def share(path, output) -> None:
     """Write a copy of a run log that is safe to post: no user, host or home path in it."""
-    from macprof import runlog, share as sh
+    from macprof.store import runlog, share as sh
 
     log = runlog.load(path)
     shared, removed = sh.redact(log)
@@ -213,7 +219,7 @@ def share(path, output) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="chart.png, .svg or .html")
 def plot(paths, output) -> None:
     """Chart decode tok/s against the ceiling and cold / warm / prefix TTFT per model."""
-    from macprof import plot as pl
+    from macprof.render import plot as pl
 
     click.echo(str(pl.plot(_load_logs(paths), output)))
 
@@ -253,13 +259,14 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
     """The roofline with no model run: ceiling tok/s, KV cache size and the batching trade-off."""
     import json as _json
 
-    from macprof import estimate as est
+    from macprof.analyse import estimate as est
+    from macprof.render.estimate import render as render_estimate
 
     result = est.estimate(model=model, params=params, active_params=active_params, bits=bits,
                           bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
                           chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
                           head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches)
-    click.echo(_json.dumps(result, indent=1) if as_json else est.render(result))
+    click.echo(_json.dumps(result, indent=1) if as_json else render_estimate(result))
 
 
 @main.command()
@@ -269,17 +276,18 @@ def inspect(model, as_json) -> None:
     """Model shape and bytes from metadata alone (GGUF header / MLX config + safetensors headers)."""
     import json as _json
 
-    from macprof import modelinfo, report
+    from macprof.collect import modelinfo
+    from macprof.render.text import fmt_bytes, render_table
 
     info = modelinfo.inspect(model)
     d = info.to_dict()
     if as_json:
         click.echo(_json.dumps(d, indent=1))
         return
-    rows = [[k, report.fmt_bytes(v) + f" ({v} B)" if k.endswith("bytes") or k.endswith("per_token") and "kv" not in k
+    rows = [[k, fmt_bytes(v) + f" ({v} B)" if k.endswith("bytes") or k.endswith("per_token") and "kv" not in k
              else str(v)] for k, v in d.items() if k != "bytes_by_type"]
-    rows += [[f"bytes of {t}", f"{report.fmt_bytes(b)} ({b} B)"] for t, b in sorted(d["bytes_by_type"].items())]
-    click.echo(report.render_table(["field", "value"], rows))
+    rows += [[f"bytes of {t}", f"{fmt_bytes(b)} ({b} B)"] for t, b in sorted(d["bytes_by_type"].items())]
+    click.echo(render_table(["field", "value"], rows))
 
 
 @main.command(name="bandwidth")
@@ -291,10 +299,10 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
     """Measure sustained memory read bandwidth (and peak matmul throughput) on the device the engines use."""
     import json as _json
 
-    from macprof import bandwidth
+    from macprof.collect import probes
 
-    r = bandwidth.measure(device=device, threads=threads, reps=reps)
-    r["flops"] = f = bandwidth.measure_flops(device=r["device"])
+    r = probes.measure(device=device, threads=threads, reps=reps)
+    r["flops"] = f = probes.measure_flops(device=r["device"])
     if as_json:
         click.echo(_json.dumps(r, indent=1))
         return
@@ -319,7 +327,9 @@ def overhead(config_path, names, gen_tokens, depth, pairs, threads, llama_bench,
     """Benchmark: macprof's decode loop against each engine's own (median of paired ratios)."""
     import json as _json
 
-    from macprof import config, overhead as oh, report
+    from macprof import config
+    from macprof.render.text import render_table
+    from macprof.run import overhead as oh
 
     cfg = config.load(config_path)
     selected = cfg.select([n.strip() for n in names.split(",") if n.strip()])
@@ -331,7 +341,7 @@ def overhead(config_path, names, gen_tokens, depth, pairs, threads, llama_bench,
         return
     rows = [[r["model"], r["reference"], f"{r['macprof_median']:.1f}", f"{r['reference_median']:.1f}",
              f"{r['median_ratio']:.3f}"] for r in results]
-    click.echo(report.render_table(["model", "reference", "macprof tok/s p50", "reference tok/s p50",
+    click.echo(render_table(["model", "reference", "macprof tok/s p50", "reference tok/s p50",
                                     "median paired ratio"], rows))
 
 

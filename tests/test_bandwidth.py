@@ -5,38 +5,38 @@ import json
 
 from click.testing import CliRunner
 
-from macprof import bandwidth
+from macprof.collect import probes
 from macprof.cli import main
 
 
 def test_cpu_probe_small():
-    r = bandwidth.measure(device="cpu", threads=2, sizes_mib=[32, 64], reps=3)
+    r = probes.measure(device="cpu", threads=2, sizes_mib=[32, 64], reps=3)
     assert r["best_gbs"] >= r["median_gbs"] > 0 and len(r["samples_gbs"]) == 6
     assert set(r["per_size"]) == {"32", "64"}
 
 
 def test_mlx_probe_path_runs():
     # On Apple Silicon this is the GPU probe; on Linux MLX runs the same code on the CPU.
-    r = bandwidth.measure(device="gpu", sizes_mib=[16], reps=2)
+    r = probes.measure(device="gpu", sizes_mib=[16], reps=2)
     assert r["best_gbs"] > 0 and r["per_size"]["16"]["copy_gbs"]["median"] > 0
 
 
 def test_cached_per_machine(cache_root, monkeypatch):
     calls = []
-    monkeypatch.setattr(bandwidth, "measure", lambda **kw: calls.append(kw) or {"median_gbs": 1.0, "device": "cpu"})
-    monkeypatch.setattr(bandwidth, "measure_flops", lambda **kw: {"median_tflops": 0.1})
+    monkeypatch.setattr(probes, "measure", lambda **kw: calls.append(kw) or {"median_gbs": 1.0, "device": "cpu"})
+    monkeypatch.setattr(probes, "measure_flops", lambda **kw: {"median_tflops": 0.1})
     path = cache_root / "bw-test"
     monkeypatch.setenv("MACPROF_CACHE", str(path))
-    first, second = bandwidth.cached(), bandwidth.cached()
+    first, second = probes.cached(), probes.cached()
     assert len(calls) == 1 and first["cached"] is False and second["cached"] is True
-    bandwidth.cached(max_age_s=0)
+    probes.cached(max_age_s=0)
     assert len(calls) == 2 and second["flops"]["median_tflops"] == 0.1
 
 
 def test_matmul_probes():
-    cpu = bandwidth.measure_flops(device="cpu", n=256, reps=3)
+    cpu = probes.measure_flops(device="cpu", n=256, reps=3)
     assert cpu["best_tflops"] >= cpu["median_tflops"] > 0 and len(cpu["samples_tflops"]) == 3
-    gpu = bandwidth.measure_flops(device="gpu", n=64, reps=2)  # MLX (on Linux, on the CPU)
+    gpu = probes.measure_flops(device="gpu", n=64, reps=2)  # MLX (on Linux, on the CPU)
     assert gpu["median_tflops"] > 0 and "MLX" in gpu["method"]
 
 

@@ -7,10 +7,11 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from macprof import runlog
+from macprof.model.definitions import SCHEMA_VERSION
+from macprof.store import runlog
 from macprof.cli import main
 from macprof.measure.significance import mann_whitney, verdict
-from macprof.share import redact
+from macprof.store.share import redact
 from tests.conftest import FIXTURES
 
 LOGS = FIXTURES / "runlogs"
@@ -111,7 +112,7 @@ def test_fail_if_regression(tmp_path):
 # -- loading: validation, migration, refusal -------------------------------------------------
 def test_older_schema_is_migrated():
     log = runlog.load(LOGS / "schema1.json")
-    assert log["schema_version"] == runlog.SCHEMA_VERSION and log["migrated_from"] == 1
+    assert log["schema_version"] == SCHEMA_VERSION and log["migrated_from"] == 1
     assert "tiny-q4" in run("show", LOGS / "schema1.json").output
     roof = log["models"][0]["phases"]["warm"]["roofline"]
     assert "schema_version 1" in roof["reason"]  # not recorded then: null with the reason, never a number

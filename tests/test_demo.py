@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from macprof.cli import main
 from macprof.demo.build import SPECS, build, is_intact, parameter_count
-from macprof.fileid import sha256_file
-from macprof.modelinfo import inspect
+from macprof.collect.fileid import sha256_file
+from macprof.collect.modelinfo import inspect
 from tests.conftest import ALL_VARIANTS
 
 

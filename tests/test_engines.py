@@ -4,7 +4,7 @@ import pytest
 
 from macprof import engines
 from macprof.engines.base import EngineSettings
-from macprof.prompts import PromptBuilder
+from macprof.run.prompts import PromptBuilder
 from tests.conftest import ALL_VARIANTS
 
 GEN = 12
@@ -116,7 +116,7 @@ def test_truncate_restores_a_filled_cache(loaded):
 def test_batch_equals_one_at_a_time(loaded):
     """B sequences decoded together give, for every sequence, exactly GEN tokens, the same as
     the prompt run alone (greedy); a divergence is allowed only at a floating-point near-tie."""
-    from macprof.scenarios import compare_outputs
+    from macprof.run.phases.common import compare_outputs
 
     b = PromptBuilder(loaded, seed=9)
     n = 6  # MLX's quantized matmul is slow on Linux CPUs: keep this short

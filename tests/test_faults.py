@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from macprof import runlog
+from macprof.store import runlog
 from tests.test_run import FAULT_ARGS, macprof
 
 
@@ -106,23 +106,23 @@ def test_prompt_longer_than_the_context_is_refused(tiny_dir, tmp_path):
 
 
 def _runner(cfg, log):
-    from macprof import config, orchestrator
+    from macprof import config, session
 
     models = config.load(cfg, {"phases": ["warm"], "prompt_tokens": 32, "gen_tokens": 4, "reps": 3}).models
-    return orchestrator.Runner(models, log, progress=lambda s: None)
+    return lambda: session.measure(models, log, progress=lambda s: None)
 
 
 def test_model_larger_than_memory_is_refused_unless_forced(tiny_dir, tmp_path, monkeypatch):
     import psutil
 
-    from macprof import orchestrator
+    from macprof.run import orchestrator
 
     real = psutil.virtual_memory()
     size = (tiny_dir / "gguf/demo-tiny-f16.gguf").stat().st_size
     fake = real._replace(available=size - 1)  # the F16 file does not fit, the Q8_0 one does
     monkeypatch.setattr(orchestrator.psutil, "virtual_memory", lambda: fake)
     cfg = _two_models(tmp_path, tiny_dir)
-    log = _runner(cfg, tmp_path / "mem.json").run()
+    log = _runner(cfg, tmp_path / "mem.json")()
     big, good = log["models"]
     (failure,) = big["failures"]
     assert failure["status"] == "refused" and "use --force" in failure["reason"] and "only 0.0 GB" in failure["reason"]
@@ -148,7 +148,7 @@ def test_disk_full_while_journaling(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", filling_up)
     journal = tmp_path / "full.journal.jsonl"
     with pytest.raises(MacprofError) as err:
-        _runner(_two_models(tmp_path, tiny_dir, first="demo-tiny-q4_k_m"), tmp_path / "full.json").run()
+        _runner(_two_models(tmp_path, tiny_dir, first="demo-tiny-q4_k_m"), tmp_path / "full.json")()
     monkeypatch.setattr(os, "fsync", real_fsync)
     message = str(err.value)
     assert str(journal) in message and "No space left on device" in message and "what was measured" in message

@@ -5,7 +5,8 @@ import json
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from macprof import config, runlog
+from macprof import config
+from macprof.store import runlog
 from macprof.errors import MacprofError
 from tests.conftest import FIXTURES
 

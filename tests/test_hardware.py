@@ -3,7 +3,7 @@ sources in its SOURCES.md): no Mac runs here."""
 
 import pytest
 
-from macprof import hardware, machine
+from macprof.collect import chips, machine
 from tests.conftest import FIXTURES
 
 MAC = FIXTURES / "macos"
@@ -21,17 +21,17 @@ def read(name):
     ("m1-pro-8cpu.sysctl.txt", "M1 Pro", 16 * 2**30, 6, 2),
 ])
 def test_sysctl(fixture, chip, memory, perf, eff):
-    info = hardware.parse_sysctl(read(fixture))
+    info = chips.parse_sysctl(read(fixture))
     assert (info["chip"], info["memory_bytes"], info["cores_performance"], info["cores_efficiency"]) == (chip, memory, perf, eff)
 
 
 def test_m5_super_cores_are_named():
-    levels = hardware.parse_sysctl(read("m5.sysctl.txt"))["core_levels"]
+    levels = chips.parse_sysctl(read("m5.sysctl.txt"))["core_levels"]
     assert levels == [{"name": "Super", "cores": 4}, {"name": "Efficiency", "cores": 6}]
 
 
 def test_big_sur_m1_has_no_chip_name():
-    assert hardware.parse_sysctl(read("m1-bigsur.sysctl.txt"))["chip"] is None  # "Apple processor"
+    assert chips.parse_sysctl(read("m1-bigsur.sysctl.txt"))["chip"] is None  # "Apple processor"
 
 
 @pytest.mark.parametrize("fixture,chip,cores", [
@@ -41,11 +41,11 @@ def test_big_sur_m1_has_no_chip_name():
     ("m1-7c.system_profiler_displays.json", "M1", 7),
 ])
 def test_displays(fixture, chip, cores):
-    assert hardware.parse_displays(read(fixture)) == {"chip": chip, "gpu_cores": cores}
+    assert chips.parse_displays(read(fixture)) == {"chip": chip, "gpu_cores": cores}
 
 
 def test_ioreg_gpu_cores():
-    assert hardware.parse_ioreg_gpu_cores(read("m5-max-40c.ioreg_core_count.txt")) == 40
+    assert chips.parse_ioreg_gpu_cores(read("m5-max-40c.ioreg_core_count.txt")) == 40
 
 
 @pytest.mark.parametrize("fixture,chip,memory", [
@@ -53,7 +53,7 @@ def test_ioreg_gpu_cores():
     ("m1-pro-10cpu.system_profiler_hardware.txt", "M1 Pro", 16 * 2**30),
 ])
 def test_hardware_overview(fixture, chip, memory):
-    info = hardware.parse_hardware(read(fixture))
+    info = chips.parse_hardware(read(fixture))
     assert (info["chip"], info["memory_bytes"]) == (chip, memory)
 
 
@@ -64,22 +64,22 @@ def test_hardware_overview(fixture, chip, memory):
     ("M5", 10, 153.0), ("Apple M4", None, 120.0),
 ])
 def test_published_bandwidth(chip, cores, gbs):
-    assert hardware.spec_bandwidth(chip, cores)["gbs"] == gbs
+    assert chips.spec_bandwidth(chip, cores)["gbs"] == gbs
 
 
 @pytest.mark.parametrize("chip,cores", [("M4 Max", None), ("M3 Max", 36), ("M5 Max", 32), ("M7", 10), (None, None),
                                          ("Apple processor", None)])
 def test_unknown_is_unknown(chip, cores):
-    r = hardware.spec_bandwidth(chip, cores)
+    r = chips.spec_bandwidth(chip, cores)
     assert r["gbs"] is None and r["reason"]
 
 
 def test_fixture_chips_resolve_end_to_end():
     """sysctl (chip) + system_profiler (GPU cores) recorded on the same kind of Mac -> bandwidth."""
-    chip = hardware.parse_displays(read("m5-max-40c.system_profiler_displays.txt"))
-    assert hardware.spec_bandwidth(chip["chip"], chip["gpu_cores"])["gbs"] == 614.0
-    m2max = hardware.parse_displays(read("m2-max-38c.system_profiler_displays.txt"))
-    assert hardware.spec_bandwidth(m2max["chip"], m2max["gpu_cores"])["gbs"] == 400.0
+    chip = chips.parse_displays(read("m5-max-40c.system_profiler_displays.txt"))
+    assert chips.spec_bandwidth(chip["chip"], chip["gpu_cores"])["gbs"] == 614.0
+    m2max = chips.parse_displays(read("m2-max-38c.system_profiler_displays.txt"))
+    assert chips.spec_bandwidth(m2max["chip"], m2max["gpu_cores"])["gbs"] == 400.0
 
 
 def test_pmset():

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from macprof.cli import main
 from macprof.demo.build import SPECS, hf_weights
-from macprof.modelinfo import inspect
+from macprof.collect.modelinfo import inspect
 
 SPEC = SPECS["tiny"]
 

@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from macprof.cli import main
-from macprof.estimate import estimate
-from macprof.roofline import Roofline, kv_bytes_per_token
+from macprof.analyse.estimate import estimate
+from macprof.measure.roofline import Roofline, kv_bytes_per_token
 
 
 def test_l40s_8b_bf16():

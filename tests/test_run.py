@@ -6,11 +6,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from macprof import runlog
+from macprof.store import runlog
 from macprof.measure import stats
 
 GEN = 8
@@ -193,7 +192,7 @@ def test_killed_parent_journal_is_recovered(tiny_dir, tmp_path):
 
 
 def test_ceiling_in_every_decode_figure(e2e_log):
-    from macprof.estimate import estimate
+    from macprof.analyse.estimate import estimate
 
     data = json.loads(e2e_log[0].read_text())
     measured_gbs = data["bandwidth"]["measured"]["gbs"]

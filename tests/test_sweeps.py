@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from macprof import cases, config, estimate, runlog
+from macprof import cases, config
+from macprof.analyse import build, ceilings, estimate
+from macprof.measure import stats
+from macprof.store import runlog
 from macprof.cli import sweep_overrides
-from macprof.report import batch_table, tradeoff_line
+from macprof.render.sweeps import batch_table, tradeoff_line
 from tests.test_run import macprof
 
 GEN = 12
@@ -66,7 +69,7 @@ def test_tradeoff_math_on_constructed_cases():
                 "prediction": {"measured": {"itl_s": pred_itl, "aggregate_tok_s": pred_agg, "bound": "memory"}}}
 
     cs = [case(1, 50.0, 0.020, 60.0, 1 / 60), case(8, 305.0, 0.0248, 480.0, 1 / 60 * 1.0)]
-    rows = runlog.batch_tradeoff(cs)
+    rows = ceilings.batch_tradeoff(cs)
     assert rows[1]["aggregate_vs_b1"] == pytest.approx(6.1)
     assert rows[1]["itl_p50_vs_b1"] == pytest.approx(1.24)
     assert rows[1]["predicted_aggregate_vs_b1"] == pytest.approx(8.0)
@@ -77,7 +80,8 @@ def test_tradeoff_math_on_constructed_cases():
 
 
 def test_engine_without_batching_is_recorded_not_faked():
-    from macprof.scenarios import run_batch
+    from macprof.run.phases import PhaseContext
+    from macprof.run.phases.sweeps import run_batch
 
     class NoBatch:
         batch_unsupported = "this engine decodes one sequence at a time"
@@ -90,7 +94,7 @@ def test_engine_without_batching_is_recorded_not_faked():
 
     events = []
     s = config.Settings(phases=("batch",), batches=(1, 4))
-    run_batch(NoBatch(), None, s, cases.plan(s)["batch"], events.append)
+    run_batch(PhaseContext(NoBatch(), None, s, events.append, cases=cases.plan(s)["batch"]))
     assert [(e["event"], e.get("case")) for e in events] == [("case_unsupported", "b1"), ("case_unsupported", "b4"),
                                                              ("phase_memory", None)]
     assert events[0]["reason"] == NoBatch.batch_unsupported
@@ -100,7 +104,8 @@ def test_a_case_that_cannot_be_set_up_is_that_case_s_error():
     """open_batch fails for B=8 (say, no memory for 8 KV streams): b8 is failed, with the
     engine's reason, and the phase still ends normally."""
     from macprof.errors import MacprofError
-    from macprof.scenarios import run_batch
+    from macprof.run.phases import PhaseContext
+    from macprof.run.phases.sweeps import run_batch
 
     class NoRoom:
         batch_unsupported = None
@@ -119,10 +124,10 @@ def test_a_case_that_cannot_be_set_up_is_that_case_s_error():
 
     events = []
     s = config.Settings(phases=("batch",), batches=(8,), prompt_tokens=32, gen_tokens=8)
-    run_batch(NoRoom(), None, s, cases.plan(s)["batch"], events.append)
+    run_batch(PhaseContext(NoRoom(), None, s, events.append, cases=cases.plan(s)["batch"]))
     assert [e["event"] for e in events] == ["case_error", "phase_memory"]
     head = {"settings": config.settings_dict(s), "shape": None, "identity": {"total_bytes": 0}}
-    (b8,) = runlog._build_sweep("batch", [{**e, "model": "m"} for e in events], [], head, None)["cases"]
+    (b8,) = build._build_sweep("batch", [{**e, "model": "m"} for e in events], [], head, None)["cases"]
     assert b8["status"] == "failed" and "could not create a context for 8 sequences of 56 tokens" in b8["reason"]
 
 
@@ -201,8 +206,8 @@ def test_batch_sequences_equal_one_at_a_time(sweep_log, tiny_dir):
     again, independently, by this test with the engine in-process."""
     from macprof import engines
     from macprof.engines.base import EngineSettings
-    from macprof.prompts import PromptBuilder
-    from macprof.scenarios import compare_outputs
+    from macprof.run.prompts import PromptBuilder
+    from macprof.run.phases.common import compare_outputs
 
     for m in sweep_log[0]["models"]:
         engine = engines.create(m["identity"]["engine"])
@@ -251,7 +256,7 @@ def test_batch_predictions_match_estimate(sweep_log):
             agg = c["summary"]["aggregate_decode_tok_s"]["median"]
             assert row["measured_over_predicted_aggregate"] == pytest.approx(agg / pred["aggregate_tok_s"])
             per_seq = sorted(r["decode_tok_s"] for r in _measured(c))
-            assert agg == pytest.approx(c["batch"] * runlog.stats.summarize(per_seq)["median"])
+            assert agg == pytest.approx(c["batch"] * stats.summarize(per_seq)["median"])
 
 
 def test_show_and_plot_present_the_sweeps(sweep_log, tmp_path):
@@ -271,7 +276,7 @@ def test_show_and_plot_present_the_sweeps(sweep_log, tmp_path):
 def test_compare_a_sweep_case_across_models(sweep_log):
     from click.testing import CliRunner
 
-    from macprof import compare as cmp
+    from macprof.analyse import compare as cmp
     from macprof.cli import main
 
     data, log, _ = sweep_log
@@ -302,7 +307,7 @@ def test_a_crash_in_a_sweep_loses_one_case(tiny_dir, tmp_path):
 
 
 def test_sweep_warnings():
-    from macprof.report import warnings
+    from macprof.render.summary import warnings
 
     def case(cid, median, stdev, failed=0):
         return {"id": cid, "summary": {"decode_tok_s": {"median": median, "stdev": stdev}},

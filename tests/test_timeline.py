@@ -1,12 +1,12 @@
-"""Timeline math against DESIGN.md's worked example, with an injected clock."""
+"""Timeline math against docs/design.md's worked example, with an injected clock."""
 
 import itertools
 
 import pytest
 
 from macprof.measure.timeline import derive
-from macprof.scenarios import timed_request
-from macprof.prompts import Prompt
+from macprof.run.phases.common import timed_request
+from macprof.run.prompts import Prompt
 
 S = 1_000_000_000
 

@@ -1,4 +1,4 @@
-"""Per-request timeline math (pure): DESIGN.md "Definitions", to the letter.
+"""Per-request timeline math (pure): docs/design.md "Definitions", to the letter.
 
 All times are integers in nanoseconds from one monotonic clock (time.perf_counter_ns).
   t0           the request starts, before the prompt text is tokenized

@@ -17,17 +17,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
-from macprof import cases as sweeps, machine, runlog
+from macprof import cases as sweeps
+from macprof.collect import facts, machine, residency
 from macprof.config import ModelSpec, settings_dict
-from macprof.errors import MacprofError
-from macprof.measure import residency
+from macprof.run.journal import Journal
 
 RSS_PERIOD_S = 0.01
 LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
@@ -38,49 +37,6 @@ class Interrupted(Exception):
 
 
 @dataclass
-class Progress:
-    """Progress lines on a terminal; silent otherwise (logs, CI, pipes)."""
-
-    enabled: bool = field(default_factory=lambda: sys.stderr.isatty())
-    start: float = field(default_factory=time.monotonic)
-
-    def __call__(self, text: str) -> None:
-        if self.enabled:
-            print(f"[{time.monotonic() - self.start:7.1f}s] {text}", file=sys.stderr, flush=True)
-
-
-def default_log_path(runs_dir: Path) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return runs_dir / f"{stamp}-{machine.host_id()}.json"
-
-
-class Journal:
-    """Append-only JSON lines, flushed and fsynced per event."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.fh = open(path, "a", encoding="utf-8")
-        except OSError as exc:
-            raise MacprofError(f"{path}: cannot write the journal ({exc.strerror})") from None
-        self.events: list[dict] = []
-
-    def write(self, event: dict) -> None:
-        self.events.append(event)
-        try:
-            self.fh.write(json.dumps(event, separators=(",", ":")) + "\n")
-            self.fh.flush()
-            os.fsync(self.fh.fileno())
-        except OSError as exc:
-            raise MacprofError(f"{self.path}: writing the journal failed ({exc.strerror}); "
-                               f"what was measured until now is in it") from None
-
-    def close(self) -> None:
-        self.fh.close()
-
-
-@dataclass
 class WorkerResult:
     phases_done: list[str]
     failure: dict | None = None
@@ -88,17 +44,19 @@ class WorkerResult:
 
 
 class Runner:
-    def __init__(self, models: tuple[ModelSpec, ...], log_path: Path, progress: Callable[[str], None],
+    """Runs every model's phases in worker processes and journals every event; returns the
+    journal's events (building and saving the run log from them is the later stages' job)."""
+
+    def __init__(self, models: tuple[ModelSpec, ...], journal_path: Path, progress: Callable[[str], None],
                  python: str = sys.executable) -> None:
         self.models = models
-        self.log_path = log_path
-        self.journal_path = log_path.with_suffix(".journal.jsonl")
+        self.journal_path = journal_path
         self.progress = progress
         self.python = python
         self._proc: subprocess.Popen | None = None
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self, resume_events: list[dict] | None = None) -> dict:
+    def run(self, resume_events: list[dict] | None = None) -> list[dict]:
         journal = Journal(self.journal_path)
         done_models: set[str] = set()
         if resume_events:
@@ -107,7 +65,7 @@ class Runner:
             done_models = {ev["model"] for ev in resume_events if ev.get("event") == "model_end"}
         else:
             self.progress("reading machine facts; measuring memory bandwidth (once a day)")
-            journal.write(runlog.run_start_event())
+            journal.write(facts.run_start_event())
         old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
         complete = False
         try:
@@ -120,9 +78,9 @@ class Runner:
                 complete = True
             except (KeyboardInterrupt, Interrupted):
                 self._kill_worker()
-                journal.write({"event": "interrupted", "utc": runlog.utc_now()})
+                journal.write({"event": "interrupted", "utc": facts.utc_now()})
                 self.progress("interrupted: writing the run log from what was measured")
-            journal.write({"event": "run_end", "utc": runlog.utc_now(), "complete": complete,
+            journal.write({"event": "run_end", "utc": facts.utc_now(), "complete": complete,
                            "memory": machine.memory_snapshot()})
         except BaseException:  # e.g. the disk filled: no worker outlives the run
             self._kill_worker()
@@ -130,17 +88,15 @@ class Runner:
         finally:
             signal.signal(signal.SIGTERM, old_term)
             journal.close()
-        log = runlog.build(journal.events)
-        runlog.save(log, self.log_path)
-        return log
+        return journal.events
 
     def _run_model(self, model: ModelSpec, journal: Journal) -> None:
         s = model.settings
         self.progress(f"{model.name}: identifying ({model.engine}, {model.path.name})")
         try:
-            start = runlog.model_start_event(model)
+            start = facts.model_start_event(model)
         except OSError as exc:  # vanished or unreadable since the config was read
-            start = runlog.model_start_event(model, files_error=f"{exc.filename or model.path}: {exc.strerror}")
+            start = facts.model_start_event(model, files_error=f"{exc.filename or model.path}: {exc.strerror}")
         journal.write(start)
         # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
         # refused before any worker loads it: one clear reason instead of an engine's crash.
@@ -206,7 +162,7 @@ class Runner:
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         stderr = tempfile.TemporaryFile()
         t_spawn = time.perf_counter_ns()
-        proc = subprocess.Popen([self.python, "-m", "macprof.worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([self.python, "-m", "macprof.run.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._proc = proc

@@ -9,7 +9,8 @@ import math
 from pathlib import Path
 
 from macprof.errors import MacprofError
-from macprof.runlog import dig
+from macprof.analyse.compare import rows_from
+from macprof.model.access import dig
 
 FORMATS = (".png", ".svg", ".html")
 MEASURED, SPEC = "#C44E52", "#55A868"
@@ -33,8 +34,6 @@ def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from macprof.compare import rows_from
 
     if out.suffix not in FORMATS:
         raise MacprofError(f"{out}: the chart must be {', '.join(FORMATS)}")

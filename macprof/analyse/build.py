@@ -1,4 +1,4 @@
-"""The run log: built from the journal's events (pure), saved atomically, loaded and validated.
+"""The run log built from the journal's events (pure: no I/O, no clock).
 
 The journal is the source of truth: ``build`` turns its events into the run log, so a log
 written at the end of a run, after Ctrl-C, or recovered from the journal of a killed run
@@ -7,80 +7,15 @@ written at the end of a run, after Ctrl-C, or recovered from the journal of a ki
 
 from __future__ import annotations
 
-import json
-import os
-from datetime import datetime, timezone
-from pathlib import Path
-
-from macprof import __version__
-from macprof.cases import SWEEP_PHASES, mean_context
+from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
+from macprof.cases import SWEEP_PHASES, mean_context, plan
+from macprof.config import settings_from_dict
 from macprof.errors import MacprofError
 from macprof.measure import stats
 from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
+from macprof.model.definitions import NEAR_TIE_LOGITS, SCHEMA_VERSION
 
-SCHEMA_VERSION = 3  # 2: measured/spec bandwidth, per-phase roofline; 3: grid / depth / batch sweeps
 METRICS = ("ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s")
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-# -- events written by the orchestrator ----------------------------------------------------
-def run_start_event() -> dict:
-    from macprof import machine
-
-    mach = machine.collect_machine()
-    return {"event": "run_start", "schema_version": SCHEMA_VERSION, "tool_version": __version__,
-            "utc": utc_now(), "machine": mach, "software": machine.collect_software(),
-            "bandwidth": machine_bandwidth(mach), "memory": machine.memory_snapshot()}
-
-
-def machine_bandwidth(mach: dict) -> dict:
-    """Published (spec) and measured bandwidth for the ceiling, each with its source."""
-    from macprof import bandwidth, hardware
-
-    spec = hardware.spec_bandwidth(mach.get("chip"), mach.get("gpu_cores"))
-    if mach.get("chip") is None:
-        spec["reason"] = "not an Apple Silicon chip: no published unified-memory bandwidth"
-    try:
-        probe = bandwidth.cached()
-        flops = probe.get("flops") or {}
-        measured = {"gbs": probe["median_gbs"], "best_gbs": probe["best_gbs"], "stdev_gbs": probe["stdev_gbs"],
-                    "device": probe["device"], "method": probe["method"], "utc": probe["utc"],
-                    "cached": probe["cached"], "reason": None,
-                    "tflops": flops.get("median_tflops"), "tflops_method": flops.get("method") or flops.get("reason")}
-    except Exception as exc:  # noqa: BLE001 - a failed probe leaves the measured ceiling unknown
-        measured = {"gbs": None, "reason": f"bandwidth probe failed: {exc}"}
-    return {"spec": spec, "measured": measured,
-            "tflops": hardware.spec_tflops(mach.get("chip"), mach.get("gpu_cores"))}
-
-
-def model_start_event(model, files_error: str | None = None) -> dict:
-    from macprof import machine, modelinfo
-    from macprof.config import settings_dict
-    from macprof.fileid import cached_sha256
-
-    files = [] if files_error else [
-        {"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
-         "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in model.files]
-    info, info_error = None, None
-    if not files_error:
-        try:
-            info = modelinfo.inspect(model.path).to_dict()
-        except MacprofError as exc:
-            info_error = str(exc)
-    return {
-        "event": "model_start", "model": model.name, "utc": utc_now(),
-        "identity": {
-            "name": model.name, "engine": model.engine, "path": str(model.path),
-            "quant_label": model.quant, "quant_declared": info and info["quant"],
-            "architecture": info and info["architecture"], "n_params": info and info["n_params"],
-            "total_bytes": sum(f["bytes"] for f in files), "files": files,
-        },
-        "shape": info, "shape_error": info_error, "files_error": files_error,
-        "settings": settings_dict(model.settings), "memory": machine.memory_snapshot(),
-    }
 
 
 # -- building the log (pure) -----------------------------------------------------------
@@ -146,90 +81,11 @@ def build(events: list[dict]) -> dict:
         "machine": start.get("machine"),
         "software": start.get("software"),
         "definitions": {**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE,
-                        "near_tie_logits": _near_tie(), **ROOFLINE_DEFINITIONS},
+                        "near_tie_logits": NEAR_TIE_LOGITS, **ROOFLINE_DEFINITIONS},
         "bandwidth": start.get("bandwidth"),
         "memory": {"start": start.get("memory"), "end": end.get("memory") if end else None},
         "models": [models[n] for n in order],
     }
-
-
-def _near_tie() -> float:
-    from macprof.scenarios import NEAR_TIE_LOGITS
-
-    return NEAR_TIE_LOGITS
-
-
-ROOFLINE_DEFINITIONS = {
-    "ceiling_tok_s": "bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token), c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
-    "batch_prediction": "step(B) = max((W + B c kv) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); spec: published bandwidth and FLOP/s (Apple chips only), measured: the bandwidth probe and the matmul probe (an upper bound: quantized kernels may reach less)",
-    "aggregate_decode_tok_s": "B x decode_tok_s of the batch: every step yields one token of each sequence",
-    "efficiency": "decode_tok_s (median) / ceiling_tok_s",
-    "weight_bytes_per_token": "tensor bytes, less the embedding table but one row (unless tied to the output head), less inactive experts",
-    "file_size_convention": "bandwidth / model file bytes, the simple figure people quote",
-}
-
-
-def _roofline(shape: dict, bw: dict | None, which: str):
-    """(Roofline, None) for the spec or measured bandwidth, or (None, reason)."""
-    from macprof.roofline import Roofline
-
-    gbs = dig(bw, which, "gbs")
-    if not gbs:
-        return None, dig(bw, which, "reason") or "unknown"
-    # compute: Apple's published figure beside the published bandwidth; the matmul probe's
-    # beside the measured one (absent from logs before it existed: compute unknown)
-    tflops = (bw or {}).get("tflops") if which == "spec" else dig(bw, "measured", "tflops")
-    return Roofline(shape["weight_bytes_per_token"], gbs * 1e9, shape.get("active_params"),
-                    tflops * 1e12 if tflops else None, shape.get("kv_bytes_per_token") or 0), None
-
-
-def roofline_for(summary: dict, shape: dict | None, context: float, bw: dict | None, file_bytes: int) -> dict:
-    """Ceilings for one phase's (or case's) decode figure at ``context`` tokens, with spec and
-    measured bandwidth both."""
-    from macprof.roofline import efficiency
-
-    if not shape or not shape.get("weight_bytes_per_token"):
-        return {"reason": "model shape unknown"}
-    decode = dig(summary, "decode_tok_s", "median")
-    prefill = dig(summary, "prefill_tok_s", "median")
-    out = {"context_tokens": context, "weight_bytes_per_token": shape["weight_bytes_per_token"],
-           "kv_bytes_per_token": shape.get("kv_bytes_per_token"), "decode_tok_s": decode}
-    for which in ("spec", "measured"):
-        r, reason = _roofline(shape, bw, which)
-        if r is None:
-            out[which] = {"bandwidth_gbs": None, "reason": reason}
-            continue
-        gbs = r.bandwidth / 1e9
-        ceiling = r.ceiling_tok_s(context)
-        pre = r.prefill_ceiling_tok_s()
-        out[which] = {"bandwidth_gbs": gbs, "ceiling_tok_s": ceiling, "efficiency": efficiency(decode, ceiling),
-                      "bound": r.bound(context), "file_size_ceiling_tok_s": gbs * 1e9 / file_bytes if file_bytes else None,
-                      "prefill_compute_ceiling_tok_s": pre, "prefill_efficiency": efficiency(prefill, pre),
-                      "prefill_reason": None if pre else ("no published peak FLOP figure for this chip" if which == "spec"
-                                                          else "no measured matmul throughput in this log")}
-    return out
-
-
-def batch_prediction(shape: dict | None, context: float, batch: int, bw: dict | None) -> dict:
-    """The roofline's batching model for B sequences at ``context`` tokens each (DESIGN.md):
-    per-user ITL = step(B), aggregate = B / step(B), for spec and measured bandwidth."""
-    if not shape or not shape.get("weight_bytes_per_token"):
-        return {"reason": "model shape unknown"}
-    out = {}
-    for which in ("spec", "measured"):
-        r, reason = _roofline(shape, bw, which)
-        out[which] = {"bandwidth_gbs": None, "reason": reason} if r is None else \
-            {"bandwidth_gbs": r.bandwidth / 1e9, **r.batch_row(batch, context)}
-    return out
-
-
-def dig(d, *keys):
-    """d[k1][k2]... or None where any level is missing (logs from other versions, failed phases)."""
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
 
 
 def build_model(events: list[dict], bw: dict | None = None) -> dict:
@@ -240,7 +96,7 @@ def build_model(events: list[dict], bw: dict | None = None) -> dict:
         wid = ev.get("worker")
         if wid:
             workers.setdefault(wid, {"events": []})["events"].append(ev)
-    versions, load = None, None
+    versions = None
     for w in workers.values():
         loaded = next((e for e in w["events"] if e["event"] == "loaded"), None)
         if loaded and versions is None:
@@ -304,9 +160,6 @@ def build_model(events: list[dict], bw: dict | None = None) -> dict:
 def _build_sweep(phase: str, events: list[dict], failures: list[dict], head: dict, bw: dict | None) -> dict:
     """One entry per planned case, in plan order, each with its requests, summary and ceiling
     at its own context; a case refused, unsupported or never reached says so."""
-    from macprof.cases import plan
-    from macprof.config import settings_from_dict
-
     shape, file_bytes = head.get("shape"), head["identity"]["total_bytes"]
     mine = [e for e in events if e.get("phase") == phase]
     cases = []
@@ -369,33 +222,6 @@ def _batch_check_summary(check: dict | None) -> dict | None:
     return {"n": len(seqs), "identical": sum(1 for c in seqs if c["first_divergence"] is None),
             "near_ties": sum(1 for c in seqs if c["near_tie"]), "failed": sum(1 for c in seqs if not c["passed"]),
             "sequences": seqs}
-
-
-def batch_tradeoff(cases: list[dict]) -> list[dict]:
-    """Per batch size: aggregate tok/s and per-user ITL, measured and predicted, each also as a
-    ratio to batch 1 (the trade-off: "B=8: aggregate x6.1, each user's ITL x1.24")."""
-    rows = []
-    for c in cases:
-        if c["status"] != "ok":
-            continue
-        which = "measured" if dig(c, "prediction", "measured", "itl_s") else "spec"
-        pred = dig(c, "prediction", which) or {}
-        rows.append({"batch": c["batch"], "aggregate_tok_s": dig(c, "summary", "aggregate_decode_tok_s", "median"),
-                     "itl_p50_s": dig(c, "summary", "itl_s", "median"), "itl_p99_s": dig(c, "summary", "itl_s", "p99"),
-                     "predicted_with": which if pred.get("itl_s") else None,
-                     "predicted_aggregate_tok_s": pred.get("aggregate_tok_s"), "predicted_itl_s": pred.get("itl_s"),
-                     "bound": pred.get("bound")})
-    base = next((r for r in rows if r["batch"] == 1), None)
-    for r in rows:
-        r["measured_over_predicted_aggregate"] = _ratio(r["aggregate_tok_s"], r["predicted_aggregate_tok_s"])
-        r["measured_over_predicted_itl"] = _ratio(r["itl_p50_s"], r["predicted_itl_s"])
-        for key in ("aggregate_tok_s", "itl_p50_s", "predicted_aggregate_tok_s", "predicted_itl_s"):
-            r[f"{key.removesuffix('_s').removesuffix('_tok')}_vs_b1"] = _ratio(r[key], base and base[key])
-    return rows
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
 
 
 def _phase_memory(events: list[dict], phase: str) -> dict:
@@ -496,92 +322,3 @@ def _build_prefix(events: list[dict], failures: list[dict]) -> dict:
     }
 
 
-# -- files ---------------------------------------------------------------------------------
-def save(log: dict, path: Path) -> None:
-    """Atomic: a temp file in the same folder, fsynced, then renamed over the target."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(log, fh, indent=1)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise MacprofError(f"{path}: could not write the run log ({exc.strerror}); "
-                           f"the journal {path.with_suffix('.journal.jsonl')} keeps every measurement") from None
-
-
-def read_journal(path: Path) -> list[dict]:
-    events = []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a crash mid-write: everything before it stands
-                if isinstance(ev, dict) and "event" in ev:
-                    events.append(ev)
-    except OSError as exc:
-        raise MacprofError(f"{path}: cannot read journal ({exc.strerror})") from None
-    return events
-
-
-def schema() -> dict:
-    return json.loads((Path(__file__).parent / "schema" / "runlog.schema.json").read_text())
-
-
-def validate(log: dict, where: str = "run log") -> None:
-    import jsonschema
-
-    try:
-        jsonschema.validate(log, schema())
-    except jsonschema.ValidationError as exc:
-        loc = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise MacprofError(f"{where}: does not match the run-log schema at {loc}: {exc.message[:200]}") from None
-
-
-def load(path: Path) -> dict:
-    """A run log (validated) or a journal (rebuilt into a run log)."""
-    path = Path(path)
-    if path.name.endswith(".jsonl"):
-        return build(read_journal(path))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MacprofError(f"{path}: cannot read ({exc.strerror})") from None
-    except (ValueError, RecursionError) as exc:
-        raise MacprofError(f"{path}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
-    if not isinstance(data, dict) or "schema_version" not in data:
-        raise MacprofError(f"{path}: not a macprof run log (no schema_version)")
-    if not isinstance(data["schema_version"], int) or data["schema_version"] > SCHEMA_VERSION:
-        raise MacprofError(f"{path}: schema_version {data['schema_version']!r} is newer than this macprof "
-                           f"understands ({SCHEMA_VERSION}): upgrade macprof")
-    data = migrate(data)
-    validate(data, str(path))
-    return data
-
-
-def migrate(data: dict) -> dict:
-    """Bring an older log up to SCHEMA_VERSION; what the old version did not record is null,
-    with the reason."""
-    if data.get("schema_version") == 1:
-        data = dict(data)
-        data.setdefault("bandwidth", None)
-        for m in data.get("models", []) if isinstance(data.get("models"), list) else []:
-            for name in ("warm", "prefix"):
-                phase = (m.get("phases") or {}).get(name)
-                if isinstance(phase, dict):
-                    phase.setdefault("roofline", {"reason": "not recorded: schema_version 1 predates the ceiling"})
-        data["migrated_from"] = 1
-        data["schema_version"] = 2
-    if data.get("schema_version") == 2:  # 3 added optional sweep phases: a 2 log is a valid 3 log
-        data = {**data, "schema_version": 3}
-        data.setdefault("migrated_from", 2)
-    return data

@@ -1,6 +1,6 @@
 """Deterministic prompts of an exact token count, built from the model's own vocabulary.
 
-A prompt is text (so that tokenization is timed, as DESIGN.md's t0 requires) made of
+A prompt is text (so that tokenization is timed, as docs/design.md's t0 requires) made of
 whole-word tokens: vocabulary entries that are a space plus letters and that the model's
 tokenizer turns back into exactly that one id. Pre-tokenizers split at spaces, so such
 words concatenate without merging, and the count is exact; every prompt is verified by

@@ -65,36 +65,16 @@ def run(job: dict, emit) -> None:
           "rss_bytes": _rss(), "engine_memory": engine.memory(), "versions": engine.versions(),
           "vocab_size": engine.vocab_size, "tokenizer_separate": getattr(engine, "separate_tokenizer", True)})
 
-    from macprof import scenarios
-    from macprof.cases import SWEEP_PHASES
-    from macprof.prompts import PromptBuilder
+    from macprof.run.phases import PHASES, PhaseContext
+    from macprof.run.prompts import PromptBuilder
 
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
     for phase in job["phases"]:
         emit({"event": "phase_start", "phase": phase, "rss_bytes": _rss()})
-        if phase == "cold":
-            run_cold(engine, builder, settings, emit, job.get("trial", 0))
-        elif phase == "warm":
-            scenarios.run_warm(engine, builder, settings, emit)
-        elif phase == "prefix":
-            scenarios.run_prefix(engine, builder, settings, emit)
-        elif phase in SWEEP_PHASES:
-            run_sweep = getattr(scenarios, f"run_{phase}")
-            run_sweep(engine, builder, settings, job["cases"][phase], emit)
+        PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
+                                   trial=job.get("trial", 0)))
         emit({"event": "phase_end", "phase": phase, "rss_bytes": _rss()})
     engine.close()
-
-
-def run_cold(engine, builder, s, emit, trial: int) -> None:
-    """The first request of this fresh process, then a warm one of the same shape."""
-    from macprof.scenarios import announced, timed_request
-
-    for kind in ("first", "second"):
-        prompt = builder.prompt(f"cold:{trial}:{kind}", s.prompt_tokens)
-        engine.reset()
-        announced(emit, {"phase": "cold", "index": trial, "kind": kind},
-                  lambda: timed_request(engine, prompt, s.gen_tokens))
-    emit({"event": "phase_memory", "phase": "cold", "engine_memory": engine.memory()})
 
 
 def _with_fault(emit, fault: dict, model: str):

@@ -85,7 +85,7 @@ def spec_tflops(chip: str | None, gpu_cores: int | None) -> float | None:
 
 # -- parsers (pure) ----------------------------------------------------------------------
 def parse_sysctl(text: str) -> dict:
-    from macprof.machine import parse_sysctl as kv
+    from macprof.collect.system import parse_sysctl as kv
 
     values = kv(text)
     out: dict = {"chip": normalize_chip(values.get("machdep.cpu.brand_string")),
@@ -155,7 +155,7 @@ def _int(value) -> int | None:
 
 # -- detection (runs the commands; macOS only) -------------------------------------------
 def _run(cmd: list[str]) -> str:
-    from macprof.machine import run_command
+    from macprof.collect.system import run_command
 
     return run_command(cmd, timeout=20) or ""
 

@@ -1,4 +1,4 @@
-"""Comparing models across run logs (logic only; rendering is in report.py).
+"""Comparing models across run logs (logic only; rendering is in macprof/render/compare.py).
 
 One row per (run log, model). Each row is set against a baseline row: ratios of medians, and
 a call of faster / slower made only when the raw per-request samples say so (Mann–Whitney U,
@@ -14,7 +14,8 @@ from pathlib import Path
 from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
 from macprof.measure.significance import verdict
-from macprof.runlog import dig
+from macprof.analyse.headline import headline
+from macprof.model.access import dig
 
 # metric -> (what, higher is better)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak RSS", False)}
@@ -51,8 +52,6 @@ def parse_case(spec: str | None) -> tuple[str, str] | None:
 def rows_from(log: dict, source: str, case: tuple[str, str] | None = None) -> list[dict]:
     """One row per model; with ``case``, the figures of that sweep case (models without it are
     left out) instead of the warm phase's."""
-    from macprof.report import headline
-
     machine = log.get("machine") or {}
     rows = []
     for m in log.get("models", []):

@@ -141,8 +141,8 @@ def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5
 def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
     """The probes' result for this machine (bandwidth, and matmul throughput under "flops"),
     re-measured when older than a day."""
-    from macprof.fileid import cache_dir
-    from macprof.machine import host_id
+    from macprof.collect.fileid import cache_dir
+    from macprof.collect.system import host_id
 
     path = cache_dir() / f"bandwidth-{host_id()}.json"
     try:

@@ -1,6 +1,6 @@
 """The roofline (pure): how fast decoding could go if memory bandwidth were the only limit.
 
-DESIGN.md "The ceiling":
+docs/design.md "The ceiling":
   kv_bytes_per_token = 2 x layers x kv_heads x head_dim x bytes_per_element
   ceiling_tok_s(c)   = bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token)
   compute per token  = 2 x active_params operations (a multiply and an add per parameter)

@@ -71,7 +71,7 @@ def _mlx_reference(engine, ids: list[int], n: int) -> float:
 def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, threads: int | None,
             llama_bench: Path | None = None, progress=lambda s: None) -> dict:
     from macprof import engines
-    from macprof.prompts import PromptBuilder
+    from macprof.run.prompts import PromptBuilder
 
     engine = engines.create(engine_name)
     engine.load_model(path, EngineSettings(n_ctx=depth + n + 16, threads=threads))

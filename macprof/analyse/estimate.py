@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from macprof.errors import MacprofError
-from macprof.roofline import Roofline, kv_bytes_per_token
+from macprof.measure.roofline import Roofline, kv_bytes_per_token
 
 
 def estimate(model: Path | None = None, params: float | None = None, active_params: float | None = None,
@@ -13,11 +13,11 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
              bandwidth_gbs: float | None = None, chip: str | None = None, gpu_cores: int | None = None,
              tflops: float | None = None, layers: int | None = None, kv_heads: int | None = None,
              head_dim: int | None = None, kv_bits: float = 16, context: int = 0, batches: list[int] | None = None) -> dict:
-    from macprof import hardware
+    from macprof.collect import chips
 
     file_bytes = None
     if model is not None:
-        from macprof import modelinfo
+        from macprof.collect import modelinfo
 
         info = modelinfo.inspect(model)
         weights = info.weight_bytes_per_token
@@ -39,7 +39,7 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
     if bandwidth_gbs is None:
         if chip is None:
             raise MacprofError("estimate: give --bandwidth GB/s or --chip (e.g. --chip 'M5 Pro')")
-        spec = hardware.chip_from_cli(chip, gpu_cores)
+        spec = chips.chip_from_cli(chip, gpu_cores)
         bandwidth_gbs, source = spec["bandwidth_gbs"], spec["source"]
         tflops = tflops or spec["tflops"]
     if bandwidth_gbs <= 0:
@@ -72,29 +72,3 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
     }
 
 
-def render(e: dict) -> str:
-    from macprof.report import fmt_bytes, render_table
-
-    lines = [f"weights read per token : {e['weight_bytes_per_token'] / 1e9:.2f} GB ({e['weights_from']})",
-             f"bandwidth              : {e['bandwidth_gbs']:.1f} GB/s ({e['bandwidth_source']})",
-             f"weight read time       : {e['weight_read_s'] * 1e3:.1f} ms per token"]
-    if e["compute_s"] is not None:
-        lines.append(f"compute time           : {e['compute_s'] * 1e3:.3g} ms per token (2 x active parameters at {e['tflops']:g} TFLOP/s)")
-        lines.append(f"read / compute         : {e['read_over_compute']:.0f}x -> {e['bound']}-bound")
-    else:
-        lines.append("compute time           : unknown (give --tflops)")
-    ctx = e["inputs"]["context"]
-    lines.append(f"decode ceiling         : {e['ceiling_tok_s']:.1f} tok/s at {ctx} tokens of context"
-                 + (f" ({e['ceiling_tok_s_no_context']:.1f} at 0)" if ctx else ""))
-    if e["file_size_ceiling_tok_s"]:
-        lines.append(f"file-size convention   : {e['file_size_ceiling_tok_s']:.1f} tok/s (bandwidth / file size)")
-    if e["prefill_ceiling_tok_s"]:
-        lines.append(f"prefill ceiling        : {e['prefill_ceiling_tok_s']:.0f} tok/s (compute-bound)")
-    if e["kv_bytes_per_token"]:
-        at = e["kv_bytes_at_context"]
-        lines.append(f"KV cache               : {fmt_bytes(e['kv_bytes_per_token'])} per token"
-                     + (f"; {fmt_bytes(at)} ({at / 1e9:.2f} GB) at {ctx} tokens" if ctx else ""))
-    rows = [[str(r["batch"]), f"{r['itl_s'] * 1e3:.1f} ms", f"{r['aggregate_tok_s']:.1f}",
-             f"x{r['aggregate_vs_batch1']:.2f}", r["bound"]] for r in e["batch"]]
-    lines += ["", render_table(["batch", "per-user ITL", "aggregate tok/s", "vs batch 1", "bound"], rows)]
-    return "\n".join(lines)

@@ -7,38 +7,16 @@ the host appears only as a short one-way hash.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import re
-import socket
-import subprocess
 import sys
 from importlib import metadata
 
 import psutil
 
-
-def run_command(cmd: list[str], timeout: float = 10.0) -> str | None:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def host_id() -> str:
-    """A short, one-way id of this host: runs from one machine group together, the name stays private."""
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
-
-
-# -- parsers (pure) ----------------------------------------------------------------------
-def parse_sysctl(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
-    return out
+from macprof.collect import chips
+from macprof.collect.system import host_id, run_command
 
 
 def parse_pmset_batt(text: str) -> str | None:
@@ -122,9 +100,8 @@ def collect_machine() -> dict:
         "unknown": {},
     }
     if sys.platform == "darwin":
-        from macprof import hardware
 
-        hw = hardware.detect()
+        hw = chips.detect()
         info["unknown"].update(hw.pop("unknown"))
         info.update(hw)
         info["power_source"] = parse_pmset_batt(run_command(["pmset", "-g", "batt"]) or "")

@@ -1,0 +1,69 @@
+"""The facts recorded before measuring: the machine, its bandwidth, a model's files and shape.
+They become the journal's run_start and model_start events."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from macprof import __version__
+from macprof.collect import chips, machine, modelinfo, probes
+from macprof.collect.fileid import cached_sha256
+from macprof.config import settings_dict
+from macprof.errors import MacprofError
+from macprof.model.definitions import SCHEMA_VERSION
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# -- events written by the orchestrator ----------------------------------------------------
+def run_start_event() -> dict:
+
+    mach = machine.collect_machine()
+    return {"event": "run_start", "schema_version": SCHEMA_VERSION, "tool_version": __version__,
+            "utc": utc_now(), "machine": mach, "software": machine.collect_software(),
+            "bandwidth": machine_bandwidth(mach), "memory": machine.memory_snapshot()}
+
+
+def machine_bandwidth(mach: dict) -> dict:
+    """Published (spec) and measured bandwidth for the ceiling, each with its source."""
+
+    spec = chips.spec_bandwidth(mach.get("chip"), mach.get("gpu_cores"))
+    if mach.get("chip") is None:
+        spec["reason"] = "not an Apple Silicon chip: no published unified-memory bandwidth"
+    try:
+        probe = probes.cached()
+        flops = probe.get("flops") or {}
+        measured = {"gbs": probe["median_gbs"], "best_gbs": probe["best_gbs"], "stdev_gbs": probe["stdev_gbs"],
+                    "device": probe["device"], "method": probe["method"], "utc": probe["utc"],
+                    "cached": probe["cached"], "reason": None,
+                    "tflops": flops.get("median_tflops"), "tflops_method": flops.get("method") or flops.get("reason")}
+    except Exception as exc:  # noqa: BLE001 - a failed probe leaves the measured ceiling unknown
+        measured = {"gbs": None, "reason": f"bandwidth probe failed: {exc}"}
+    return {"spec": spec, "measured": measured,
+            "tflops": chips.spec_tflops(mach.get("chip"), mach.get("gpu_cores"))}
+
+
+def model_start_event(model, files_error: str | None = None) -> dict:
+
+    files = [] if files_error else [
+        {"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
+         "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in model.files]
+    info, info_error = None, None
+    if not files_error:
+        try:
+            info = modelinfo.inspect(model.path).to_dict()
+        except MacprofError as exc:
+            info_error = str(exc)
+    return {
+        "event": "model_start", "model": model.name, "utc": utc_now(),
+        "identity": {
+            "name": model.name, "engine": model.engine, "path": str(model.path),
+            "quant_label": model.quant, "quant_declared": info and info["quant"],
+            "architecture": info and info["architecture"], "n_params": info and info["n_params"],
+            "total_bytes": sum(f["bytes"] for f in files), "files": files,
+        },
+        "shape": info, "shape_error": info_error, "files_error": files_error,
+        "settings": settings_dict(model.settings), "memory": machine.memory_snapshot(),
+    }

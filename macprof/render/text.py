@@ -1,0 +1,72 @@
+"""Text helpers shared by every renderer: number formats, plain tables, terminal-safe strings."""
+
+from __future__ import annotations
+
+
+def fmt_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x < 1e-3:
+        return f"{x * 1e6:.0f} µs"
+    if x < 1:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x:.2f} s"
+
+
+def fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def fmt_pct(x: float | None) -> str:
+    """93%, 4.2%, 0.11%: two significant digits below 10%, so a tiny share never reads 0%."""
+    if x is None:
+        return "-"
+    return f"{x:.0%}" if x >= 0.1 else f"{100 * x:.2g}%"
+
+
+def fmt_x(ratio: float | None) -> str:
+    """A ratio as x1.24."""
+    return "-" if ratio is None else f"x{ratio:.2f}"
+
+
+def fmt_bytes(x: int | None) -> str:
+    if x is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return "-"
+
+
+def render_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def safe_lines(text: str) -> str:
+    """Everything printed from a log goes through here: no escape sequence reaches the terminal."""
+    return "\n".join(clean(line) for line in text.split("\n"))
+
+
+# -- compare -------------------------------------------------------------------------------
+def clean(text) -> str:
+    """Strip control characters (terminal escape sequences) from text that came from a log."""
+    return "".join(ch for ch in str(text) if ch.isprintable())
+
+
+def ceiling_text(roof: dict | None) -> str:
+    """'93% of 62.4 (spec) / 97% of 60.0 (measured)', with '-' where a ceiling is unknown."""
+    if not roof or roof.get("reason"):
+        return "-"
+    parts = []
+    for which in ("spec", "measured"):
+        r = roof.get(which) or {}
+        if r.get("ceiling_tok_s") is None:
+            parts.append(f"? ({which})")
+        elif r.get("efficiency") is None:
+            parts.append(f"{r['ceiling_tok_s']:.1f} ({which})")
+        else:
+            parts.append(f"{fmt_pct(r['efficiency'])} of {r['ceiling_tok_s']:.1f} ({which})")
+    return " / ".join(parts)

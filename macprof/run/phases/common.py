@@ -1,0 +1,128 @@
+"""What every measurement protocol shares: the phase's context, a timestamped request (single
+or batched), the request_start/request pair, and the token-by-token output check.
+
+Each protocol emits events (plain dicts) as it goes; the worker streams them to the parent,
+which journals them at once, so nothing measured waits in memory for the end of a phase.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from macprof.config import Settings
+from macprof.model.definitions import NEAR_TIE_LOGITS
+from macprof.run.prompts import Prompt, PromptBuilder
+
+Emit = Callable[[dict], None]
+Clock = Callable[[], int]
+
+
+@dataclass
+class PhaseContext:
+    """Everything a protocol needs: the loaded engine, prompts, settings, where events go, the
+    sweep cases (for grid / depth / batch), the cold trial's number, and the clock."""
+
+    engine: Any
+    builder: PromptBuilder
+    settings: Settings
+    emit: Emit
+    cases: list[dict] = field(default_factory=list)
+    trial: int = 0
+    clock: Clock = time.perf_counter_ns
+
+
+def _stamped(engine, texts: list[str], generate, clock: Clock) -> dict:
+    """Tokenize ``texts`` and run ``generate(ids)``, timestamping each item it yields; an
+    engine error becomes a recorded failure with whatever timestamps it had."""
+    engine.reset_peak_memory()
+    times: list[int] = []
+    outs: list = []
+    ids: list[list[int]] | None = None
+    t_tok = None
+    t0 = clock()
+    try:
+        ids = [engine.tokenize(t) for t in texts]
+        t_tok = clock()
+        for out in generate(ids):
+            times.append(clock())
+            outs.append(out)
+        status, error = "ok", None
+    except Exception as exc:  # noqa: BLE001 - an engine error is a recorded failure
+        status, error = "error", f"{type(exc).__name__}: {exc}"
+    return {"status": status, "error": error, "t0": t0, "t_tokenized": t_tok, "token_times": times,
+            "outs": outs, "ids": ids}
+
+
+def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
+    """One request, timestamped by the caller's clock (engines never time themselves). The
+    engine's peak-memory counter is reset before it, outside the timed span."""
+    r = _stamped(engine, [prompt.text], lambda ids: engine.generate(ids[0], n), clock)
+    tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
+    if r["status"] == "ok" and len(tokens) != n:
+        r.update(status="error", error=f"engine yielded {len(tokens)} tokens instead of {n}")
+    reused = engine.reused_tokens
+    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "reused_tokens": reused,
+            "computed_prompt_tokens": len(ids) - reused, "cached_tokens_after": engine.cached_tokens(),
+            "kv_cache_bytes": engine.kv_cache_bytes(), "engine_memory": engine.memory() or None}
+
+
+def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_counter_ns) -> dict:
+    """B sequences decoded together: one timestamp per step (each step yields one token of
+    every sequence), tokens kept per sequence."""
+    r = _stamped(engine, [p.text for p in prompts], lambda ids: engine.generate_batch(ids, n), clock)
+    steps, ids = r.pop("outs"), r.pop("ids") or [list(p.ids) for p in prompts]
+    seqs = [[step[j] for step in steps] for j in range(len(prompts))]
+    if r["status"] == "ok" and (len(steps) != n or any(len(step) != len(prompts) for step in steps)):
+        r.update(status="error", error=f"engine yielded {len(steps)} steps instead of {n}, "
+                                       f"or a step without one token per sequence")
+    return {**r, "tokens": seqs, "batch": len(prompts), "prompt_tokens": len(ids[0]),
+            "computed_prompt_tokens": sum(len(x) for x in ids), "engine_memory": engine.memory() or None}
+
+
+def announced(emit: Emit, head: dict, measure: Callable[[], dict]) -> dict:
+    """``request_start`` before the measurement (the parent's per-request timeout runs from
+    it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...)."""
+    emit({"event": "request_start", **head})
+    rec = measure()
+    emit({"event": "request", **head, **rec})
+    return rec
+
+
+def _pause(settings: Settings) -> None:
+    if settings.delay > 0:
+        time.sleep(settings.delay)
+
+
+def _kind(i: int) -> str:
+    return "warmup" if i == 0 else "measured"
+
+
+def _warm_case(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock, phase: str, key: str,
+               prompt_tokens: int, gen_tokens: int, tags: dict) -> None:
+    """One warm-up request (discarded), then ``reps`` measured ones, the cache emptied before each."""
+    prompts = [builder.prompt(f"{key}:{i}", prompt_tokens) for i in range(s.reps + 1)]
+    for i, prompt in enumerate(prompts):
+        _pause(s)
+        engine.reset()
+        announced(emit, {"phase": phase, "index": i - 1, "kind": _kind(i), **tags},
+                  lambda: timed_request(engine, prompt, gen_tokens, clock))
+
+
+def compare_outputs(engine, prompt: Prompt, reference: list[int], other: list[int]) -> dict:
+    """Token-by-token agreement; at the first divergence, the top-2 logit margin of the
+    reference (uncached) path decides whether it is a near-tie or a failed check."""
+    n = max(len(reference), len(other))
+    same = sum(1 for a, b in zip(reference, other) if a == b)
+    first = next((k for k, (a, b) in enumerate(zip(reference, other)) if a != b), None)
+    if first is None and len(reference) != len(other):
+        first = min(len(reference), len(other))
+    out = {"identical_fraction": same / n if n else 1.0, "first_divergence": first,
+           "margin": None, "near_tie": None, "passed": first is None}
+    if first is not None and first < len(reference):
+        top = engine.top2(list(prompt.ids) + reference[:first])
+        out["margin"] = top.margin
+        out["near_tie"] = top.margin < NEAR_TIE_LOGITS
+        out["passed"] = out["near_tie"]
+    return out

@@ -1,0 +1,99 @@
+"""grid / depth / batch: the sweeps planned by macprof/cases.py, each case run in turn; a case
+that cannot be set up is that case's recorded error and the next one runs."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
+from macprof.errors import MacprofError
+from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_case, announced, compare_outputs,
+                                       timed_batch, timed_request)
+from macprof.run.prompts import Prompt
+
+
+def _sweep(engine, phase: str, cases: list[dict], emit: Emit, one_case: Callable[[dict], None]) -> None:
+    """Run each case; a case that cannot be set up (its prompts cannot be built, the engine
+    cannot make room for its batch) is recorded as that case's error and the next one runs."""
+    engine.reset_peak_memory()
+    for case in cases:
+        try:
+            one_case(case)
+        except MacprofError as exc:
+            emit({"event": "case_error", "phase": phase, "case": case["id"], "reason": str(exc)})
+    emit({"event": "phase_memory", "phase": phase, "engine_memory": engine.memory()})
+
+
+def run_grid(ctx: PhaseContext) -> None:
+    engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
+    def one_case(case: dict) -> None:
+        _warm_case(engine, builder, s, emit, clock, "grid", f"grid:{case['id']}", case["prompt_tokens"],
+                   case["gen_tokens"], {"case": case["id"]})
+
+    _sweep(engine, "grid", cases, emit, one_case)
+
+
+def run_depth(ctx: PhaseContext) -> None:
+    """The cache is filled with d tokens once per case (timed apart, as ``fill_s``); before each
+    request it is cut back to exactly those d tokens, which the request then reuses."""
+    engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
+    def one_case(case: dict) -> None:
+        d, tags = case["depth"], {"case": case["id"]}
+        engine.reset()
+        t_start = t_end = None
+        if d > 0:
+            context = builder.prompt(f"depth:{d}", d)
+            t_start = clock()
+            for _ in engine.generate(list(context.ids), 1):  # computes exactly the d context tokens
+                pass
+            t_end = clock()
+            prompts = [builder.prefixed(context, f"depth:{d}:{i}", d + 1) for i in range(s.reps + 1)]
+        else:
+            prompts = [builder.prompt(f"depth:0:{i}", 1) for i in range(s.reps + 1)]
+        emit({"event": "depth_fill", "phase": "depth", **tags, "depth": d, "t_start": t_start, "t_end": t_end,
+              "fill_s": (t_end - t_start) / 1e9 if d > 0 else None, "cached_tokens": engine.cached_tokens(),
+              "kv_cache_bytes": engine.kv_cache_bytes()})
+        for i, prompt in enumerate(prompts):
+            _pause(s)
+            engine.truncate(d)  # restore the filled cache: drop what the previous request added
+            announced(emit, {"phase": "depth", "index": i - 1, "kind": _kind(i), **tags,
+                             "cached_tokens_before": engine.cached_tokens()},
+                      lambda: timed_request(engine, prompt, case["gen_tokens"], clock))
+
+    _sweep(engine, "depth", cases, emit, one_case)
+
+
+def run_batch(ctx: PhaseContext) -> None:
+    """Per batch size: a warm-up batch, then ``reps`` measured batches of distinct prompts. The
+    first measured batch is checked against the same prompts run one at a time (greedy)."""
+    engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
+    def one_case(case: dict) -> None:
+        size, n, tags = case["batch"], case["gen_tokens"], {"case": case["id"], "batch": case["batch"]}
+        if engine.batch_unsupported:
+            emit({"event": "case_unsupported", "phase": "batch", **tags, "reason": engine.batch_unsupported})
+            return
+        engine.reset()
+        engine.open_batch(size, tokens_per_sequence(case) + CONTEXT_MARGIN)
+        try:
+            for i in range(s.reps + 1):
+                prompts = [builder.prompt(f"batch:{size}:{i}:{j}", case["prompt_tokens"]) for j in range(size)]
+                _pause(s)
+                engine.reset()
+                rec = announced(emit, {"phase": "batch", "index": i - 1, "kind": _kind(i), **tags},
+                                lambda: timed_batch(engine, prompts, n, clock))
+                if i == 1 and rec["status"] == "ok":
+                    emit({"event": "batch_check", "phase": "batch", **tags, "index": 0,
+                          "sequences": _batch_check(engine, prompts, rec["tokens"], n)})
+        finally:
+            engine.close_batch()
+
+    _sweep(engine, "batch", cases, emit, one_case)
+
+
+def _batch_check(engine, prompts: list[Prompt], batched: list[list[int]], n: int) -> list[dict]:
+    out = []
+    for prompt, tokens in zip(prompts, batched):
+        engine.reset()
+        alone = list(engine.generate(list(prompt.ids), n))
+        out.append(compare_outputs(engine, prompt, alone, tokens))
+    return out

@@ -1,0 +1,32 @@
+"""One measuring session from end to end, the pipeline in order: the orchestrator collects
+and runs (journaling every event), the analysis builds the run log from the journal, the
+store writes it atomically. The CLI calls this; no stage calls a later one."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from macprof.analyse.build import build
+from macprof.collect.system import host_id
+from macprof.config import ModelSpec
+from macprof.run.orchestrator import Runner
+from macprof.store.runlog import save
+
+
+def journal_path(log_path: Path) -> Path:
+    return log_path.with_suffix(".journal.jsonl")
+
+
+def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Callable[[str], None],
+            resume_events: list[dict] | None = None) -> dict:
+    events = Runner(models, journal_path(log_path), progress).run(resume_events)
+    log = build(events)
+    save(log, log_path)
+    return log
+
+
+def default_log_path(runs_dir: Path) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return runs_dir / f"{stamp}-{host_id()}.json"
