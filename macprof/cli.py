@@ -175,7 +175,8 @@ def _load_logs(paths) -> list[tuple[str, dict]]:
                                      "grid:p512-g128, grid:rag.")
 @click.option("--fail-if", "fail_if", multiple=True,
               help="Exit 1 when a model regressed against the same model in the baseline's run, "
-                   "significantly and past a limit: decode:-5%, ttft:+10%, memory:+10%.")
+                   "significantly and past a limit: decode:-5%, ttft:+10%, memory:+10%. Exit 2 when too few "
+                   "requests were recorded for the test to ever call a difference.")
 def compare(paths, baseline, fmt, case, fail_if) -> None:
     """Compare models across run logs (files or folders), with significance on raw samples."""
     from macprof.analyse import compare as cmp
@@ -193,6 +194,9 @@ def compare(paths, baseline, fmt, case, fail_if) -> None:
     bad = cmp.regressions(result, specs)
     for line in bad:
         click.echo(f"REGRESSION: {clean(line)}", err=True)
+    unjudged = cmp.cannot_judge(result, specs)
+    if unjudged:  # a gate that could never fire must not pass
+        raise MacprofError(clean(unjudged))
     if bad:
         sys.exit(1)
 

@@ -11,6 +11,7 @@ from macprof.model.definitions import SCHEMA_VERSION
 from macprof.store import runlog
 from macprof.cli import main
 from macprof.measure.significance import mann_whitney, verdict
+from macprof.measure.stats import median
 from macprof.store.share import redact
 from tests.conftest import FIXTURES
 
@@ -107,6 +108,77 @@ def test_fail_if_regression(tmp_path):
         assert f"REGRESSION: {name}@slow: decode tok/s -75.0% vs {name}@tiny-a" in r.output
     assert run("compare", A, B, "--fail-if", "decode:-99%").exit_code == 0
     assert run("compare", A, "--fail-if", "speed:5").exit_code == 2
+
+
+def _trimmed(src, tmp_path, reps=3):
+    """A copy of a real log keeping only the first ``reps`` measured warm requests, with the
+    warm medians recomputed from them: what a run with --reps 3 records (the fixtures have 5)."""
+    log = json.loads(src.read_text())
+    for m in log["models"]:
+        warm = m["phases"]["warm"]
+        measured = [r for r in warm["requests"] if r["kind"] == "measured"][:reps]
+        warm["requests"] = [r for r in warm["requests"] if r["kind"] != "measured"] + measured
+        for key in ("decode_tok_s", "ttft_s"):
+            warm["summary"][key]["median"] = median(r[key] for r in measured)
+    out = tmp_path / f"{src.stem}-{reps}.json"
+    out.write_text(json.dumps(log))
+    return out
+
+
+def test_five_reps_calls_a_real_difference_with_its_interval():
+    rows = json.loads(run("compare", A, B, "--format", "json").output)["rows"]
+    base = rows[0]
+    assert base["intervals"] == {} and base["calls"] == {}
+    mlx = [r for r in rows if r["model"] == "demo-tiny-mlx-f16"]  # 30x slower than the llama.cpp baseline
+    for row in rows[1:]:
+        for key in ("decode", "ttft"):
+            ci, call = row["intervals"][key], row["calls"][key]
+            assert ci["low"] <= ci["high"] and call["can_reach_alpha"] and call["sizes"] == [5, 5]
+            assert call["call"] != "cannot tell"
+    for row in mlx:
+        assert row["calls"]["decode"]["call"] == "slower" and row["intervals"]["decode"]["high"] < 1
+        assert row["calls"]["ttft"]["call"] == "slower" and row["intervals"]["ttft"]["low"] > 1
+
+
+def test_interval_in_every_format():
+    again = json.loads(run("compare", A, B, "--format", "json").output)
+    assert json.loads(run("compare", A, B, "--format", "json").output) == again  # seeded: the same each time
+    ci = again["rows"][1]["intervals"]["decode"]
+    cell = f"x{ci['low']:.2f}..x{ci['high']:.2f}"
+    csv = run("compare", A, B, "--format", "csv").output
+    head = csv.splitlines()[0].split(",")
+    assert "decode 95% CI" in head and "TTFT 95% CI" in head
+    assert csv.splitlines()[2].split(",")[head.index("decode 95% CI")] == cell
+    for fmt in ("table", "markdown"):
+        out = run("compare", A, B, "--format", fmt).output
+        assert "decode 95% CI" in out and cell in out and "percentile bootstrap" in out
+
+
+def test_three_reps_cannot_tell(tmp_path):
+    a3, b3 = _trimmed(A, tmp_path), _trimmed(B, tmp_path)
+    rows = json.loads(run("compare", a3, b3, "--format", "json").output)["rows"]
+    for row in rows[1:]:
+        for key in ("decode", "ttft"):
+            call = row["calls"][key]
+            assert call["call"] == "cannot tell" and call["sizes"] == [3, 3] and call["min_reps_per_side"] == 4
+            assert row["intervals"][key]["low"] is not None  # the interval is still given
+    table = run("compare", a3, b3).output
+    assert "no significant difference" not in table
+    assert table.count("cannot tell: 3 vs 3 requests, p >= 0.1; needs >= 4 per side") == 2 * (len(rows) - 1)
+
+
+def test_fail_if_cannot_judge_exits_2_naming_the_reps(tmp_path):
+    a3, b3 = _trimmed(A, tmp_path), _trimmed(B, tmp_path)
+    r = CliRunner().invoke(main, ["compare", str(a3), str(b3), "--fail-if", "decode:-5%"])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("macprof: error: --fail-if cannot judge decode tok/s of ")
+    for name in ("demo-tiny-q8_0", "demo-tiny-q4_k_m", "demo-tiny-mlx-f16", "demo-tiny-mlx-8bit"):
+        assert f"{name}@tiny-b-3 (3 vs 3 requests)" in r.stderr
+    assert "record at least 4 per side (--reps 4)" in r.stderr
+    # memory is one figure per run, not a sample: nothing to test, so nothing undecidable
+    assert run("compare", a3, b3, "--fail-if", "memory:+10%").exit_code == 0
+    # at 4 reps the test can reach alpha: judged, no regression past -99%
+    assert run("compare", _trimmed(A, tmp_path, 4), _trimmed(B, tmp_path, 4), "--fail-if", "decode:-99%").exit_code == 0
 
 
 # -- loading: validation, migration, refusal -------------------------------------------------

@@ -311,7 +311,7 @@ def _build_prefix(events: list[dict], failures: list[dict]) -> dict:
         "summary": {
             "reuse": s_reuse,
             "noreuse": s_noreuse,
-            "ttft_speedup": med_n / med_r if med_r and med_n else None,
+            "ttft_speedup": stats.ratio(med_n, med_r),
             "reused_tokens": stats.summarize([r["reused_tokens"] for r in reuse]),
             "checks": {"n": len(checks), "identical": sum(1 for c in checks if c["first_divergence"] is None),
                        "near_ties": sum(1 for c in checks if c["near_tie"]),

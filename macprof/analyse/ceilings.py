@@ -4,6 +4,7 @@ its trade-off table, with the published and the measured bandwidth both."""
 from __future__ import annotations
 
 from macprof.measure.roofline import Roofline, efficiency
+from macprof.measure.stats import ratio
 from macprof.model.access import dig
 
 
@@ -83,12 +84,8 @@ def batch_tradeoff(cases: list[dict]) -> list[dict]:
                      "bound": pred.get("bound")})
     base = next((r for r in rows if r["batch"] == 1), None)
     for r in rows:
-        r["measured_over_predicted_aggregate"] = _ratio(r["aggregate_tok_s"], r["predicted_aggregate_tok_s"])
-        r["measured_over_predicted_itl"] = _ratio(r["itl_p50_s"], r["predicted_itl_s"])
+        r["measured_over_predicted_aggregate"] = ratio(r["aggregate_tok_s"], r["predicted_aggregate_tok_s"])
+        r["measured_over_predicted_itl"] = ratio(r["itl_p50_s"], r["predicted_itl_s"])
         for key in ("aggregate_tok_s", "itl_p50_s", "predicted_aggregate_tok_s", "predicted_itl_s"):
-            r[f"{key.removesuffix('_s').removesuffix('_tok')}_vs_b1"] = _ratio(r[key], base and base[key])
+            r[f"{key.removesuffix('_s').removesuffix('_tok')}_vs_b1"] = ratio(r[key], base and base[key])
     return rows
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None

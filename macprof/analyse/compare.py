@@ -2,8 +2,10 @@
 
 One row per (run log, model). Each row is set against a baseline row: ratios of medians, and
 a call of faster / slower made only when the raw per-request samples say so (Mann–Whitney U,
-two-sided, alpha 0.05); otherwise "no significant difference". Rows measured under different
-conditions (lengths, machine, engine version, power source, thermal state) are flagged.
+two-sided, alpha 0.05); otherwise "no significant difference", or "cannot tell" when the sample
+sizes could not reach alpha whatever the samples (3 vs 3). Beside each ratio, a seeded bootstrap
+interval for it from the same samples. Rows measured under different conditions (lengths,
+machine, engine version, power source, thermal state) are flagged.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 
 from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
-from macprof.measure.significance import verdict
+from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_interval, min_reps, verdict
+from macprof.measure import stats
 from macprof.analyse.headline import headline
 from macprof.model.access import dig
 
@@ -104,27 +107,29 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
         row = {k: v for k, v in r.items() if k not in ("samples", "conditions")}
         row["baseline"] = r is base
         row["not_comparable"] = flags
-        row["ratios"], row["calls"] = _against(r, base)
+        row["ratios"], row["calls"], row["intervals"] = _against(r, base)
         # the same model in the baseline's run: what --fail-if judges (did this model regress?)
         twin = next((t for t in rows if t["source"] == base["source"] and t["model"] == r["model"]), None)
         row["same_model_baseline"] = None if twin is None or twin is r else f"{twin['model']}@{twin['source']}"
-        row["same_model"] = None if row["same_model_baseline"] is None else dict(zip(("ratios", "calls"), _against(r, twin)))
+        row["same_model"] = None if row["same_model_baseline"] is None else \
+            dict(zip(("ratios", "calls", "intervals"), _against(r, twin)))
         out.append(row)
     return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
-            "rows": out}
+            "interval": f"{CONFIDENCE:.0%} percentile bootstrap of the ratio of medians, {RESAMPLES} resamples per side, "
+                        f"seed {SEED}", "confidence": CONFIDENCE, "min_reps_per_side": min_reps(ALPHA), "rows": out}
 
 
-def _against(r: dict, base: dict) -> tuple[dict, dict]:
-    ratios = {"decode": _ratio(r["decode_tok_s"], base["decode_tok_s"]),
-              "ttft": _ratio(r["warm_ttft_s"], base["warm_ttft_s"]),
-              "memory": _ratio(r["peak_rss_bytes"], base["peak_rss_bytes"])}
-    calls = {} if r is base else {key: verdict(base["samples"][key], r["samples"][key], higher_is_better=METRICS[key][1])
-                                  for key in ("decode", "ttft")}
-    return ratios, calls
-
-
-def _ratio(a, b):
-    return a / b if a is not None and b else None
+def _against(r: dict, base: dict) -> tuple[dict, dict, dict]:
+    """Ratios of medians to ``base``; for the sampled metrics, the test's call and the interval."""
+    ratios = {"decode": stats.ratio(r["decode_tok_s"], base["decode_tok_s"]),
+              "ttft": stats.ratio(r["warm_ttft_s"], base["warm_ttft_s"]),
+              "memory": stats.ratio(r["peak_rss_bytes"], base["peak_rss_bytes"])}
+    if r is base:
+        return ratios, {}, {}
+    calls = {key: verdict(base["samples"][key], r["samples"][key], higher_is_better=METRICS[key][1])
+             for key in ("decode", "ttft")}
+    intervals = {key: median_ratio_interval(base["samples"][key], r["samples"][key]) for key in ("decode", "ttft")}
+    return ratios, calls, intervals
 
 
 _FAIL_RE = re.compile(r"^(decode|ttft|memory):([+-]?\d+(?:\.\d+)?)%$")
@@ -160,3 +165,20 @@ def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
                 found.append(f"{row['model']}@{row['source']}: {METRICS[metric][0]} {change:+.1%} vs "
                              f"{row['same_model_baseline']} (limit {metric}:{limit:+.0%})")
     return found
+
+
+def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
+    """One line naming each --fail-if metric and model whose sample sizes could never be
+    significant (so no regression could ever be found), or None when every one can be judged."""
+    parts = []
+    for metric in dict.fromkeys(m for m, _ in specs):
+        calls = [(row, row["same_model"]["calls"].get(metric, {})) for row in result["rows"] if row["same_model"]]
+        names = [f"{row['model']}@{row['source']} ({call['sizes'][0]} vs {call['sizes'][1]} requests)"
+                 for row, call in calls if call.get("call") == "cannot tell"]
+        if names:
+            parts.append(f"{METRICS[metric][0]} of {', '.join(names)}")
+    if not parts:
+        return None
+    n = result["min_reps_per_side"]
+    return (f"--fail-if cannot judge {'; '.join(parts)}: the test cannot reach p < {ALPHA} with so few requests; "
+            f"record at least {n} per side (--reps {n})")

@@ -4,15 +4,24 @@ Two-sided test on the raw per-request samples: exact null distribution when both
 small and untied (as with a handful of repetitions), normal approximation with tie and
 continuity corrections otherwise. No distribution is assumed for the samples themselves, which
 suits timings (skewed, with outliers).
+
+Small samples cannot be significant at all: the exact test's smallest two-sided p for sizes n1, n2
+is 2 / C(n1 + n2, n1) (3 vs 3: 0.1), so those sizes are said to be unable to tell rather than
+reported as "no significant difference". Beside the test, a seeded bootstrap interval for the
+ratio of medians says how large the difference could be.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from functools import lru_cache
 
+from macprof.measure.stats import median
+
 ALPHA = 0.05
+CONFIDENCE = 0.95
+RESAMPLES = 10_000
+SEED = 0  # fixed: the same samples always give the same interval
 
 
 def _ranks(values: list[float]) -> list[float]:
@@ -66,13 +75,77 @@ def mann_whitney(a: list[float], b: list[float]) -> dict:
     return {"u": u1, "p": min(1.0, p), "method": "normal approximation"}
 
 
+def smallest_p(n1: int, n2: int) -> float | None:
+    """The smallest two-sided p the exact test can give for sizes n1, n2 (no ties): the two most
+    extreme of the C(n1 + n2, n1) equally likely arrangements, 2 / C(n1 + n2, n1)."""
+    if n1 <= 0 or n2 <= 0:
+        return None
+    return min(1.0, 2 / math.comb(n1 + n2, n1))
+
+
+def can_reach(n1: int, n2: int, alpha: float = ALPHA) -> bool:
+    """Whether any pair of samples of these sizes could be significant at alpha (p < alpha)."""
+    p = smallest_p(n1, n2)
+    return p is not None and p < alpha
+
+
+def min_reps(alpha: float = ALPHA) -> int:
+    """The fewest requests per side (equal sizes) at which the exact test can reach alpha."""
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    n = 1
+    while not can_reach(n, n, alpha):
+        n += 1
+    return n
+
+
+def reach(n1: int, n2: int, alpha: float = ALPHA) -> dict:
+    """What sizes n1, n2 allow: the smallest possible p, whether it is below alpha, and the
+    fewest requests per side that would be."""
+    return {"sizes": [n1, n2], "smallest_p": smallest_p(n1, n2), "can_reach_alpha": can_reach(n1, n2, alpha),
+            "min_reps_per_side": min_reps(alpha)}
+
+
 def verdict(a: list[float], b: list[float], higher_is_better: bool, alpha: float = ALPHA) -> dict:
-    """Compare b against baseline a: 'faster', 'slower' or 'no significant difference'."""
+    """Compare b against baseline a: 'faster', 'slower', 'no significant difference', or
+    'cannot tell' when these sizes could not reach alpha whatever the samples (``why`` says so)."""
     test = mann_whitney(a, b)
     if test["p"] is None:
         return {**test, "call": "not comparable (missing samples)"}
+    sizes = reach(len(a), len(b), alpha)
+    # decided by the sizes, whatever p says: with ties the normal approximation can dip below
+    # alpha at 3 vs 3 ([1, 1, 1] vs [2, 2, 2]: 0.047), an artefact, since the exact permutation
+    # p (twice the smaller tail) is at least 2 / C(n1 + n2, n1) with ties too
+    if not sizes["can_reach_alpha"]:
+        why = (f"{len(a)} vs {len(b)} requests, p >= {sizes['smallest_p']:.2g}; "
+               f"needs >= {sizes['min_reps_per_side']} per side")
+        return {**test, **sizes, "call": "cannot tell", "why": why}
     if test["p"] >= alpha:
-        return {**test, "call": "no significant difference"}
-    med_a, med_b = statistics.median(a), statistics.median(b)
+        return {**test, **sizes, "call": "no significant difference"}
+    med_a, med_b = median(a), median(b)
     better = med_b > med_a if higher_is_better else med_b < med_a
-    return {**test, "call": "faster" if better else "slower"}
+    return {**test, **sizes, "call": "faster" if better else "slower"}
+
+
+def median_ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE,
+                          resamples: int = RESAMPLES, seed: int = SEED) -> dict:
+    """Percentile bootstrap interval for median(b) / median(a): each side resampled with
+    replacement independently, ``resamples`` times, from a generator seeded with ``seed``.
+    Medians as stats.median (numpy's median is the same definition). Low and high are None,
+    with the reason, when a side has no samples or a resampled baseline median is 0."""
+    import numpy as np
+
+    out = {"low": None, "high": None, "confidence": confidence, "resamples": resamples, "seed": seed,
+           "method": "percentile bootstrap of the ratio of medians"}
+    if not a or not b:
+        return {**out, "reason": "no samples on one side"}
+    rng = np.random.default_rng(seed)
+    # sorted, so the interval depends on the values only, not on the order they were recorded in
+    xa, xb = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
+    med_a = np.median(xa[rng.integers(0, len(xa), size=(resamples, len(xa)))], axis=1)
+    med_b = np.median(xb[rng.integers(0, len(xb), size=(resamples, len(xb)))], axis=1)
+    if np.any(med_a == 0):
+        return {**out, "reason": "a resampled baseline median is 0: the ratio is unknown"}
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(med_b / med_a, [tail, 1 - tail])
+    return {**out, "low": float(low), "high": float(high), "reason": None}

@@ -18,6 +18,20 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def median(values: Iterable[float]) -> float:
+    """The median every figure in macprof uses: the 50th percentile above (the mean of the two
+    middle values of an even count), so a summary's median and a comparison's agree."""
+    return percentile(sorted(values), 50)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None (unknown) when either side is unknown or b is 0: a zero denominator has
+    no ratio. A zero numerator is a real 0.0."""
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
 def summarize(values: Iterable[float | None], failures: int = 0) -> dict:
     """n, failures, median, p95, p99, mean, stdev (sample), min, max; None-valued samples
     are dropped and counted in ``dropped``."""

@@ -4,7 +4,7 @@ Pure functions of the run log; no measurement, no I/O."""
 from __future__ import annotations
 
 from macprof.cases import SWEEP_PHASES
-from macprof.measure.stats import relative_spread
+from macprof.measure.stats import median, relative_spread
 from macprof.analyse.headline import headline
 from macprof.model.access import dig
 from macprof.render.sweeps import sweep_tables
@@ -85,8 +85,7 @@ def warnings(log: dict) -> list[str]:
                 out.append(f"{name}: batched decoding changed the output beyond a near-tie in {', '.join(checks)}")
         reqs = [r for r in dig(m, "phases", "warm", "requests") or [] if r["kind"] == "measured" and r["status"] == "ok"]
         if len(reqs) >= 3:
-            rest = sorted(r["total_s"] for r in reqs[1:])
-            med = rest[len(rest) // 2]
+            med = median(r["total_s"] for r in reqs[1:])
             if med and reqs[0]["total_s"] > FIRST_SLOW * med:
                 out.append(f"{name}: the first measured warm request was {reqs[0]['total_s'] / med:.1f}x slower "
                            f"than the others: warm-up did not fully warm")
