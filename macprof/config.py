@@ -182,13 +182,9 @@ def resolve_path(raw: str, config_path: Path) -> tuple[Path, str | None]:
     return (p if p.is_absolute() else (config_path.parent / p)), None
 
 
-def load(path: Path | str, overrides: dict | None = None, check_engines: bool = True) -> Config:
-    """Parse models.toml. ``overrides`` are command-line settings (None = not given)."""
-    from macprof import engines
-
-    path = Path(path)
+def _read_toml(path: Path) -> dict:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise MacprofError(f"{path}: no such file (give one with --config, or run `macprof demo`)") from None
     except IsADirectoryError:
@@ -200,6 +196,11 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
     except tomllib.TOMLDecodeError as exc:
         raise MacprofError(f"{path}: invalid TOML: {exc}") from None
 
+
+def load(path: Path | str, overrides: dict | None = None, check_engines: bool = True) -> Config:
+    """Parse models.toml. ``overrides`` are command-line settings (None = not given)."""
+    path = Path(path)
+    data = _read_toml(path)
     unknown = set(data) - {"settings", "models"}
     if unknown:
         raise MacprofError(f"{path}: unknown top-level key '{sorted(unknown)[0]}' (expected [settings] and [[models]])")
@@ -210,11 +211,9 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key, value in cli.items():
         _check_value("command line", key, value)
-
     entries = data.get("models")
     if not isinstance(entries, list) or not entries:
         raise MacprofError(f"{path}: no models: add at least one [[models]] table")
-    platform_key = PLATFORM_KEYS.get(sys.platform)
     models: list[ModelSpec] = []
     seen_names: dict[str, int] = {}
     seen_paths: dict[tuple[str, Path], str] = {}
@@ -224,51 +223,70 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
             raise MacprofError(f"{where}: must be a table ([[models]])")
         if isinstance(entry.get("name"), str):
             where = f'{path}: models[{i}] ("{entry["name"]}")'
-        for key in entry:
-            if key not in _MODEL_KEYS:
-                raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(_MODEL_KEYS))})")
-        for key in ("name", "engine", "path"):
-            if key not in entry:
-                raise MacprofError(f"{where}: missing key '{key}'")
-            if not isinstance(entry[key], str) or not entry[key].strip():
-                raise MacprofError(f"{where}: key '{key}' must be a non-empty string, not {entry[key]!r}")
+        _check_entry_keys(where, entry)
         name, engine = entry["name"], entry["engine"]
-        if "quant" in entry and not isinstance(entry["quant"], str):
-            raise MacprofError(f"{where}: key 'quant' must be a string, not {entry['quant']!r}")
         if name in seen_names:
             raise MacprofError(f"{where}: duplicate name '{name}' (also models[{seen_names[name]}])")
         seen_names[name] = i
-        if engine not in engines.names():
-            raise MacprofError(f"{where}: key 'engine': unknown engine {engine!r} (choose {' or '.join(engines.names())})")
-        if check_engines and not engines.is_installed(engine):
-            raise MacprofError(f"{where}: key 'engine': {engine!r} is not installed: pip install {engines.ENGINES[engine][2]}")
-        try:
-            model_path, demo = resolve_path(entry["path"], path)
-        except ValueError as exc:
-            raise MacprofError(f"{where}: key 'path': {exc}") from None
-        if demo is None and not model_path.exists():
-            raise MacprofError(f"{where}: key 'path': {model_path} does not exist")
-        if demo is None and engine == "llama.cpp" and model_path.is_dir():
-            raise MacprofError(f"{where}: key 'path': {model_path} is a directory; llama.cpp needs a .gguf file")
-        if demo is None and engine == "mlx" and not model_path.is_dir():
-            raise MacprofError(f"{where}: key 'path': {model_path} is a file; mlx needs a model directory "
-                               f"(config.json + *.safetensors)")
+        model_path, demo = _model_path(where, entry, path, check_engines)
         key = (engine, model_path.resolve())
         if key in seen_paths:
             raise MacprofError(f"{where}: key 'path': the same model is already listed as '{seen_paths[key]}'")
         seen_paths[key] = name
-        model_settings = _settings_from(where, {k: v for k, v in entry.items() if k in _SETTING_TYPES})
-        platform_settings: dict = {}
-        for pk in PLATFORM_KEYS.values():
-            if pk in entry:
-                if not isinstance(entry[pk], dict):
-                    raise MacprofError(f"{where}: key '{pk}' must be a table of settings")
-                table = _settings_from(f"{where}.{pk}", entry[pk])
-                if pk == platform_key:
-                    platform_settings = table
-        settings = check_settings(where, merge(Settings(), file_settings, model_settings, platform_settings, cli))
+        settings = check_settings(where, merge(Settings(), file_settings, *_entry_settings(where, entry), cli))
         models.append(ModelSpec(name, engine, model_path, entry.get("quant"), settings, demo))
     return Config(path, tuple(models))
+
+
+def _check_entry_keys(where: str, entry: dict) -> None:
+    for key in entry:
+        if key not in _MODEL_KEYS:
+            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(_MODEL_KEYS))})")
+    for key in ("name", "engine", "path"):
+        if key not in entry:
+            raise MacprofError(f"{where}: missing key '{key}'")
+        if not isinstance(entry[key], str) or not entry[key].strip():
+            raise MacprofError(f"{where}: key '{key}' must be a non-empty string, not {entry[key]!r}")
+    if "quant" in entry and not isinstance(entry["quant"], str):
+        raise MacprofError(f"{where}: key 'quant' must be a string, not {entry['quant']!r}")
+
+
+def _model_path(where: str, entry: dict, config_path: Path, check_engines: bool) -> tuple[Path, str | None]:
+    """The entry's engine is known (and installed) and its path fits it: a file for llama.cpp,
+    a model directory for mlx. Returns the path and the demo reference, if any."""
+    from macprof import engines
+
+    engine = entry["engine"]
+    if engine not in engines.names():
+        raise MacprofError(f"{where}: key 'engine': unknown engine {engine!r} (choose {' or '.join(engines.names())})")
+    if check_engines and not engines.is_installed(engine):
+        raise MacprofError(f"{where}: key 'engine': {engine!r} is not installed: pip install {engines.ENGINES[engine][2]}")
+    try:
+        model_path, demo = resolve_path(entry["path"], config_path)
+    except ValueError as exc:
+        raise MacprofError(f"{where}: key 'path': {exc}") from None
+    if demo is None and not model_path.exists():
+        raise MacprofError(f"{where}: key 'path': {model_path} does not exist")
+    if demo is None and engine == "llama.cpp" and model_path.is_dir():
+        raise MacprofError(f"{where}: key 'path': {model_path} is a directory; llama.cpp needs a .gguf file")
+    if demo is None and engine == "mlx" and not model_path.is_dir():
+        raise MacprofError(f"{where}: key 'path': {model_path} is a file; mlx needs a model directory "
+                           f"(config.json + *.safetensors)")
+    return model_path, demo
+
+
+def _entry_settings(where: str, entry: dict) -> tuple[dict, dict]:
+    """The entry's own settings, and those of its table for this platform ([models.linux]...)."""
+    model_settings = _settings_from(where, {k: v for k, v in entry.items() if k in _SETTING_TYPES})
+    platform_settings: dict = {}
+    for pk in PLATFORM_KEYS.values():
+        if pk in entry:
+            if not isinstance(entry[pk], dict):
+                raise MacprofError(f"{where}: key '{pk}' must be a table of settings")
+            table = _settings_from(f"{where}.{pk}", entry[pk])
+            if pk == PLATFORM_KEYS.get(sys.platform):
+                platform_settings = table
+    return model_settings, platform_settings
 
 
 def settings_dict(s: Settings) -> dict:
