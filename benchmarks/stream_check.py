@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    from macprof import bandwidth
+    from macprof.collect import probes as bandwidth
 
     stream = run_stream(args.threads)
     probe = bandwidth.measure(device="cpu", threads=args.threads)

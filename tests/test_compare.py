@@ -1,5 +1,7 @@
-"""show / compare / share / plot on run logs recorded by real runs of the tiny demo models
-(tests/fixtures/runlogs, see its README.md), and the significance test on samples with a known answer."""
+"""show / compare / share / plot on run logs recorded by real runs of the demo models
+(tests/fixtures/runlogs: make.sh re-records the tiny ones; other-machine-demo-small.json is a real
+run of the small ones on another machine, as `macprof share` wrote it), and the significance test
+on samples with a known answer."""
 
 import json
 import shutil
@@ -17,6 +19,7 @@ from tests.conftest import FIXTURES
 
 LOGS = FIXTURES / "runlogs"
 A, B = LOGS / "tiny-a.json", LOGS / "tiny-b.json"
+OTHER = LOGS / "other-machine-demo-small.json"  # the small demo models, run and shared on another machine
 
 
 def run(*args):
@@ -81,16 +84,43 @@ def test_compare_formats_and_baseline():
     assert run("compare", A, "--baseline", "nope").exit_code == 2
 
 
-def test_comparability_flags_on_changed_conditions(tmp_path):
+def test_comparability_flags_against_a_log_from_another_machine():
+    this, other = runlog.load(A), runlog.load(OTHER)
+    assert other["complete"] and [m["identity"]["name"] for m in other["models"]] == [
+        f"demo-small-{v}" for v in ("f16", "q8_0", "q4_k_m", "mlx-f16", "mlx-8bit", "mlx-4bit")]
+    # Both logs went through `macprof share`: the host id is gone, and what is left of the two
+    # machines (OS, CPU model, cores, memory, no Apple chip) reads the same. compare then tells
+    # machines apart by CPU model and chip only, so it cannot flag "machine" here.
+    assert this["machine"]["host_id"] is None and other["machine"]["host_id"] is None
+    assert other["machine"] == this["machine"]
+    assert other["software"] == this["software"]  # same engine versions: not flagged either
+    result = json.loads(run("compare", A, OTHER, "--format", "json").output)
+    mine = [row for row in result["rows"] if row["source"] == A.stem]
+    theirs = [row for row in result["rows"] if row["source"] == OTHER.stem]
+    assert len(mine) == 4 and len(theirs) == 6
+    assert all(row["not_comparable"] == [] for row in mine)  # 32 prompt / 8 generated tokens, as the baseline
+    # the other run used the default lengths (512 / 128) and shorter MLX requests on Linux
+    # (64 / 16, 8 / 4): every one of its rows differs in lengths from the baseline, and only in that
+    lengths = {m["identity"]["name"]: (m["settings"]["prompt_tokens"], m["settings"]["gen_tokens"])
+               for m in other["models"]}
+    assert all(lengths[row["model"]] != (32, 8) for row in theirs)
+    assert all(row["not_comparable"] == ["prompt/gen lengths"] for row in theirs)
+    # no model of the other run is a model of this one: nothing for --fail-if to judge
+    assert all(row["same_model_baseline"] is None for row in theirs)
+
+
+def test_changed_conditions_are_flagged(tmp_path):
+    """The flag mechanics on an edited copy (the real log above cannot show a machine or power
+    source difference): another host id, on battery, one more generated token."""
     other = json.loads(A.read_text())
-    other["machine"]["host_id"] = "00000000"  # what a log from another machine carries
+    other["machine"]["host_id"] = "00000000"
     other["machine"]["power_source"] = "battery"
     for m in other["models"]:
         m["settings"]["gen_tokens"] += 1
-    (tmp_path / "other.json").write_text(json.dumps(other))
-    result = json.loads(run("compare", A, tmp_path / "other.json", "--format", "json").output)
-    flagged = [row for row in result["rows"] if row["source"] == "other"]
-    assert all(set(row["not_comparable"]) >= {"machine", "power source", "prompt/gen lengths"} for row in flagged)
+    (tmp_path / "edited.json").write_text(json.dumps(other))
+    result = json.loads(run("compare", A, tmp_path / "edited.json", "--format", "json").output)
+    flagged = [row for row in result["rows"] if row["source"] == "edited"]
+    assert all(set(row["not_comparable"]) == {"machine", "power source", "prompt/gen lengths"} for row in flagged)
 
 
 def test_fail_if_regression(tmp_path):

@@ -1,15 +1,18 @@
-"""The demo models: deterministic, complete, and a second build is a no-op."""
+"""The demo models: deterministic (here and on another machine), complete, and a second build
+is a no-op."""
 
 import json
 import os
 
+import pytest
 from click.testing import CliRunner
 
 from macprof.cli import main
-from macprof.demo.build import SPECS, build, is_intact, parameter_count
+from macprof.demo.build import SPECS, VARIANTS, build, is_intact, parameter_count
 from macprof.collect.fileid import sha256_file
 from macprof.collect.modelinfo import inspect
-from tests.conftest import ALL_VARIANTS
+from macprof.store import runlog
+from tests.conftest import ALL_VARIANTS, FIXTURES
 
 
 def _hashes(root):
@@ -57,3 +60,20 @@ def test_damaged_build_is_rebuilt(tiny_dir, tmp_path):
     assert is_intact(root, "tiny")
     manifest = json.loads((root / "demo-tiny.manifest.json").read_text())
     assert sha256_file(victim) == manifest["files"][os.path.join("gguf", "demo-tiny-q8_0.gguf")]
+
+
+@pytest.mark.slow
+def test_bit_identical_with_another_machine(tmp_path):
+    """The small demo models built here are, file by file, the ones a run on another machine
+    recorded (identity.files of tests/fixtures/runlogs/other-machine-demo-small.json)."""
+    other = runlog.load(FIXTURES / "runlogs" / "other-machine-demo-small.json")
+    recorded = {m["identity"]["name"]: m["identity"]["files"] for m in other["models"]}
+    assert sorted(recorded) == sorted(f"demo-small-{suffix}" for suffix, *_ in VARIANTS)
+    root = build("small", tmp_path / "demo")
+    for suffix, _, rel, _ in VARIANTS:
+        path = root / rel.format(size="small")
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        here = {str(f.relative_to(path)) if path.is_dir() else f.name: (f.stat().st_size, sha256_file(f))
+                for f in files}
+        there = {f["name"]: (f["bytes"], f["sha256"]) for f in recorded[f"demo-small-{suffix}"]}
+        assert here == there, suffix

@@ -1,8 +1,9 @@
-"""The roofline (pure): how fast decoding could go if memory bandwidth were the only limit.
+"""The roofline (pure): how fast decoding could go, limited by memory bandwidth and compute.
 
 docs/design.md "The ceiling":
   kv_bytes_per_token = 2 x layers x kv_heads x head_dim x bytes_per_element
-  ceiling_tok_s(c)   = bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token)
+  ceiling_tok_s(c)   = 1 / step(1) = 1 / max((W + c x kv) / bandwidth, 2 x active_params / flops);
+                       bandwidth / (W + c x kv) while memory-bound or with compute unknown
   compute per token  = 2 x active_params operations (a multiply and an add per parameter)
   step(B)            = max((W + B c kv) / bandwidth, B x 2 x active_params / flops)
   per-user ITL = step(B); aggregate tok/s = B / step(B)
@@ -45,7 +46,7 @@ class Roofline:
         return "memory" if self.read_s(context, batch) >= compute else "compute"
 
     def ceiling_tok_s(self, context: float = 0) -> float:
-        """Single-sequence decode ceiling: bandwidth / (W + c x kv)."""
+        """Single-sequence decode ceiling: 1 / max(read time, compute time) of one token."""
         return 1.0 / self.step_s(context, 1)
 
     def batch_row(self, batch: int, context: float) -> dict:

@@ -1,10 +1,11 @@
-"""Spawns workers, enforces timeouts, journals every event as it arrives, writes the run log.
+"""Spawns workers, enforces timeouts, journals every event as it arrives.
 
 Every event a worker streams is appended to the journal (JSON lines beside the run log) and
 flushed before anything else happens, so a crash of the parent loses nothing that was
 measured. A worker that segfaults, hangs past the timeout or is killed by the OS becomes a
-recorded failure and the run goes on. The run log itself is written atomically at the end,
-and on Ctrl-C / SIGTERM from what was measured, marked incomplete.
+recorded failure and the run goes on. On Ctrl-C / SIGTERM the journal ends with an
+``interrupted`` event and an incomplete ``run_end``; the later stages build and save the run
+log from it (macprof/session.py).
 """
 
 from __future__ import annotations

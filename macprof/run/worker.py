@@ -1,6 +1,6 @@
 """One engine + one model in its own process; streams JSON lines to the parent.
 
-Run as ``python -m macprof.worker``: reads one JSON job from stdin, writes one JSON event per
+Run as ``python -m macprof.run.worker``: reads one JSON job from stdin, writes one JSON event per
 line to the original stdout. Everything the engines print goes to stderr (fd 1 is pointed
 at fd 2), so no library can corrupt the event stream. A crash, a hang or an OOM kill of
 this process costs only the request in flight: the parent has every earlier event.
