@@ -9,7 +9,7 @@ from macprof.model.access import dig
 
 
 ROOFLINE_DEFINITIONS = {
-    "ceiling_tok_s": "bandwidth / (weight_bytes_per_token + c x kv_bytes_per_token), c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
+    "ceiling_tok_s": "1 / max(read_s, compute_s) per token: read_s = (weight_bytes_per_token + c x kv_bytes_per_token) / bandwidth, compute_s = 2 x active_params / flops (0 where no FLOP figure is known, so the ceiling is then bandwidth-only); c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
     "batch_prediction": "step(B) = max((W + B c kv) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); spec: published bandwidth and FLOP/s (Apple chips only), measured: the bandwidth probe and the matmul probe (an upper bound: quantized kernels may reach less)",
     "aggregate_decode_tok_s": "B x decode_tok_s of the batch: every step yields one token of each sequence",
     "efficiency": "decode_tok_s (median) / ceiling_tok_s",
