@@ -4,12 +4,11 @@ store writes it atomically. The CLI calls this; no stage calls a later one."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from macprof.analyse.build import build
-from macprof.collect.system import host_id
+from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
 from macprof.run.orchestrator import Runner
 from macprof.store.runlog import save
@@ -28,5 +27,5 @@ def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Callable[[s
 
 
 def default_log_path(runs_dir: Path) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_now().removesuffix("+00:00").replace("-", "").replace(":", "") + "Z"  # 20261201T045301Z
     return runs_dir / f"{stamp}-{host_id()}.json"

@@ -3,18 +3,13 @@ They become the journal's run_start and model_start events."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from macprof import __version__
 from macprof.collect import chips, machine, modelinfo, probes
 from macprof.collect.fileid import cached_sha256
+from macprof.collect.system import utc_now
 from macprof.config import settings_dict
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 # -- events written by the orchestrator ----------------------------------------------------

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from macprof.errors import MacprofError
+from macprof.measure.roofline import kv_bytes_per_token
 
 KV_BYTES_F16 = 2  # both engines keep K and V in f16 unless told otherwise
 
@@ -44,7 +45,7 @@ class ModelInfo:
         """2 (K and V) x layers x kv heads x head dim x bytes per element."""
         if None in (self.n_layers, self.n_kv_heads, self.head_dim):
             return None
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.kv_bytes_per_element
+        return int(kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, self.kv_bytes_per_element))
 
     @property
     def active_params(self) -> int:

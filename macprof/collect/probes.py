@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from macprof.collect.system import utc_now
 from macprof.measure.stats import summarize
 
 CACHE_TTL_S = 24 * 3600
@@ -106,7 +107,7 @@ def measure(device: str | None = None, threads: int | None = None, sizes_mib: li
             f"numpy maximum.reduce, {threads} threads over buffers >= 16x the last-level cache",
             "threads": threads if device == "cpu" else None, "llc_bytes": llc, "sizes_mib": sizes_mib,
             "reps": reps, "best_gbs": s["max"], "median_gbs": s["median"], "stdev_gbs": s["stdev"],
-            "samples_gbs": samples, "per_size": per_size, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "samples_gbs": samples, "per_size": per_size, "utc": utc_now()}
 
 
 def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5) -> dict:

@@ -6,6 +6,12 @@ from __future__ import annotations
 import hashlib
 import socket
 import subprocess
+from datetime import datetime, timezone
+
+
+def utc_now() -> str:
+    """The one UTC timestamp format of every log and cache: ISO 8601 to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def run_command(cmd: list[str], timeout: float = 10.0) -> str | None:

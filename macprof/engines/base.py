@@ -8,7 +8,7 @@ an EOS id is just another token and generation goes on, so every request yields 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol, Sequence
 
@@ -17,8 +17,6 @@ from typing import Iterator, Protocol, Sequence
 class EngineSettings:
     n_ctx: int = 4096  # context the engine must hold (prompt + generated + margin)
     threads: int | None = None  # None: the engine's own default
-    batch: int | None = None  # prefill chunk (llama.cpp n_batch / mlx prefill_step_size)
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -50,9 +48,6 @@ class Engine(Protocol):
 
     @property
     def vocab_size(self) -> int: ...
-
-    @property
-    def eos_ids(self) -> set[int]: ...
 
     def reset(self) -> None:
         """Empty the KV / prompt cache (and an open batch's): the next request shares nothing

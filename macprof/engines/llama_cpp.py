@@ -64,15 +64,13 @@ class LlamaCppEngine:
     def load_model(self, path: Path, settings: EngineSettings) -> None:
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
-        if "n_gpu_layers" in settings.extra:
-            mparams.n_gpu_layers = int(settings.extra["n_gpu_layers"])
         model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise MacprofError(f"{path}: llama.cpp could not load this model (see the engine's log above)")
         self.model = model
         self.vocab = lc.llama_model_get_vocab(model)
         self.threads = settings.threads or default_threads()
-        self.n_batch = min(settings.batch or 2048, settings.n_ctx)
+        self.n_batch = min(2048, settings.n_ctx)  # llama-bench's default n_batch
         self.ctx = self._context(settings.n_ctx, 1)
         if not self.ctx:
             raise MacprofError(f"{path}: llama.cpp could not create a context of {settings.n_ctx} tokens")
@@ -119,10 +117,6 @@ class LlamaCppEngine:
     @property
     def vocab_size(self) -> int:
         return int(lc.llama_vocab_n_tokens(self.vocab))
-
-    @property
-    def eos_ids(self) -> set[int]:
-        return {t for t in range(self.vocab_size) if lc.llama_vocab_is_eog(self.vocab, t)}
 
     # -- cache ---------------------------------------------------------------------------
     def reset(self) -> None:

@@ -45,7 +45,6 @@ class MlxEngine:
         self._path = Path(path)
         self.model, self.config = load_model(self._path, lazy=False)  # evaluates every weight
         self._stream = mx.new_stream(mx.default_device())
-        self._prefill_step = settings.batch or 2048
 
     def load_tokenizer(self) -> None:
         self.tokenizer = load_tokenizer(self._path, eos_token_ids=self.config.get("eos_token_id"))
@@ -60,10 +59,6 @@ class MlxEngine:
     @property
     def vocab_size(self) -> int:
         return int(self.config.get("vocab_size") or self.config.get("text_config", {})["vocab_size"])
-
-    @property
-    def eos_ids(self) -> set[int]:
-        return set(self.tokenizer.eos_token_ids or ())
 
     # -- cache ---------------------------------------------------------------------------
     def reset(self) -> None:

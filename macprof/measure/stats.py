@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-PERCENTILES = (50, 95, 99)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -26,6 +26,7 @@ import psutil
 
 from macprof import cases as sweeps
 from macprof.collect import facts, machine, residency
+from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.run.journal import Journal
 
@@ -79,9 +80,9 @@ class Runner:
                 complete = True
             except (KeyboardInterrupt, Interrupted):
                 self._kill_worker()
-                journal.write({"event": "interrupted", "utc": facts.utc_now()})
+                journal.write({"event": "interrupted", "utc": utc_now()})
                 self.progress("interrupted: writing the run log from what was measured")
-            journal.write({"event": "run_end", "utc": facts.utc_now(), "complete": complete,
+            journal.write({"event": "run_end", "utc": utc_now(), "complete": complete,
                            "memory": machine.memory_snapshot()})
         except BaseException:  # e.g. the disk filled: no worker outlives the run
             self._kill_worker()
