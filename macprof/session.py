@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from macprof.analyse.build import build
 from macprof.collect.system import host_id
 from macprof.config import ModelSpec
 from macprof.run.orchestrator import Runner
+from macprof.run.progress import Display
 from macprof.store.runlog import save
 
 
@@ -19,7 +19,7 @@ def journal_path(log_path: Path) -> Path:
     return log_path.with_suffix(".journal.jsonl")
 
 
-def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Callable[[str], None],
+def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Display | None,
             resume_events: list[dict] | None = None) -> dict:
     events = Runner(models, journal_path(log_path), progress).run(resume_events)
     log = build(events)

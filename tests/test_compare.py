@@ -68,7 +68,8 @@ def test_compare_two_runs():
     names = {row["model"] for row in rows}
     assert {"demo-tiny-q8_0", "demo-tiny-q4_k_m", "demo-tiny-mlx-f16", "demo-tiny-mlx-8bit"} <= names
     for row in rows[1:]:
-        assert row["calls"]["decode"]["call"] in ("faster", "slower", "no significant difference")
+        assert row["decode_call"] in ("faster", "slower", "no significant difference")
+        assert 0 <= row["decode_p"] <= 1 and row["decode_vs_base"] == row["decode_tok_s"] / rows[0]["decode_tok_s"]
         assert row["not_comparable"] == []  # same machine, lengths, versions
 
 
@@ -88,7 +89,7 @@ def test_comparability_flags_on_changed_conditions(tmp_path):
         m["settings"]["gen_tokens"] += 1
     (tmp_path / "other.json").write_text(json.dumps(other))
     result = json.loads(run("compare", A, tmp_path / "other.json", "--format", "json").output)
-    flagged = [row for row in result["rows"] if row["source"] == "other"]
+    flagged = [row for row in result["rows"] if row["run"] == "other"]
     assert all(set(row["not_comparable"]) >= {"machine", "power source", "prompt/gen lengths"} for row in flagged)
 
 
