@@ -102,7 +102,11 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
     log_path = log_path or session.default_log_path(Path("runs"))
     if log_path.suffix != ".json":
         raise MacprofError(f"{log_path}: the run log must be a .json file")
-    log = session.measure(selected, log_path, progress.Progress(), resume_events)
+    display = progress.to_stream(sys.stderr)
+    try:
+        log = session.measure(selected, log_path, display, resume_events)
+    finally:
+        display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
     click.echo(render_summary(log, str(log_path)))
     if not log["complete"]:
         sys.exit(130)
@@ -147,16 +151,15 @@ def demo(size, root) -> None:
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-def show(path) -> None:
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "csv"]), default="text",
+              show_default=True, help="text: every phase, then the summary; markdown: the summary, sweeps and "
+                                      "warnings for an issue; json / csv: the summary rows as raw numbers.")
+def show(path, fmt) -> None:
     """Render a run log, or the journal of an interrupted run."""
-    from macprof.render.detail import render_detail
-    from macprof.render.summary import render_summary
+    from macprof.render.show import render_show
     from macprof.store import runlog
 
-    log = runlog.load(path)
-    click.echo(render_detail(log))
-    click.echo("")
-    click.echo(render_summary(log))
+    click.echo(render_show(runlog.load(path), fmt))
 
 
 def _load_logs(paths) -> list[tuple[str, dict]]:

@@ -5,12 +5,12 @@ store writes it atomically. The CLI calls this; no stage calls a later one."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
 from macprof.analyse.build import build
 from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
 from macprof.run.orchestrator import Runner
+from macprof.run.progress import Display
 from macprof.store.runlog import save
 
 
@@ -18,7 +18,7 @@ def journal_path(log_path: Path) -> Path:
     return log_path.with_suffix(".journal.jsonl")
 
 
-def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Callable[[str], None],
+def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Display | None,
             resume_events: list[dict] | None = None) -> dict:
     events = Runner(models, journal_path(log_path), progress).run(resume_events)
     log = build(events)

@@ -158,6 +158,6 @@ def test_help_imports_no_engine():
 
     code = ("import sys; from click.testing import CliRunner; from macprof.cli import main; "
             "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output; "
-            "print(any(m in sys.modules for m in ('llama_cpp', 'mlx', 'mlx_lm')))")
+            "print(any(m in sys.modules for m in ('llama_cpp', 'mlx', 'mlx_lm', 'rich')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -11,6 +11,7 @@ from macprof.analyse import build, ceilings, estimate
 from macprof.measure import stats
 from macprof.store import runlog
 from macprof.cli import sweep_overrides
+from macprof.render.exporters import to_text
 from macprof.render.sweeps import batch_table, tradeoff_line
 from tests.test_run import macprof
 
@@ -76,7 +77,7 @@ def test_tradeoff_math_on_constructed_cases():
     assert rows[1]["measured_over_predicted_aggregate"] == pytest.approx(305 / 480)
     line = tradeoff_line({"tradeoff": rows})
     assert line.startswith("B=8: aggregate x6.10, each user's ITL x1.24 (predicted x8.00, x1.00")
-    assert "x6.10" in batch_table({"cases": cs, "tradeoff": rows})
+    assert "x6.10" in to_text(batch_table({"cases": cs, "tradeoff": rows}))
 
 
 def test_engine_without_batching_is_recorded_not_faked():
@@ -287,7 +288,7 @@ def test_compare_a_sweep_case_across_models(sweep_log):
         assert r["decode_tok_s"] == case["summary"]["decode_tok_s"]["median"] and r["conditions"]["lengths"] == (201, GEN)
         assert sorted(r["samples"]["decode"]) == sorted(q["decode_tok_s"] for q in _measured(case))
     out = CliRunner().invoke(main, ["compare", str(log), "--case", "batch:b3", "--format", "csv"])
-    assert out.exit_code == 0 and "case TTFT" in out.output and len(out.output.strip().splitlines()) == 1 + len(MODELS)
+    assert out.exit_code == 0 and "case_ttft_s" in out.output and len(out.output.strip().splitlines()) == 1 + len(MODELS)
     for bad, message in (("depth:d999", "no model in these logs has the case 'depth:d999'"),
                          ("cold:x", "expected PHASE:ID with PHASE grid, depth or batch")):
         out = CliRunner().invoke(main, ["compare", str(log), "--case", bad])

@@ -1,51 +1,85 @@
-"""The comparison table (`macprof compare`) in every output format."""
+"""The comparison table (`macprof compare`): its content; each format is an exporter's
+(macprof/render/exporters.py)."""
 
 from __future__ import annotations
 
-from macprof.render.text import clean, fmt_bytes, fmt_pct, fmt_rate, fmt_s, fmt_x, render_table
+from macprof.render.exporters import Column, Table, cell, export
+from macprof.render.text import fmt_bytes, fmt_pct, fmt_rate, fmt_s, fmt_x
+
+
+def compare_rows(result: dict) -> list[dict]:
+    """One flat row of raw values per compared model; field names carry their units."""
+    ttft = _ttft_field(result)
+    rows = []
+    for r in result["rows"]:
+        row = {"model": r["model"], "run": r["source"], "engine": r["engine"], "quant": r["quant"],
+               "file_bytes": r["file_bytes"], "cold_ttft_s": r["cold_ttft_s"], ttft: r["warm_ttft_s"],
+               "prefix_ttft_s": r["prefix_ttft_s"], "decode_tok_s": r["decode_tok_s"], "efficiency": r["efficiency"],
+               "peak_rss_bytes": r["peak_rss_bytes"], "baseline": r["baseline"],
+               "same_model_baseline": r.get("same_model_baseline"),
+               "memory_vs_base": r["ratios"]["memory"], "not_comparable": r["not_comparable"]}
+        for metric in ("decode", "ttft"):
+            call = r["calls"].get(metric) or {}
+            ci = (r.get("intervals") or {}).get(metric) or {}
+            row.update({f"{metric}_vs_base": r["ratios"][metric], f"{metric}_call": call.get("call"),
+                        f"{metric}_why": call.get("why"), f"{metric}_p": call.get("p"),
+                        f"{metric}_sizes": call.get("sizes"), f"{metric}_min_reps_per_side": call.get("min_reps_per_side"),
+                        f"{metric}_ci_low": ci.get("low"), f"{metric}_ci_high": ci.get("high")})
+        rows.append(row)
+    return rows
+
+
+def _ttft_field(result: dict) -> str:
+    """With --case, the TTFT is that sweep case's, not the warm phase's: named so."""
+    return "case_ttft_s" if result.get("case") else "warm_ttft_s"
+
+
+def _against_base(metric: str):
+    """The ratio and the test's call, with why it cannot tell when the sizes cannot reach alpha."""
+    def show(r: dict) -> str:
+        if r["baseline"]:
+            return "baseline"
+        why = r[f"{metric}_why"]
+        return f"{fmt_x(r[f'{metric}_vs_base'])} {r[f'{metric}_call']}" + (f": {why}" if why else "")
+    return show
+
+
+def _interval(metric: str):
+    def show(r: dict) -> str:
+        low, high = r[f"{metric}_ci_low"], r[f"{metric}_ci_high"]
+        return "" if r["baseline"] else "-" if low is None else f"{fmt_x(low)}..{fmt_x(high)}"
+    return show
+
+
+def _flags(r: dict) -> str:
+    return "NOT COMPARABLE: " + ", ".join(r["not_comparable"]) if r["not_comparable"] else ""
+
+
+def comparison(result: dict) -> Table:
+    case, ttft = result.get("case"), _ttft_field(result)
+    level = f"{result['confidence']:.0%}"
+    columns = (
+        Column("model", cell("model")), Column("run", cell("run")), Column("engine", cell("engine")),
+        Column("quant", lambda r: r["quant"] or "-"), Column("size", cell("file_bytes", fmt_bytes)),
+        Column("cold TTFT", cell("cold_ttft_s", fmt_s)), Column("case TTFT" if case else "warm TTFT", cell(ttft, fmt_s)),
+        Column("prefix TTFT", cell("prefix_ttft_s", fmt_s)), Column("decode tok/s", cell("decode_tok_s", fmt_rate)),
+        Column("of ceiling", cell("efficiency", fmt_pct)), Column("peak RSS", cell("peak_rss_bytes", fmt_bytes)),
+        Column("decode vs base", _against_base("decode")), Column(f"decode {level} CI", _interval("decode")),
+        Column("TTFT vs base", _against_base("ttft")), Column(f"TTFT {level} CI", _interval("ttft")),
+        Column("flags", _flags),
+    )
+    fields = ("model", "run", "engine", "quant", "file_bytes", "cold_ttft_s", ttft, "prefix_ttft_s", "decode_tok_s",
+              "efficiency", "peak_rss_bytes", "baseline", "decode_vs_base", "decode_call", "decode_why", "decode_p",
+              "decode_sizes", "decode_min_reps_per_side", "decode_ci_low", "decode_ci_high", "ttft_vs_base", "ttft_call",
+              "ttft_why", "ttft_p", "ttft_sizes", "ttft_min_reps_per_side", "ttft_ci_low", "ttft_ci_high", "memory_vs_base",
+              "same_model_baseline", "not_comparable")
+    notes = (f"baseline: {result['baseline']}", f"significance: {result['test']}", f"CI: {result['interval']}")
+    if case:
+        notes += (f"TTFT, decode and memory are those of the sweep case {case} (decode per sequence in a batch case)",)
+    return Table("macprof compare", columns, tuple(compare_rows(result)), fields, notes,
+                 {"baseline": result["baseline"], "test": result["test"], "interval": result["interval"],
+                  "confidence": result["confidence"], "min_reps_per_side": result.get("min_reps_per_side"), "case": case})
 
 
 def compare_table(result: dict, fmt: str = "table") -> str:
-    import csv
-    import io
-    import json
-
-    if fmt == "json":
-        return json.dumps(result, indent=1)
-    case = (f"; TTFT, decode and memory are those of the sweep case {clean(result['case'])} (decode per sequence "
-            f"in a batch case)") if result.get("case") else ""
-    level = f"{result['confidence']:.0%}"
-    headers = ["model", "run", "engine", "quant", "size", "cold TTFT", "case TTFT" if case else "warm TTFT", "prefix TTFT",
-               "decode tok/s", "of ceiling", "peak RSS", "decode vs base", f"decode {level} CI", "TTFT vs base",
-               f"TTFT {level} CI", "flags"]
-    rows = []
-    for r in result["rows"]:
-        dec, ttft = (_versus(r, key) for key in ("decode", "ttft"))
-        rows.append([clean(r["model"]), clean(r["source"]), clean(r["engine"]), clean(r["quant"] or "-"),
-                     fmt_bytes(r["file_bytes"]), fmt_s(r["cold_ttft_s"]), fmt_s(r["warm_ttft_s"]),
-                     fmt_s(r["prefix_ttft_s"]), fmt_rate(r["decode_tok_s"]),
-                     fmt_pct(r["efficiency"]), fmt_bytes(r["peak_rss_bytes"]),
-                     *dec, *ttft, "NOT COMPARABLE: " + ", ".join(r["not_comparable"]) if r["not_comparable"] else ""])
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(headers)
-        w.writerows(rows)
-        return buf.getvalue()
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-        return "\n".join(lines) + (f"\n\nBaseline: {result['baseline']}. Significance: {result['test']}. "
-                                   f"CI: {result['interval']}") + case + "."
-    return render_table(headers, rows) + (f"\n\nbaseline: {clean(result['baseline'])}; significance: {result['test']}; "
-                                          f"CI: {result['interval']}") + case
-
-
-def _versus(r: dict, key: str) -> tuple[str, str]:
-    """The 'vs base' cell (ratio and the test's call, with why it cannot tell) and the CI cell."""
-    if r["baseline"]:
-        return "baseline", ""
-    call, ci = r["calls"][key], r["intervals"][key]
-    said = f"{call['call']}: {call['why']}" if call.get("why") else call["call"]
-    shown = "-" if ci["low"] is None else f"{fmt_x(ci['low'])}..{fmt_x(ci['high'])}"
-    return f"{fmt_x(r['ratios'][key])} {said}", shown
+    return export(comparison(result), fmt)

@@ -8,7 +8,8 @@ from macprof.measure.stats import median, relative_spread
 from macprof.analyse.headline import headline
 from macprof.model.access import dig
 from macprof.render.sweeps import sweep_tables
-from macprof.render.text import ceiling_text, fmt_bytes, fmt_rate, fmt_s, render_table, safe_lines
+from macprof.render.exporters import Column, Table, cell, to_text
+from macprof.render.text import ceiling_text, fmt_bytes, fmt_rate, fmt_s, safe_lines
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
 FIRST_SLOW = 1.5  # first measured request this much slower than the median of the others
@@ -26,24 +27,36 @@ def summary_rows(log: dict) -> list[dict]:
             "prefix_speedup": dig(ph, "prefix", "summary", "ttft_speedup"),
             "itl_p99_s": dig(ph, "warm", "summary", "itl_s", "p99"),
             "ceiling": ceiling_text(dig(ph, "warm", "roofline")),
+            "ceiling_measured_tok_s": dig(ph, "warm", "roofline", "measured", "ceiling_tok_s"),
+            "ceiling_spec_tok_s": dig(ph, "warm", "roofline", "spec", "ceiling_tok_s"),
             "failures": len(m.get("failures", [])),
         })
     return rows
 
 
-def summary_table(log: dict) -> str:
-    headers = ["model", "engine", "quant", "cold start", "warm TTFT p50", "prefix TTFT p50",
-               "decode tok/s p50", "= of ceiling", "ITL p99", "peak RSS", "failures"]
-    rows = []
-    for r in summary_rows(log):
-        cold = "-" if r["cold_ttft_s"] is None else f"{fmt_s(r['cold_ttft_s'])} ({r['cold_state']})"
-        prefix = fmt_s(r["prefix_ttft_s"])
-        if r["prefix_speedup"]:
-            prefix += f" (x{r['prefix_speedup']:.1f})"
-        rows.append([r["model"], r["engine"], r["quant"] or "-", cold, fmt_s(r["warm_ttft_s"]), prefix,
-                     fmt_rate(r["decode_tok_s"]), r["ceiling"], fmt_s(r["itl_p99_s"]), fmt_bytes(r["peak_rss_bytes"]),
-                     str(r["failures"])])
-    return render_table(headers, rows)
+def _cold(r: dict) -> str:
+    return "-" if r["cold_ttft_s"] is None else f"{fmt_s(r['cold_ttft_s'])} ({r['cold_state']})"
+
+
+def _prefix(r: dict) -> str:
+    return fmt_s(r["prefix_ttft_s"]) + (f" (x{r['prefix_speedup']:.1f})" if r["prefix_speedup"] else "")
+
+
+SUMMARY_COLUMNS = (
+    Column("model", cell("model")), Column("engine", cell("engine")), Column("quant", lambda r: r["quant"] or "-"),
+    Column("cold start", _cold), Column("warm TTFT p50", cell("warm_ttft_s", fmt_s)),
+    Column("prefix TTFT p50", _prefix), Column("decode tok/s p50", cell("decode_tok_s", fmt_rate)),
+    Column("= of ceiling", cell("ceiling")), Column("ITL p99", cell("itl_p99_s", fmt_s)),
+    Column("peak RSS", cell("peak_rss_bytes", fmt_bytes)), Column("failures", cell("failures")),
+)
+# what JSON and CSV carry: raw values, units in the names (the ceiling text is shown, its numbers carried)
+SUMMARY_FIELDS = ("model", "engine", "quant", "file_bytes", "cold_ttft_s", "cold_state", "warm_ttft_s",
+                  "prefix_ttft_s", "prefix_speedup", "decode_tok_s", "efficiency", "ceiling_measured_tok_s",
+                  "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures")
+
+
+def summary_table(log: dict) -> Table:
+    return Table("summary", SUMMARY_COLUMNS, tuple(summary_rows(log)), SUMMARY_FIELDS)
 
 
 def warnings(log: dict) -> list[str]:
@@ -103,7 +116,7 @@ def warnings(log: dict) -> list[str]:
 
 
 def render_summary(log: dict, path: str | None = None) -> str:
-    parts = [summary_table(log)]
+    parts = [to_text(summary_table(log))]
     sweeps = sweep_tables(log)
     if sweeps:
         parts.append("\n" + sweeps)

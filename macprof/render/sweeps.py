@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from macprof.model.access import dig
-from macprof.render.text import ceiling_text, fmt_rate, fmt_s, fmt_x, render_table
+from macprof.render.exporters import Table, text_table, to_text
+from macprof.render.text import ceiling_text, fmt_rate, fmt_s, fmt_x
 
 
 def _case_status(c: dict) -> str:
@@ -12,25 +15,25 @@ def _case_status(c: dict) -> str:
     return f"{c['status'].upper()}: {c['reason']}" if c.get("reason") else c["status"].upper()
 
 
-def grid_table(cases: list[dict]) -> str:
+def grid_table(cases: list[dict]) -> Table:
     headers = ["case", "prompt", "gen", "TTFT p50", "prefill tok/s", "decode tok/s p50", "e2e tok/s",
                "ITL p99", "= of ceiling at c", ""]
     rows = [[c["id"], str(c["prompt_tokens"]), str(c["gen_tokens"]), fmt_s(dig(c, "summary", "ttft_s", "median")),
              fmt_rate(dig(c, "summary", "prefill_tok_s", "median")), fmt_rate(dig(c, "summary", "decode_tok_s", "median")),
              fmt_rate(dig(c, "summary", "e2e_tok_s", "median")), fmt_s(dig(c, "summary", "itl_s", "p99")),
              ceiling_text(c.get("roofline")), _case_status(c)] for c in cases]
-    return render_table(headers, rows)
+    return text_table(headers, rows)
 
 
-def depth_table(cases: list[dict]) -> str:
+def depth_table(cases: list[dict]) -> Table:
     headers = ["depth", "context c", "fill (once)", "decode tok/s p50", "ITL p50", "ITL p99", "= of ceiling at c", ""]
     rows = [[str(c["depth"]), f"{c['context_tokens']:.0f}", fmt_s(dig(c, "fill", "fill_s")),
              fmt_rate(dig(c, "summary", "decode_tok_s", "median")), fmt_s(dig(c, "summary", "itl_s", "median")),
              fmt_s(dig(c, "summary", "itl_s", "p99")), ceiling_text(c.get("roofline")), _case_status(c)] for c in cases]
-    return render_table(headers, rows)
+    return text_table(headers, rows)
 
 
-def batch_table(phase: dict) -> str:
+def batch_table(phase: dict) -> Table:
     trade = {r["batch"]: r for r in phase.get("tradeoff") or []}
     headers = ["B", "aggregate tok/s p50", "vs B=1", "ITL p50", "vs B=1", "ITL p99", "predicted aggregate", "vs B=1",
                "predicted ITL", "vs B=1", "measured / predicted", "same tokens as B=1", ""]
@@ -45,7 +48,7 @@ def batch_table(phase: dict) -> str:
                      fmt_x(t.get("predicted_aggregate_vs_b1")), fmt_s(t.get("predicted_itl_s")), fmt_x(t.get("predicted_itl_vs_b1")),
                      f"{fmt_x(t.get('measured_over_predicted_aggregate'))} agg, {fmt_x(t.get('measured_over_predicted_itl'))} ITL" if t else "-",
                      same, _case_status(c)])
-    return render_table(headers, rows)
+    return text_table(headers, rows)
 
 
 def tradeoff_line(phase: dict) -> str | None:
@@ -59,19 +62,25 @@ def tradeoff_line(phase: dict) -> str | None:
     return f"B={r['batch']}: aggregate {fmt_x(r['aggregate_vs_b1'])}, each user's ITL {fmt_x(r['itl_p50_vs_b1'])}{pred}"
 
 
-def sweep_tables(log: dict) -> str:
-    parts = []
+def sweep_sections(log: dict) -> list[tuple[Table, str | None]]:
+    """Per model and sweep phase: its table, titled, and the line under it (the batching trade-off)."""
+    out: list[tuple[Table, str | None]] = []
     for m in log.get("models", []):
         name, s = m["identity"]["name"], m["settings"]
         ph = m.get("phases", {})
         if ph.get("grid"):
-            parts.append(f"{name}: grid (warm protocol per case, {s['reps']} reps; c = prompt + gen/2)\n"
-                         + grid_table(ph["grid"]["cases"]))
+            out.append((replace(grid_table(ph["grid"]["cases"]), title=f"{name}: grid (warm protocol per case, "
+                                f"{s['reps']} reps; c = prompt + gen/2)"), None))
         if ph.get("depth"):
-            parts.append(f"{name}: decode after d tokens already in the KV cache (gen {s['gen_tokens']}, {s['reps']} reps)\n"
-                         + depth_table(ph["depth"]["cases"]))
+            out.append((replace(depth_table(ph["depth"]["cases"]), title=f"{name}: decode after d tokens already in "
+                                f"the KV cache (gen {s['gen_tokens']}, {s['reps']} reps)"), None))
         if ph.get("batch"):
-            line = tradeoff_line(ph["batch"])
-            parts.append(f"{name}: batched decoding, prompt {s['prompt_tokens']} / gen {s['gen_tokens']} per sequence, "
-                         f"{s['reps']} reps\n" + batch_table(ph["batch"]) + (f"\n  {line}" if line else ""))
-    return "\n\n".join(parts)
+            out.append((replace(batch_table(ph["batch"]), title=f"{name}: batched decoding, prompt "
+                                f"{s['prompt_tokens']} / gen {s['gen_tokens']} per sequence, {s['reps']} reps"),
+                        tradeoff_line(ph["batch"])))
+    return out
+
+
+def sweep_tables(log: dict) -> str:
+    return "\n\n".join(f"{table.title}\n{to_text(table)}" + (f"\n  {line}" if line else "")
+                       for table, line in sweep_sections(log))

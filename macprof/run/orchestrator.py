@@ -20,7 +20,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -29,6 +28,8 @@ from macprof.collect import facts, machine, residency
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.run.journal import Journal
+from macprof.run.phases import planned_requests
+from macprof.run.progress import Display, as_display
 
 RSS_PERIOD_S = 0.01
 LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
@@ -49,11 +50,11 @@ class Runner:
     """Runs every model's phases in worker processes and journals every event; returns the
     journal's events (building and saving the run log from them is the later stages' job)."""
 
-    def __init__(self, models: tuple[ModelSpec, ...], journal_path: Path, progress: Callable[[str], None],
+    def __init__(self, models: tuple[ModelSpec, ...], journal_path: Path, progress: Display | None,
                  python: str = sys.executable) -> None:
         self.models = models
         self.journal_path = journal_path
-        self.progress = progress
+        self.progress = as_display(progress)
         self.python = python
         self._proc: subprocess.Popen | None = None
 
@@ -66,22 +67,27 @@ class Runner:
                 journal.events.append(ev)
             done_models = {ev["model"] for ev in resume_events if ev.get("event") == "model_end"}
         else:
-            self.progress("reading machine facts; measuring memory bandwidth (once a day)")
+            self.progress.note("reading machine facts; measuring memory bandwidth (once a day)")
             journal.write(facts.run_start_event())
+        todo = [m for m in self.models if m.name not in done_models]
+        self.progress.plan(sum(planned_requests(m.settings) for m in todo))
+        units = 0  # planned units of the models measured so far
         old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
         complete = False
         try:
             try:
                 for model in self.models:
                     if model.name in done_models:
-                        self.progress(f"{model.name}: already measured (resumed)")
+                        self.progress.note(f"{model.name}: already measured (resumed)")
                         continue
                     self._run_model(model, journal)
+                    units += planned_requests(model.settings)
+                    self.progress.reach(units)  # what a failure or a refusal left unrun
                 complete = True
             except (KeyboardInterrupt, Interrupted):
                 self._kill_worker()
                 journal.write({"event": "interrupted", "utc": utc_now()})
-                self.progress("interrupted: writing the run log from what was measured")
+                self.progress.note("interrupted: writing the run log from what was measured")
             journal.write({"event": "run_end", "utc": utc_now(), "complete": complete,
                            "memory": machine.memory_snapshot()})
         except BaseException:  # e.g. the disk filled: no worker outlives the run
@@ -94,7 +100,7 @@ class Runner:
 
     def _run_model(self, model: ModelSpec, journal: Journal) -> None:
         s = model.settings
-        self.progress(f"{model.name}: identifying ({model.engine}, {model.path.name})")
+        self.progress.note(f"{model.name}: identifying ({model.engine}, {model.path.name})")
         try:
             start = facts.model_start_event(model)
         except OSError as exc:  # vanished or unreadable since the config was read
@@ -109,7 +115,7 @@ class Runner:
         if refusal:
             journal.write({"event": "failure", "model": model.name, "phase": None, "status": "refused",
                            "reason": refusal})
-            self.progress(f"{model.name}: skipped: {refusal}")
+            self.progress.note(f"{model.name}: skipped: {refusal}")
             journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
             return
         plan = sweeps.plan(s)
@@ -129,7 +135,7 @@ class Runner:
                 before = residency.residency(model.files)
                 journal.write({"event": "cold_trial", "model": model.name, "index": trial,
                                "drop_cache": drop, "residency": before})
-                self.progress(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
+                self.progress.note(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
                 self._worker(model, ["cold"], journal, trial=trial)
         remaining = [p for p in s.phases if p != "cold" and (p not in plan or plan[p])]
         attempts = 0
@@ -200,7 +206,7 @@ class Runner:
                         elif kind == "request":
                             request = None
                             deadline = time.monotonic() + LOAD_TIMEOUT_S
-                            self.progress(_request_line(model.name, event, s))
+                            self.progress.advance(_request_line(model.name, event, s))
                         elif kind == "loaded":
                             loaded = True
                         elif kind == "phase_start":
@@ -244,7 +250,7 @@ class Runner:
                 "stderr_tail": _tail(stderr),
             })
             journal.write(failure)
-            self.progress(f"{model.name}: FAILED in {failure['phase']}: {failure['reason']}")
+            self.progress.note(f"{model.name}: FAILED in {failure['phase']}: {failure['reason']}")
         stderr.close()
         return WorkerResult(phases_done=done_phases, failure=failure, loaded=loaded)
 

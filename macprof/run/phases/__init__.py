@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from macprof import cases
+from macprof.config import Settings
 from macprof.run.phases.cold import run_cold
 from macprof.run.phases.common import PhaseContext
 from macprof.run.phases.prefix import run_prefix
@@ -17,4 +19,14 @@ PHASES: dict[str, Callable[[PhaseContext], None]] = {
     "grid": run_grid, "depth": run_depth, "batch": run_batch,
 }
 
-__all__ = ["PHASES", "PhaseContext"]
+
+def planned_requests(s: Settings) -> int:
+    """The request events a model's phases emit, warm-ups included, as the protocols above run
+    them (what a progress display counts): a cold trial is a first and a second request;
+    warm and each sweep case a warm-up and ``reps``; prefix a pair (reuse, no reuse) each."""
+    plan = cases.plan(s)
+    each = {"cold": 2 * s.cold_trials, "warm": s.reps + 1, "prefix": 2 * (s.reps + 1)}
+    return sum(each[p] if p in each else len(plan.get(p, ())) * (s.reps + 1) for p in s.phases)
+
+
+__all__ = ["PHASES", "PhaseContext", "planned_requests"]

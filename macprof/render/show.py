@@ -1,0 +1,46 @@
+"""`macprof show --format`: a run log as text (the detail, then the summary), as markdown to
+paste into an issue, or its summary rows as JSON or CSV."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from macprof.render.detail import render_detail
+from macprof.render.exporters import export, md_escape, to_markdown
+from macprof.render.summary import render_summary, summary_table, warnings
+from macprof.render.sweeps import sweep_sections
+from macprof.render.text import fmt_bytes
+
+
+def render_show(log: dict, fmt: str = "text") -> str:
+    if fmt == "text":
+        return render_detail(log) + "\n\n" + render_summary(log)
+    if fmt == "markdown":
+        return render_markdown(log)
+    table = summary_table(log)
+    if fmt == "json":  # what the run was, and its warnings: part of what it says about its numbers
+        table = replace(table, meta={**_about(log), "warnings": warnings(log)})
+    return export(table, fmt)
+
+
+def render_markdown(log: dict) -> str:
+    """The summary table, the sweep tables when present, and the warnings."""
+    a = _about(log)
+    m = a["machine"]
+    head = (f"**macprof {a['tool_version']}** run of {a['started_utc']} ({'complete' if a['complete'] else 'INCOMPLETE'}) "
+            f"on {m['chip'] or m['cpu_model']}, {m['os']} {m['os_version']}, {fmt_bytes(m['memory_bytes'])}")
+    parts = [md_escape(head), to_markdown(summary_table(log))]
+    for table, line in sweep_sections(log):
+        parts.append(f"**{md_escape(table.title)}**\n\n{to_markdown(table)}" + (f"\n\n{md_escape(line)}" if line else ""))
+    warns = warnings(log)
+    if warns:
+        parts.append("**Warnings**\n\n" + "\n".join(f"- {md_escape(w)}" for w in warns))
+    return "\n\n".join(parts)
+
+
+def _about(log: dict) -> dict:
+    """Which run this is: tool, time, completeness, machine (raw values)."""
+    mach = log.get("machine") or {}
+    return {"tool_version": log.get("tool_version"), "started_utc": log.get("started_utc"),
+            "complete": bool(log.get("complete")),
+            "machine": {k: mach.get(k) for k in ("chip", "cpu_model", "os", "os_version", "memory_bytes")}}
