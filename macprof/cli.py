@@ -7,10 +7,15 @@ import os
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import click
 
 from macprof import __version__
 from macprof.errors import MacprofError
+
+if TYPE_CHECKING:
+    from macprof.model.log import RunLog
 
 
 class Group(click.Group):
@@ -104,7 +109,7 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
         raise MacprofError(f"{log_path}: the run log must be a .json file")
     log = session.measure(selected, log_path, progress.Progress(), resume_events)
     click.echo(render_summary(log, str(log_path)))
-    if not log["complete"]:
+    if not log.complete:
         sys.exit(130)
 
 
@@ -159,7 +164,7 @@ def show(path) -> None:
     click.echo(render_summary(log))
 
 
-def _load_logs(paths) -> list[tuple[str, dict]]:
+def _load_logs(paths) -> list[tuple[str, RunLog]]:
     from macprof.analyse import compare as cmp
     from macprof.store import runlog
 
@@ -202,13 +207,14 @@ def compare(paths, baseline, fmt, case, fail_if) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Where to write [RUNLOG.shared.json].")
 def share(path, output) -> None:
     """Write a copy of a run log that is safe to post: no user, host or home path in it."""
+    from macprof.model.log import RunLog
     from macprof.store import runlog, share as sh
 
     log = runlog.load(path)
-    shared, removed = sh.redact(log)
+    shared, removed = sh.redact(log.to_json())  # every string of the log, wherever it is
     runlog.validate(shared, "shared copy")
     out = output or sh.default_output(path)
-    runlog.save(shared, out)
+    runlog.save(RunLog.from_json(shared), out)
     click.echo(f"wrote {out}")
     for item in removed or ["nothing identifying was found"]:
         click.echo(f"  removed: {item}")

@@ -11,6 +11,8 @@ from typing import Callable
 from macprof.analyse.build import build
 from macprof.collect.system import host_id
 from macprof.config import ModelSpec
+from macprof.model.events import Event
+from macprof.model.log import RunLog
 from macprof.run.orchestrator import Runner
 from macprof.store.runlog import save
 
@@ -20,7 +22,7 @@ def journal_path(log_path: Path) -> Path:
 
 
 def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Callable[[str], None],
-            resume_events: list[dict] | None = None) -> dict:
+            resume_events: list[Event] | None = None) -> RunLog:
     events = Runner(models, journal_path(log_path), progress).run(resume_events)
     log = build(events)
     save(log, log_path)

@@ -112,10 +112,10 @@ def test_fail_if_regression(tmp_path):
 # -- loading: validation, migration, refusal -------------------------------------------------
 def test_older_schema_is_migrated():
     log = runlog.load(LOGS / "schema1.json")
-    assert log["schema_version"] == SCHEMA_VERSION and log["migrated_from"] == 1
+    assert log.schema_version == SCHEMA_VERSION and log.migrated_from == 1
     assert "tiny-q4" in run("show", LOGS / "schema1.json").output
-    roof = log["models"][0]["phases"]["warm"]["roofline"]
-    assert "schema_version 1" in roof["reason"]  # not recorded then: null with the reason, never a number
+    roof = log.models[0].phases.warm.roofline
+    assert "schema_version 1" in roof.reason  # not recorded then: null with the reason, never a number
 
 
 @pytest.mark.parametrize("name,message", [
@@ -166,7 +166,7 @@ def test_share_cli_writes_only_the_chosen_output(tmp_path):
     r = run("share", src, "-o", tmp_path / "out" / "shared.json")
     assert r.exit_code == 0 and "removed: host id" in r.output and "removed: model path of tiny-q4" in r.output
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["a.json", "shared.json"]
-    assert runlog.load(tmp_path / "out" / "shared.json")["redacted"]["by"] == "macprof share"
+    assert runlog.load(tmp_path / "out" / "shared.json").redacted.by == "macprof share"
 
 
 # -- plot ------------------------------------------------------------------------------------

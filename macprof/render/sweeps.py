@@ -2,76 +2,79 @@
 
 from __future__ import annotations
 
-from macprof.model.access import dig
+from typing import Sequence
+
+from macprof.model.log import RunLog
+from macprof.model.phases import Sweep, SweepCase, TradeoffRow
 from macprof.render.text import ceiling_text, fmt_rate, fmt_s, fmt_x, render_table
 
 
-def _case_status(c: dict) -> str:
-    if c["status"] == "ok":
+def _case_status(c: SweepCase) -> str:
+    if c.status == "ok":
         return ""
-    return f"{c['status'].upper()}: {c['reason']}" if c.get("reason") else c["status"].upper()
+    return f"{c.status.upper()}: {c.reason}" if c.reason else c.status.upper()
 
 
-def grid_table(cases: list[dict]) -> str:
+def grid_table(cases: Sequence[SweepCase]) -> str:
     headers = ["case", "prompt", "gen", "TTFT p50", "prefill tok/s", "decode tok/s p50", "e2e tok/s",
                "ITL p99", "= of ceiling at c", ""]
-    rows = [[c["id"], str(c["prompt_tokens"]), str(c["gen_tokens"]), fmt_s(dig(c, "summary", "ttft_s", "median")),
-             fmt_rate(dig(c, "summary", "prefill_tok_s", "median")), fmt_rate(dig(c, "summary", "decode_tok_s", "median")),
-             fmt_rate(dig(c, "summary", "e2e_tok_s", "median")), fmt_s(dig(c, "summary", "itl_s", "p99")),
-             ceiling_text(c.get("roofline")), _case_status(c)] for c in cases]
+    rows = [[c.id, str(c.prompt_tokens), str(c.gen_tokens), fmt_s(c.summary.ttft_s.median),
+             fmt_rate(c.summary.prefill_tok_s.median), fmt_rate(c.summary.decode_tok_s.median),
+             fmt_rate(c.summary.e2e_tok_s.median), fmt_s(c.summary.itl_s.p99),
+             ceiling_text(c.roofline), _case_status(c)] for c in cases]
     return render_table(headers, rows)
 
 
-def depth_table(cases: list[dict]) -> str:
+def depth_table(cases: Sequence[SweepCase]) -> str:
     headers = ["depth", "context c", "fill (once)", "decode tok/s p50", "ITL p50", "ITL p99", "= of ceiling at c", ""]
-    rows = [[str(c["depth"]), f"{c['context_tokens']:.0f}", fmt_s(dig(c, "fill", "fill_s")),
-             fmt_rate(dig(c, "summary", "decode_tok_s", "median")), fmt_s(dig(c, "summary", "itl_s", "median")),
-             fmt_s(dig(c, "summary", "itl_s", "p99")), ceiling_text(c.get("roofline")), _case_status(c)] for c in cases]
+    rows = [[str(c.depth), f"{c.context_tokens:.0f}", fmt_s(c.fill.fill_s if c.fill else None),
+             fmt_rate(c.summary.decode_tok_s.median), fmt_s(c.summary.itl_s.median),
+             fmt_s(c.summary.itl_s.p99), ceiling_text(c.roofline), _case_status(c)] for c in cases]
     return render_table(headers, rows)
 
 
-def batch_table(phase: dict) -> str:
-    trade = {r["batch"]: r for r in phase.get("tradeoff") or []}
+def batch_table(phase: Sweep) -> str:
+    trade = {r.batch: r for r in phase.tradeoff or ()}
     headers = ["B", "aggregate tok/s p50", "vs B=1", "ITL p50", "vs B=1", "ITL p99", "predicted aggregate", "vs B=1",
                "predicted ITL", "vs B=1", "measured / predicted", "same tokens as B=1", ""]
     rows = []
-    for c in phase["cases"]:
-        t = trade.get(c["batch"]) or {}
-        chk = c.get("check") or {}
-        same = "-" if not chk else f"{chk['identical']}/{chk['n']}" + (f" ({chk['near_ties']} near-tie)" if chk["near_ties"] else "") \
-            + (f" {chk['failed']} FAILED" if chk["failed"] else "")
-        rows.append([str(c["batch"]), fmt_rate(t.get("aggregate_tok_s")), fmt_x(t.get("aggregate_vs_b1")), fmt_s(t.get("itl_p50_s")),
-                     fmt_x(t.get("itl_p50_vs_b1")), fmt_s(t.get("itl_p99_s")), fmt_rate(t.get("predicted_aggregate_tok_s")),
-                     fmt_x(t.get("predicted_aggregate_vs_b1")), fmt_s(t.get("predicted_itl_s")), fmt_x(t.get("predicted_itl_vs_b1")),
-                     f"{fmt_x(t.get('measured_over_predicted_aggregate'))} agg, {fmt_x(t.get('measured_over_predicted_itl'))} ITL" if t else "-",
+    for c in phase.cases:
+        t = trade.get(c.batch) or TradeoffRow()
+        chk = c.check
+        same = "-" if not chk else f"{chk.identical}/{chk.n}" + (f" ({chk.near_ties} near-tie)" if chk.near_ties else "") \
+            + (f" {chk.failed} FAILED" if chk.failed else "")
+        rows.append([str(c.batch), fmt_rate(t.aggregate_tok_s), fmt_x(t.aggregate_vs_b1), fmt_s(t.itl_p50_s),
+                     fmt_x(t.itl_p50_vs_b1), fmt_s(t.itl_p99_s), fmt_rate(t.predicted_aggregate_tok_s),
+                     fmt_x(t.predicted_aggregate_vs_b1), fmt_s(t.predicted_itl_s), fmt_x(t.predicted_itl_vs_b1),
+                     f"{fmt_x(t.measured_over_predicted_aggregate)} agg, {fmt_x(t.measured_over_predicted_itl)} ITL"
+                     if c.batch in trade else "-",
                      same, _case_status(c)])
     return render_table(headers, rows)
 
 
-def tradeoff_line(phase: dict) -> str | None:
+def tradeoff_line(phase: Sweep) -> str | None:
     """'B=8: aggregate x6.10, each user's ITL x1.24 (predicted x7.93, x1.01)' for the largest B."""
-    rows = [r for r in phase.get("tradeoff") or [] if r["batch"] > 1 and r.get("aggregate_vs_b1")]
+    rows = [r for r in phase.tradeoff or () if r.batch > 1 and r.aggregate_vs_b1]
     if not rows:
         return None
     r = rows[-1]
-    pred = f" (predicted {fmt_x(r['predicted_aggregate_vs_b1'])}, {fmt_x(r['predicted_itl_vs_b1'])}, " \
-           f"{r['predicted_with']} bandwidth and FLOP/s, bound: {r['bound']})" if r.get("predicted_aggregate_vs_b1") else ""
-    return f"B={r['batch']}: aggregate {fmt_x(r['aggregate_vs_b1'])}, each user's ITL {fmt_x(r['itl_p50_vs_b1'])}{pred}"
+    pred = f" (predicted {fmt_x(r.predicted_aggregate_vs_b1)}, {fmt_x(r.predicted_itl_vs_b1)}, " \
+           f"{r.predicted_with} bandwidth and FLOP/s, bound: {r.bound})" if r.predicted_aggregate_vs_b1 else ""
+    return f"B={r.batch}: aggregate {fmt_x(r.aggregate_vs_b1)}, each user's ITL {fmt_x(r.itl_p50_vs_b1)}{pred}"
 
 
-def sweep_tables(log: dict) -> str:
+def sweep_tables(log: RunLog) -> str:
     parts = []
-    for m in log.get("models", []):
-        name, s = m["identity"]["name"], m["settings"]
-        ph = m.get("phases", {})
-        if ph.get("grid"):
-            parts.append(f"{name}: grid (warm protocol per case, {s['reps']} reps; c = prompt + gen/2)\n"
-                         + grid_table(ph["grid"]["cases"]))
-        if ph.get("depth"):
-            parts.append(f"{name}: decode after d tokens already in the KV cache (gen {s['gen_tokens']}, {s['reps']} reps)\n"
-                         + depth_table(ph["depth"]["cases"]))
-        if ph.get("batch"):
-            line = tradeoff_line(ph["batch"])
-            parts.append(f"{name}: batched decoding, prompt {s['prompt_tokens']} / gen {s['gen_tokens']} per sequence, "
-                         f"{s['reps']} reps\n" + batch_table(ph["batch"]) + (f"\n  {line}" if line else ""))
+    for m in log.models:
+        name, s, ph = m.identity.name, m.settings, m.phases
+        if ph.grid:
+            parts.append(f"{name}: grid (warm protocol per case, {s.reps} reps; c = prompt + gen/2)\n"
+                         + grid_table(ph.grid.cases))
+        if ph.depth:
+            parts.append(f"{name}: decode after d tokens already in the KV cache (gen {s.gen_tokens}, {s.reps} reps)\n"
+                         + depth_table(ph.depth.cases))
+        if ph.batch:
+            line = tradeoff_line(ph.batch)
+            parts.append(f"{name}: batched decoding, prompt {s.prompt_tokens} / gen {s.gen_tokens} per sequence, "
+                         f"{s.reps} reps\n" + batch_table(ph.batch) + (f"\n  {line}" if line else ""))
     return "\n\n".join(parts)
