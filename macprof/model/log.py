@@ -5,7 +5,7 @@ memory. ``RunLog.to_json()`` is the file `macprof run` writes (schema SCHEMA_VER
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from macprof.config import Settings, settings_from_dict
 from macprof.errors import MacprofError
@@ -199,7 +199,7 @@ class RunLog(Record):
     migrated_from: int | None = ABSENT
 
     @classmethod
-    def from_json(cls, data: Any, where: str | None = None):
+    def from_json(cls, data: Any, where: str | None = None) -> Self:
         """A log of this schema version (older ones are migrated by macprof.store.runlog first)."""
         version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else None
         if version != SCHEMA_VERSION:

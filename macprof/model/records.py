@@ -18,7 +18,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Self
 
 from macprof.errors import MacprofError
 
@@ -72,14 +72,14 @@ class Record:
         """Whether the key ``name`` is there (a null is there; an absent key is not)."""
         return name not in self._absent
 
-    def replace(self, **changes: Any):
+    def replace(self, **changes: Any) -> Self:
         """A copy with ``changes``; a key this record lacked is present in the copy."""
         new = dataclasses.replace(self, **changes)
         object.__setattr__(new, "_absent", new._absent - changes.keys())
         return new
 
     @classmethod
-    def from_json(cls, data: Any, where: str | None = None):
+    def from_json(cls, data: Any, where: str | None = None) -> Self:
         """The record of ``data``; a value of the wrong kind or a missing key raises
         MacprofError naming ``where`` (the file, say) and the place in it."""
         try:
