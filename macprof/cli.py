@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import click

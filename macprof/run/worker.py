@@ -37,9 +37,10 @@ class Stream:
 
 
 def run(job: dict, emit) -> None:
+    rss = _rss()  # before any of macprof is imported
     from macprof.model import events as ev
 
-    emit(ev.Started(pid=os.getpid(), t_main=T_MAIN, rss_bytes=_rss()))
+    emit(ev.Started(pid=os.getpid(), t_main=T_MAIN, rss_bytes=rss))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     fault = os.environ.get("MACPROF_TEST_FAULT")
@@ -107,15 +108,16 @@ def _with_fault(emit, fault: dict, model: str):
 def main() -> None:
     emit = Stream()
     job = json.loads(sys.stdin.readline())
-    from macprof.model import events as ev
-
     try:
         run(job, emit)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which records it
         from macprof.errors import MacprofError
+        from macprof.model import events as ev
 
         emit(ev.Error(message=str(exc) if isinstance(exc, MacprofError) else f"{type(exc).__name__}: {exc}"))
         sys.exit(3)
+    from macprof.model import events as ev
+
     emit(ev.Done())
 
 
