@@ -6,11 +6,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from macprof import __version__
 from macprof.errors import MacprofError
+
+if TYPE_CHECKING:
+    from macprof.model.log import RunLog
 
 
 class Group(click.Group):
@@ -108,7 +112,7 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
     finally:
         display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
     click.echo(render_summary(log, str(log_path)))
-    if not log["complete"]:
+    if not log.complete:
         sys.exit(130)
 
 
@@ -162,7 +166,7 @@ def show(path, fmt) -> None:
     click.echo(render_show(runlog.load(path), fmt))
 
 
-def _load_logs(paths) -> list[tuple[str, dict]]:
+def _load_logs(paths) -> list[tuple[str, RunLog]]:
     from macprof.analyse import compare as cmp
     from macprof.store import runlog
 
@@ -209,13 +213,14 @@ def compare(paths, baseline, fmt, case, fail_if) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Where to write [RUNLOG.shared.json].")
 def share(path, output) -> None:
     """Write a copy of a run log that is safe to post: no user, host or home path in it."""
+    from macprof.model.log import RunLog
     from macprof.store import runlog, share as sh
 
     log = runlog.load(path)
-    shared, removed = sh.redact(log)
+    shared, removed = sh.redact(log.to_json())  # every string of the log, wherever it is
     runlog.validate(shared, "shared copy")
     out = output or sh.default_output(path)
-    runlog.save(shared, out)
+    runlog.save(RunLog.from_json(shared), out)
     click.echo(f"wrote {out}")
     for item in removed or ["nothing identifying was found"]:
         click.echo(f"  removed: {item}")

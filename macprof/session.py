@@ -9,6 +9,8 @@ from pathlib import Path
 from macprof.analyse.build import build
 from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
+from macprof.model.events import Event
+from macprof.model.log import RunLog
 from macprof.run.orchestrator import Runner
 from macprof.run.progress import Display
 from macprof.store.runlog import save
@@ -19,7 +21,7 @@ def journal_path(log_path: Path) -> Path:
 
 
 def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Display | None,
-            resume_events: list[dict] | None = None) -> dict:
+            resume_events: list[Event] | None = None) -> RunLog:
     events = Runner(models, journal_path(log_path), progress).run(resume_events)
     log = build(events)
     save(log, log_path)

@@ -87,14 +87,14 @@ def test_compare_formats_and_baseline():
 
 def test_comparability_flags_against_a_log_from_another_machine():
     this, other = runlog.load(A), runlog.load(OTHER)
-    assert other["complete"] and [m["identity"]["name"] for m in other["models"]] == [
+    assert other.complete and [m.identity.name for m in other.models] == [
         f"demo-small-{v}" for v in ("f16", "q8_0", "q4_k_m", "mlx-f16", "mlx-8bit", "mlx-4bit")]
     # Both logs went through `macprof share`: the host id is gone, and what is left of the two
     # machines (OS, CPU model, cores, memory, no Apple chip) reads the same. compare then tells
     # machines apart by CPU model and chip only, so it cannot flag "machine" here.
-    assert this["machine"]["host_id"] is None and other["machine"]["host_id"] is None
-    assert other["machine"] == this["machine"]
-    assert other["software"] == this["software"]  # same engine versions: not flagged either
+    assert this.machine.host_id is None and other.machine.host_id is None
+    assert other.machine == this.machine
+    assert other.software == this.software  # same engine versions: not flagged either
     result = json.loads(run("compare", A, OTHER, "--format", "json").output)
     mine = [row for row in result["rows"] if row["run"] == A.stem]
     theirs = [row for row in result["rows"] if row["run"] == OTHER.stem]
@@ -102,8 +102,7 @@ def test_comparability_flags_against_a_log_from_another_machine():
     assert all(row["not_comparable"] == [] for row in mine)  # 32 prompt / 8 generated tokens, as the baseline
     # the other run used the default lengths (512 / 128) and shorter MLX requests on Linux
     # (64 / 16, 8 / 4): every one of its rows differs in lengths from the baseline, and only in that
-    lengths = {m["identity"]["name"]: (m["settings"]["prompt_tokens"], m["settings"]["gen_tokens"])
-               for m in other["models"]}
+    lengths = {m.identity.name: (m.settings.prompt_tokens, m.settings.gen_tokens) for m in other.models}
     assert all(lengths[row["model"]] != (32, 8) for row in theirs)
     assert all(row["not_comparable"] == ["prompt/gen lengths"] for row in theirs)
     # no model of the other run is a model of this one: nothing for --fail-if to judge
@@ -214,10 +213,10 @@ def test_fail_if_cannot_judge_exits_2_naming_the_reps(tmp_path):
 # -- loading: validation, migration, refusal -------------------------------------------------
 def test_older_schema_is_migrated():
     log = runlog.load(LOGS / "schema1.json")
-    assert log["schema_version"] == SCHEMA_VERSION and log["migrated_from"] == 1
+    assert log.schema_version == SCHEMA_VERSION and log.migrated_from == 1
     assert "tiny-q4" in run("show", LOGS / "schema1.json").output
-    roof = log["models"][0]["phases"]["warm"]["roofline"]
-    assert "schema_version 1" in roof["reason"]  # not recorded then: null with the reason, never a number
+    roof = log.models[0].phases.warm.roofline
+    assert "schema_version 1" in roof.reason  # not recorded then: null with the reason, never a number
 
 
 @pytest.mark.parametrize("name,message", [
@@ -268,7 +267,7 @@ def test_share_cli_writes_only_the_chosen_output(tmp_path):
     r = run("share", src, "-o", tmp_path / "out" / "shared.json")
     assert r.exit_code == 0 and "removed: host id" in r.output and "removed: model path of tiny-q4" in r.output
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["a.json", "shared.json"]
-    assert runlog.load(tmp_path / "out" / "shared.json")["redacted"]["by"] == "macprof share"
+    assert runlog.load(tmp_path / "out" / "shared.json").redacted.by == "macprof share"
 
 
 # -- plot ------------------------------------------------------------------------------------

@@ -116,21 +116,22 @@ def test_show_json_is_the_summary_rows_raw():
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     expect = summary_rows(log)
-    assert [list(row) for row in doc["rows"]] == [list(SUMMARY_FIELDS)] * len(log["models"])
-    for row, want, m in zip(doc["rows"], expect, log["models"]):
+    assert [list(row) for row in doc["rows"]] == [list(SUMMARY_FIELDS)] * len(log.models)
+    for row, want, m in zip(doc["rows"], expect, log.models):
         assert row == {f: want[f] for f in SUMMARY_FIELDS}
-        assert row["decode_tok_s"] == m["phases"]["warm"]["summary"]["decode_tok_s"]["median"]
+        assert row["decode_tok_s"] == m.phases.warm.summary.decode_tok_s.median
     assert doc["warnings"] == warnings(log) and doc["complete"] is True
 
 
 def test_show_csv_is_the_summary_rows_raw():
     log = runlog.load(A)
     rows = list(csv.DictReader(io.StringIO(run("show", A, "--format", "csv").output)))
-    assert len(rows) == len(log["models"]) and list(rows[0]) == list(SUMMARY_FIELDS)
-    for row, m in zip(rows, log["models"]):
-        assert row["model"] == m["identity"]["name"]
-        assert float(row["decode_tok_s"]) == m["phases"]["warm"]["summary"]["decode_tok_s"]["median"]
-        assert int(row["peak_rss_bytes"]) == max(p["memory"]["peak_rss_bytes"] for p in m["phases"].values()
+    assert len(rows) == len(log.models) and list(rows[0]) == list(SUMMARY_FIELDS)
+    raw = json.loads(A.read_text())["models"]
+    for row, m, d in zip(rows, log.models, raw):
+        assert row["model"] == m.identity.name
+        assert float(row["decode_tok_s"]) == m.phases.warm.summary.decode_tok_s.median
+        assert int(row["peak_rss_bytes"]) == max(p["memory"]["peak_rss_bytes"] for p in d["phases"].values()
                                                  if p.get("memory", {}).get("peak_rss_bytes"))
 
 
@@ -140,7 +141,7 @@ def test_show_markdown_has_summary_and_warnings():
     lines = out.split("\n")
     assert lines[0].startswith("**macprof ") and "(complete)" in lines[0]
     rows = [line for line in lines if line.startswith("| demo-tiny")]
-    assert [_md_cells(r)[0] for r in rows] == [m["identity"]["name"] for m in log["models"]]
+    assert [_md_cells(r)[0] for r in rows] == [m.identity.name for m in log.models]
     assert {len(_md_cells(r)) for r in rows} == {len(_md_cells(lines[2]))} == {11}
     assert [line[2:] for line in lines if line.startswith("- ")] == warnings(log)
 

@@ -81,11 +81,11 @@ def test_broken_model(tiny_dir, tmp_path, case, message):
     proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log))
     assert "Traceback" not in proc.stdout + proc.stderr
     data = runlog.load(log)
-    broken, good = data["models"]
-    assert broken["failures"], case
-    reason = broken["failures"][0]["reason"]
+    broken, good = data.models
+    assert broken.failures, case
+    reason = broken.failures[0].reason
     assert message in reason and "\n" not in reason.strip(), reason
-    assert len([r for r in good["phases"]["warm"]["requests"] if r["status"] == "ok"]) == 4
+    assert len([r for r in good.phases.warm.requests if r.status == "ok"]) == 4
 
 
 def _two_models(tmp_path, tiny_dir, first="demo-tiny-f16"):
@@ -101,8 +101,8 @@ def test_prompt_longer_than_the_context_is_refused(tiny_dir, tmp_path):
                    f'prompt_tokens = 1100\ngen_tokens = 8\nphases = ["warm"]\n')
     log = tmp_path / "run.json"
     macprof("run", "--config", str(cfg), "--log", str(log))
-    (failure,) = runlog.load(log)["models"][0]["failures"]
-    assert failure["status"] == "refused" and "1108 exceeds the model's context length of 1024 tokens" in failure["reason"]
+    (failure,) = runlog.load(log).models[0].failures
+    assert failure.status == "refused" and "1108 exceeds the model's context length of 1024 tokens" in failure.reason
 
 
 def _runner(cfg, log):
@@ -123,10 +123,10 @@ def test_model_larger_than_memory_is_refused_unless_forced(tiny_dir, tmp_path, m
     monkeypatch.setattr(orchestrator.psutil, "virtual_memory", lambda: fake)
     cfg = _two_models(tmp_path, tiny_dir)
     log = _runner(cfg, tmp_path / "mem.json")()
-    big, good = log["models"]
-    (failure,) = big["failures"]
-    assert failure["status"] == "refused" and "use --force" in failure["reason"] and "only 0.0 GB" in failure["reason"]
-    assert not big["phases"]["warm"]["requests"] and len(good["phases"]["warm"]["requests"]) == 4
+    big, good = log.models
+    (failure,) = big.failures
+    assert failure.status == "refused" and "use --force" in failure.reason and "only 0.0 GB" in failure.reason
+    assert not big.phases.warm.requests and len(good.phases.warm.requests) == 4
 
 
 def test_disk_full_while_journaling(tiny_dir, tmp_path, monkeypatch):
@@ -154,8 +154,8 @@ def test_disk_full_while_journaling(tiny_dir, tmp_path, monkeypatch):
     assert str(journal) in message and "No space left on device" in message and "what was measured" in message
     assert not (tmp_path / "full.json").exists()
     recovered = runlog.load(journal)  # everything journaled before the disk filled
-    done = [r for m in recovered["models"] for r in m["phases"]["warm"]["requests"]]
-    assert done and all(r["status"] == "ok" for r in done)
+    done = [r for m in recovered.models for r in m.phases.warm.requests]
+    assert done and all(r.status == "ok" for r in done)
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != "zombie"]
 
 
@@ -202,12 +202,12 @@ def test_sigkill_of_the_parent_at_20_points(tiny_dir, tmp_path):
         completed = sum(1 for line in lines if '"event":"request"' in line and line.endswith("}"))
         recovered = 0
         if lines:
-            recovered = sum(len(m["phases"]["warm"]["requests"]) for m in runlog.load(journal)["models"])
+            recovered = sum(len(m.phases.warm.requests) for m in runlog.load(journal).models)
         assert recovered == completed, (k, completed, recovered)
         # never a half-written log: absent (even when the kill fell after the last request but
         # before the atomic rename), or whole and complete
         if log.exists():
-            assert runlog.load(log)["complete"] is True
+            assert runlog.load(log).complete is True
         results.append((completed, recovered))
     print(f"\nSIGKILL x{len(results)} over a {duration:.1f} s run: (completed, recovered) = {results}")
     mid_run = [c for c, _ in results if 0 < c < total]

@@ -171,7 +171,7 @@ def test_planned_requests_is_what_the_protocols_emit():
     for phase in s.phases:
         for trial in range(s.cold_trials if phase == "cold" else 1):
             PHASES[phase](PhaseContext(engine, builder, s, events.append, cases=plan.get(phase, []), trial=trial))
-    assert sum(e["event"] == "request" for e in events) == planned_requests(s) == 2 * 2 + 3 + 6 + 4 * 3 + 2 * 3 + 2 * 3
+    assert sum(e.KIND == "request" for e in events) == planned_requests(s) == 2 * 2 + 3 + 6 + 4 * 3 + 2 * 3 + 2 * 3
 
 
 def test_planned_requests_matches_a_recorded_run():

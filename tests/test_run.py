@@ -172,21 +172,21 @@ def test_killed_parent_journal_is_recovered(tiny_dir, tmp_path):
     assert not log.exists()  # never a half-written run log
     completed = journal.read_text().count('"event":"request"')
     recovered = runlog.load(journal)
-    assert recovered["complete"] is False
-    n = sum(len(m["phases"]["warm"]["requests"]) for m in recovered["models"])
+    assert recovered.complete is False
+    n = sum(len(m.phases.warm.requests) for m in recovered.models)
     assert n == completed >= 5
     out = macprof("show", str(journal)).stdout
     assert "INCOMPLETE" in out
     # --resume finishes the run: models already measured are kept, the rest measured
-    done_before = {m["identity"]["name"] for m in recovered["models"] if m["complete"]}
+    done_before = {m.identity.name for m in recovered.models if m.complete}
     macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q8_0,demo-tiny-q4_k_m",
             *FAULT_ARGS, "--reps", "40", "--resume", str(journal))
     final = runlog.load(log)
-    assert final["complete"] is True
-    assert [m["identity"]["name"] for m in final["models"]] == ["demo-tiny-q8_0", "demo-tiny-q4_k_m"]
-    for m in final["models"]:
-        assert len(m["phases"]["warm"]["requests"]) == 41
-    starts = [e["model"] for e in runlog.read_journal(journal) if e.get("event") == "model_start"]
+    assert final.complete is True
+    assert [m.identity.name for m in final.models] == ["demo-tiny-q8_0", "demo-tiny-q4_k_m"]
+    for m in final.models:
+        assert len(m.phases.warm.requests) == 41
+    starts = [e.model for e in runlog.read_journal(journal) if e.KIND == "model_start"]
     for name in done_before:
         assert starts.count(name) == 1  # finished before the kill: not measured again
 
@@ -244,8 +244,8 @@ def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path, sig):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130
     data = runlog.load(log)
-    assert data["complete"] is False and data["interrupted"] is True
-    assert len(data["models"][0]["phases"]["warm"]["requests"]) >= 5
+    assert data.complete is False and data.interrupted is True
+    assert len(data.models[0].phases.warm.requests) >= 5
     assert "incomplete" in out
 
 
@@ -258,8 +258,8 @@ def test_a_file_that_is_not_a_model_is_refused_and_the_run_goes_on(tiny_dir, tmp
     log = tmp_path / "bad.json"
     proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log))
     data = runlog.load(log)
-    bad_m, good_m = data["models"]
-    (failure,) = bad_m["failures"]
-    assert failure["status"] == "refused" and f"{bad}: not a GGUF file" in failure["reason"]
-    assert len([r for r in good_m["phases"]["warm"]["requests"] if r["status"] == "ok"]) == 4
+    bad_m, good_m = data.models
+    (failure,) = bad_m.failures
+    assert failure.status == "refused" and f"{bad}: not a GGUF file" in failure.reason
+    assert len([r for r in good_m.phases.warm.requests if r.status == "ok"]) == 4
     assert "bad: load failed (refused)" in proc.stdout

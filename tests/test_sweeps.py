@@ -9,6 +9,9 @@ import pytest
 from macprof import cases, config
 from macprof.analyse import build, ceilings, estimate
 from macprof.measure import stats
+from macprof.model.events import parse_event
+from macprof.model.log import RunLog
+from macprof.model.phases import PlannedCase, Sweep, SweepCase
 from macprof.store import runlog
 from macprof.cli import sweep_overrides
 from macprof.render.exporters import to_text
@@ -65,19 +68,19 @@ def test_command_line_sweeps(given, phases_given, expect):
 def test_tradeoff_math_on_constructed_cases():
     """Ratios to B=1, measured against predicted, and the one-line summary."""
     def case(b, agg, itl, pred_agg, pred_itl):
-        return {"id": f"b{b}", "batch": b, "status": "ok", "summary": {"aggregate_decode_tok_s": {"median": agg},
+        return SweepCase.from_json({"id": f"b{b}", "batch": b, "status": "ok", "summary": {"aggregate_decode_tok_s": {"median": agg},
                 "itl_s": {"median": itl, "p99": itl * 1.5}}, "check": None,
-                "prediction": {"measured": {"itl_s": pred_itl, "aggregate_tok_s": pred_agg, "bound": "memory"}}}
+                "prediction": {"measured": {"itl_s": pred_itl, "aggregate_tok_s": pred_agg, "bound": "memory"}}})
 
     cs = [case(1, 50.0, 0.020, 60.0, 1 / 60), case(8, 305.0, 0.0248, 480.0, 1 / 60 * 1.0)]
     rows = ceilings.batch_tradeoff(cs)
-    assert rows[1]["aggregate_vs_b1"] == pytest.approx(6.1)
-    assert rows[1]["itl_p50_vs_b1"] == pytest.approx(1.24)
-    assert rows[1]["predicted_aggregate_vs_b1"] == pytest.approx(8.0)
-    assert rows[1]["measured_over_predicted_aggregate"] == pytest.approx(305 / 480)
-    line = tradeoff_line({"tradeoff": rows})
+    assert rows[1].aggregate_vs_b1 == pytest.approx(6.1)
+    assert rows[1].itl_p50_vs_b1 == pytest.approx(1.24)
+    assert rows[1].predicted_aggregate_vs_b1 == pytest.approx(8.0)
+    assert rows[1].measured_over_predicted_aggregate == pytest.approx(305 / 480)
+    line = tradeoff_line(Sweep(tradeoff=rows))
     assert line.startswith("B=8: aggregate x6.10, each user's ITL x1.24 (predicted x8.00, x1.00")
-    assert "x6.10" in to_text(batch_table({"cases": cs, "tradeoff": rows}))
+    assert "x6.10" in to_text(batch_table(Sweep(cases=cs, tradeoff=rows)))
 
 
 def test_engine_without_batching_is_recorded_not_faked():
@@ -95,7 +98,7 @@ def test_engine_without_batching_is_recorded_not_faked():
 
     events = []
     s = config.Settings(phases=("batch",), batches=(1, 4))
-    run_batch(PhaseContext(NoBatch(), None, s, events.append, cases=cases.plan(s)["batch"]))
+    run_batch(PhaseContext(NoBatch(), None, s, lambda e: events.append(e.to_json()), cases=cases.plan(s)["batch"]))
     assert [(e["event"], e.get("case")) for e in events] == [("case_unsupported", "b1"), ("case_unsupported", "b4"),
                                                              ("phase_memory", None)]
     assert events[0]["reason"] == NoBatch.batch_unsupported
@@ -125,11 +128,11 @@ def test_a_case_that_cannot_be_set_up_is_that_case_s_error():
 
     events = []
     s = config.Settings(phases=("batch",), batches=(8,), prompt_tokens=32, gen_tokens=8)
-    run_batch(PhaseContext(NoRoom(), None, s, events.append, cases=cases.plan(s)["batch"]))
+    run_batch(PhaseContext(NoRoom(), None, s, lambda e: events.append(e.to_json()), cases=cases.plan(s)["batch"]))
     assert [e["event"] for e in events] == ["case_error", "phase_memory"]
-    head = {"settings": config.settings_dict(s), "shape": None, "identity": {"total_bytes": 0}}
-    (b8,) = build._build_sweep("batch", [{**e, "model": "m"} for e in events], [], head, None)["cases"]
-    assert b8["status"] == "failed" and "could not create a context for 8 sequences of 56 tokens" in b8["reason"]
+    planned = [PlannedCase.from_json(c) for c in cases.plan(s)["batch"]]
+    (b8,) = build._build_sweep("batch", planned, [parse_event({**e, "model": "m"}) for e in events], [], None, 0, None).cases
+    assert b8.status == "failed" and "could not create a context for 8 sequences of 56 tokens" in b8.reason
 
 
 # -- the real engines -------------------------------------------------------------------------
@@ -227,7 +230,7 @@ def test_batch_sequences_equal_one_at_a_time(sweep_log, tiny_dir):
                     prompt = builder.prompt(f"batch:{c['batch']}:1:{j}", c["prompt_tokens"])
                     engine.reset()
                     alone = list(engine.generate(list(prompt.ids), GEN))
-                    assert compare_outputs(engine, prompt, alone, seq)["passed"], (c["id"], j, alone, seq)
+                    assert compare_outputs(engine, prompt, alone, seq).passed, (c["id"], j, alone, seq)
         finally:
             engine.close()
 
@@ -281,7 +284,7 @@ def test_compare_a_sweep_case_across_models(sweep_log):
     from macprof.cli import main
 
     data, log, _ = sweep_log
-    rows = cmp.rows_from(data, "run", cmp.parse_case("depth:d200"))
+    rows = cmp.rows_from(runlog.load(log), "run", cmp.parse_case("depth:d200"))
     assert [r["model"] for r in rows] == list(MODELS)
     for r, m in zip(rows, data["models"]):
         case = m["phases"]["depth"]["cases"][1]
@@ -317,7 +320,7 @@ def test_sweep_warnings():
     model = {"identity": {"name": "m"}, "failures": [], "phases": {
         "depth": {"cases": [case("d0", 100.0, 2.0, None), case("d4096", 50.0, 9.0, None)]},
         "batch": {"cases": [case("b1", 100.0, 1.0), case("b8", 80.0, 1.0, failed=2)]}}}
-    out = warnings({"complete": True, "models": [model]})
+    out = warnings(RunLog.from_json({"complete": True, "models": [model]}))
     assert "m: depth decode tok/s varies by more than 10% of its median in d4096: close other programs, add --reps or --delay" in out
     assert "m: batched decoding changed the output beyond a near-tie in b8" in out
     assert not any("d0" in w or "b1" in w for w in out)

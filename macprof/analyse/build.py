@@ -7,318 +7,300 @@ written at the end of a run, after Ctrl-C, or recovered from the journal of a ki
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.cases import SWEEP_PHASES, mean_context, plan
-from macprof.config import settings_from_dict
 from macprof.errors import MacprofError
 from macprof.measure import stats
 from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
-from macprof.model.definitions import NEAR_TIE_LOGITS, SCHEMA_VERSION
+from macprof.model import events as ev
+from macprof.model.definitions import NEAR_TIE_LOGITS
+from macprof.model.log import Bandwidth, KvCache, ModelMemory, ModelResult, Phases, RunLog, RunMemory
+from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, ColdSummary, ColdTrial, DepthFill, Failure, Itl,
+                                  Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
+                                  Request, Summary, Sweep, SweepCase, WarmPhase)
+from macprof.model.records import record_fields
 
-METRICS = ("ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s")
+Roof = Callable[[Metrics], Ceiling]  # a phase's summary -> its ceiling at the phase's context
 
 
 # -- building the log (pure) -----------------------------------------------------------
-def request_record(ev: dict) -> dict:
+def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
+    return Summary(**stats.summarize(values, failures=failures))
+
+
+def request_record(e: ev.Request) -> Request:
     """A raw request event plus the figures derived from its timestamps."""
-    d = derive(ev["t0"], ev.get("t_tokenized"), ev.get("token_times") or [], ev.get("computed_prompt_tokens") or ev.get("prompt_tokens") or 0)
-    rec = {k: ev.get(k) for k in ("index", "kind", "mode", "status", "error", "t0", "t_tokenized", "token_times",
-                                    "tokens", "prompt_tokens", "reused_tokens", "computed_prompt_tokens",
-                                    "cached_tokens_after", "kv_cache_bytes", "engine_memory")}
-    rec.update({k: ev[k] for k in ("case", "batch", "cached_tokens_before") if k in ev})
-    rec["n_tokens"] = d.n_tokens
-    rec.update(ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s,
-               e2e_tok_s=d.e2e_tok_s, tokenize_s=d.tokenize_s, total_s=d.total_s)
+    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0)
     itl = sorted(d.itl_s)
-    rec["itl"] = None if not itl else {"mean": sum(itl) / len(itl), "p50": stats.percentile(itl, 50),
-                                        "p95": stats.percentile(itl, 95), "p99": stats.percentile(itl, 99),
-                                        "max": itl[-1]}
-    return rec
+    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before") if e.has(k)}
+    return Request(
+        index=e.index, kind=e.kind, mode=e.mode, status=e.status, error=e.error, t0=e.t0, t_tokenized=e.t_tokenized,
+        token_times=e.token_times, tokens=e.tokens, prompt_tokens=e.prompt_tokens, reused_tokens=e.reused_tokens,
+        computed_prompt_tokens=e.computed_prompt_tokens, cached_tokens_after=e.cached_tokens_after,
+        kv_cache_bytes=e.kv_cache_bytes, engine_memory=e.engine_memory, **tags, n_tokens=d.n_tokens,
+        ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s, e2e_tok_s=d.e2e_tok_s,
+        tokenize_s=d.tokenize_s, total_s=d.total_s,
+        itl=Itl(mean=sum(itl) / len(itl), p50=stats.percentile(itl, 50), p95=stats.percentile(itl, 95),
+                p99=stats.percentile(itl, 99), max=itl[-1]) if itl else None)
 
 
-def summarize_requests(requests: list[dict], failures: int = 0) -> dict:
-    ok = [r for r in requests if r["status"] == "ok"]
+def summarize_requests(requests: Sequence[Request], failures: int = 0) -> Metrics:
+    ok = [r for r in requests if r.status == "ok"]
     bad = len(requests) - len(ok) + failures
-    out = {m: stats.summarize([r[m] for r in ok], failures=bad) for m in METRICS}
-    itls = []
-    for r in ok:
-        tt = r["token_times"]
-        itls += [(b - a) / 1e9 for a, b in zip(tt, tt[1:])]
-    out["itl_s"] = stats.summarize(itls, failures=bad)
-    return out
+    itls = [(b - a) / 1e9 for r in ok for a, b in zip(r.token_times, r.token_times[1:])]
+    return Metrics(ttft_s=summarized([r.ttft_s for r in ok], bad),
+                   prefill_tok_s=summarized([r.prefill_tok_s for r in ok], bad),
+                   decode_tok_s=summarized([r.decode_tok_s for r in ok], bad),
+                   e2e_tok_s=summarized([r.e2e_tok_s for r in ok], bad), itl_s=summarized(itls, bad))
 
 
-def _phase_failures(failures: list[dict], phase: str) -> list[dict]:
-    return [f for f in failures if f.get("phase") == phase]
+def _phase_failures(failures: list[Failure], phase: str) -> list[Failure]:
+    return [f for f in failures if f.phase == phase]
 
 
-def build(events: list[dict]) -> dict:
-    start = next((e for e in events if e.get("event") == "run_start"), None)
+def build(events: Sequence[ev.Event]) -> RunLog:
+    start = next((e for e in events if isinstance(e, ev.RunStart)), None)
     if start is None:
         raise MacprofError("journal has no run_start event: not a macprof journal")
-    end = next((e for e in reversed(events) if e.get("event") == "run_end"), None)
-    models: dict[str, dict] = {}
+    end = next((e for e in reversed(events) if isinstance(e, ev.RunEnd)), None)
     order: list[str] = []
-    by_model: dict[str, list[dict]] = {}
-    for ev in events:
-        name = ev.get("model")
-        if name is None:
+    by_model: dict[str, list[ev.Event]] = {}
+    for e in events:
+        if e.model is None:
             continue
-        if ev["event"] == "model_start":  # a resumed run measures a partial model afresh
-            if name not in order:
-                order.append(name)
-            by_model[name] = []
-        by_model.setdefault(name, []).append(ev)
-    for name in order:
-        models[name] = build_model(by_model[name], start.get("bandwidth"))
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "tool_version": start.get("tool_version"),
-        "started_utc": start.get("utc"),
-        "ended_utc": end.get("utc") if end else None,
-        "complete": bool(end and end.get("complete")),
-        "interrupted": any(e.get("event") == "interrupted" for e in events),
-        "machine": start.get("machine"),
-        "software": start.get("software"),
-        "definitions": {**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE,
-                        "near_tie_logits": NEAR_TIE_LOGITS, **ROOFLINE_DEFINITIONS},
-        "bandwidth": start.get("bandwidth"),
-        "memory": {"start": start.get("memory"), "end": end.get("memory") if end else None},
-        "models": [models[n] for n in order],
-    }
+        if isinstance(e, ev.ModelStart):  # a resumed run measures a partial model afresh
+            if e.model not in order:
+                order.append(e.model)
+            by_model[e.model] = []
+        by_model.setdefault(e.model, []).append(e)
+    return RunLog(
+        tool_version=start.tool_version, started_utc=start.utc, ended_utc=end.utc if end else None,
+        complete=bool(end and end.complete), interrupted=any(isinstance(e, ev.Interrupted) for e in events),
+        machine=start.machine, software=start.software,
+        definitions={**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE, "near_tie_logits": NEAR_TIE_LOGITS,
+                     **ROOFLINE_DEFINITIONS},
+        bandwidth=start.bandwidth, memory=RunMemory(start=start.memory, end=end.memory if end else None),
+        models=tuple(build_model(by_model[n], start.bandwidth) for n in order))
 
 
-def build_model(events: list[dict], bw: dict | None = None) -> dict:
+def build_model(events: list[ev.Event], bw: Bandwidth | None = None) -> ModelResult:
+    """One model from its events, the first of which is its model_start."""
     head = events[0]
-    workers: dict[str, dict] = {}
-    failures = [e for e in events if e["event"] == "failure"]
-    for ev in events:
-        wid = ev.get("worker")
-        if wid:
-            workers.setdefault(wid, {"events": []})["events"].append(ev)
-    versions = None
-    for w in workers.values():
-        loaded = next((e for e in w["events"] if e["event"] == "loaded"), None)
-        if loaded and versions is None:
-            versions = loaded.get("versions")
-    cold = _build_cold(events, workers, failures)
-    warm_reqs = [request_record(e) for e in events if e["event"] == "request" and e["phase"] == "warm"]
-    warm_measured = [r for r in warm_reqs if r["kind"] == "measured"]
+    assert isinstance(head, ev.ModelStart)
+    failures = [Failure.from_json(e.to_json()) for e in events if isinstance(e, ev.Failure)]
+    workers: dict[str, list[ev.Event]] = {}
+    for e in events:
+        if e.worker:
+            workers.setdefault(e.worker, []).append(e)
+    versions = next((e.versions for e in events if isinstance(e, ev.Loaded) and e.versions is not None), None)
+    warm = [request_record(e) for e in events if isinstance(e, ev.Request) and e.phase == "warm"]
+    return ModelResult(
+        identity=head.identity, shape=head.shape, shape_error=head.shape_error, settings=head.settings,
+        engine_versions=versions, phases=_phases(events, head, workers, failures, warm, bw),
+        memory=_model_memory(events, head, [r for r in warm if r.kind == "measured"]),
+        failures=tuple(failures), complete=any(isinstance(e, ev.ModelEnd) for e in events))
+
+
+def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list[ev.Event]],
+            failures: list[Failure], warm: list[Request], bw: Bandwidth | None) -> Phases:
+    s, shape, file_bytes = head.settings, head.shape, head.identity.total_bytes
+    context = mean_context(s.prompt_tokens, s.gen_tokens)
+
+    def roof(summary: Metrics) -> Ceiling:
+        return roofline_for(summary, shape, context, bw, file_bytes)
+
     phases: dict = {}
-    settings = head["settings"]
-    if "cold" in settings["phases"]:
-        phases["cold"] = cold
-    decode_context = mean_context(settings["prompt_tokens"], settings["gen_tokens"])
-    if "warm" in settings["phases"]:
-        wf = _phase_failures(failures, "warm")
-        summary = summarize_requests(warm_measured, len(wf))
-        phases["warm"] = {"requests": warm_reqs, "summary": summary, "failures": wf,
-                          "memory": _phase_memory(events, "warm"),
-                          "roofline": roofline_for(summary, head.get("shape"), decode_context, bw,
-                                                   head["identity"]["total_bytes"])}
-    if "prefix" in settings["phases"]:
-        phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"))
-        phases["prefix"]["roofline"] = roofline_for(phases["prefix"]["summary"]["reuse"], head.get("shape"),
-                                                    decode_context, bw, head["identity"]["total_bytes"])
+    if "cold" in s.phases:
+        phases["cold"] = _build_cold(events, workers, failures)
+    if "warm" in s.phases:
+        phases["warm"] = _build_warm(events, warm, _phase_failures(failures, "warm"), roof)
+    if "prefix" in s.phases:
+        phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"), roof)
+    planned = _planned(events, head) if set(s.phases) & set(SWEEP_PHASES) else {}
     for phase in SWEEP_PHASES:
-        if phase in settings["phases"]:
-            phases[phase] = _build_sweep(phase, events, _phase_failures(failures, phase), head, bw)
-    shape = head.get("shape") or {}
-    kv_tok = shape.get("kv_bytes_per_token")
-    context = settings["prompt_tokens"] + settings["gen_tokens"]
-    loaded = next((e for e in events if e["event"] == "loaded"), None)
-    started = next((e for e in events if e["event"] == "started"), None)
-    model_end = next((e for e in events if e["event"] == "model_end"), None)
-    measured_kv = [r["kv_cache_bytes"] for r in warm_measured if r.get("kv_cache_bytes") is not None]
-    memory = {
-        "rss_before_load_bytes": started and started.get("rss_bytes"),
-        "rss_after_load_bytes": loaded and loaded.get("rss_bytes"),
-        "engine_after_load": loaded and loaded.get("engine_memory"),
-        "kv_cache": {
-            "bytes_per_token": kv_tok,
-            "context_tokens": context,
-            "computed_bytes": kv_tok * context if kv_tok else None,
-            "measured_bytes": max(measured_kv) if measured_kv else None,
-            "measured_note": "llama.cpp: serialised sequence state; mlx: allocated K/V arrays (grown in 256-token steps)",
-        },
-        "system_before": head.get("memory"),
-        "system_after": model_end and model_end.get("memory"),
-    }
-    return {
-        "identity": head["identity"],
-        "shape": head.get("shape"),
-        "shape_error": head.get("shape_error"),
-        "settings": settings,
-        "engine_versions": versions,
-        "phases": phases,
-        "memory": memory,
-        "failures": failures,
-        "complete": model_end is not None,
-    }
+        if phase in s.phases:
+            phases[phase] = _build_sweep(phase, planned.get(phase, ()), events, _phase_failures(failures, phase),
+                                        shape, file_bytes, bw)
+    return Phases(**phases)
 
 
-def _build_sweep(phase: str, events: list[dict], failures: list[dict], head: dict, bw: dict | None) -> dict:
+def _planned(events: list[ev.Event], head: ev.ModelStart) -> dict[str, tuple[PlannedCase, ...]]:
+    """The sweep plan the orchestrator journaled; recomputed from the settings for a journal
+    written before that event existed."""
+    journaled = next((e for e in events if isinstance(e, ev.Plan)), None)
+    if journaled is not None:
+        return journaled.cases
+    return {phase: tuple(PlannedCase.from_json(c) for c in cases)
+            for phase, cases in plan(head.settings.to_settings()).items()}
+
+
+def _model_memory(events: list[ev.Event], head: ev.ModelStart, warm_measured: list[Request]) -> ModelMemory:
+    kv_tok = (head.shape or {}).get("kv_bytes_per_token")
+    context = head.settings.prompt_tokens + head.settings.gen_tokens
+    loaded = next((e for e in events if isinstance(e, ev.Loaded)), None)
+    started = next((e for e in events if isinstance(e, ev.Started)), None)
+    model_end = next((e for e in events if isinstance(e, ev.ModelEnd)), None)
+    measured_kv = [r.kv_cache_bytes for r in warm_measured if r.kv_cache_bytes is not None]
+    return ModelMemory(
+        rss_before_load_bytes=started.rss_bytes if started else None,
+        rss_after_load_bytes=loaded.rss_bytes if loaded else None,
+        engine_after_load=loaded.engine_memory if loaded else None,
+        kv_cache=KvCache(
+            bytes_per_token=kv_tok, context_tokens=context, computed_bytes=kv_tok * context if kv_tok else None,
+            measured_bytes=max(measured_kv) if measured_kv else None,
+            measured_note="llama.cpp: serialised sequence state; mlx: allocated K/V arrays (grown in 256-token steps)"),
+        system_before=head.memory, system_after=model_end.memory if model_end else None)
+
+
+def _build_warm(events: list[ev.Event], requests: list[Request], failures: list[Failure], roof: Roof) -> WarmPhase:
+    summary = summarize_requests([r for r in requests if r.kind == "measured"], len(failures))
+    return WarmPhase(requests=tuple(requests), summary=summary, failures=tuple(failures),
+                     memory=_phase_memory(events, "warm"), roofline=roof(summary))
+
+
+def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.Event], failures: list[Failure],
+                shape: dict | None, file_bytes: int, bw: Bandwidth | None) -> Sweep:
     """One entry per planned case, in plan order, each with its requests, summary and ceiling
     at its own context; a case refused, unsupported or never reached says so."""
-    shape, file_bytes = head.get("shape"), head["identity"]["total_bytes"]
-    mine = [e for e in events if e.get("phase") == phase]
-    cases = []
-    for case in plan(settings_from_dict(head["settings"])).get(phase, []):
-        cid = case["id"]
-        evs = [e for e in mine if e.get("case") == cid]
-        build_record = batch_record if phase == "batch" else request_record
-        reqs = [build_record(e) for e in evs if e["event"] == "request"]
-        measured = [r for r in reqs if r["kind"] == "measured"]
-        fails = [f for f in failures if f.get("case") == cid] + [
-            {"status": "error", "reason": e["reason"], "phase": phase, "case": cid}
-            for e in evs if e["event"] == "case_error"]
-        unsupported = next((e for e in evs if e["event"] == "case_unsupported"), None)
-        summary = summarize_requests(measured, len(fails))
-        entry = {**case, "status": _case_status(measured, fails, unsupported), "requests": reqs, "summary": summary,
-                 "failures": fails, "reason": (unsupported or {}).get("reason") or next((f.get("reason") for f in fails), None),
-                 "roofline": roofline_for(summary, shape, case["context_tokens"], bw, file_bytes)}
-        if phase == "depth":
-            fill = next((e for e in evs if e["event"] == "depth_fill"), None)
-            entry["fill"] = fill and {k: fill.get(k) for k in ("t_start", "t_end", "fill_s", "cached_tokens", "kv_cache_bytes")}
-        if phase == "batch":
-            aggregate = [r["aggregate_decode_tok_s"] for r in measured if r["status"] == "ok"]
-            summary["aggregate_decode_tok_s"] = stats.summarize(aggregate, failures=len(fails))
-            entry["prediction"] = batch_prediction(shape, case["context_tokens"], case["batch"], bw)
-            check = next((e for e in evs if e["event"] == "batch_check"), None)
-            entry["check"] = _batch_check_summary(check)
-        cases.append(entry)
-    out = {"cases": cases, "failures": [f for f in failures if f.get("case") is None],
-           "memory": _phase_memory(events, phase)}
+    built = tuple(_sweep_case(phase, case, events, failures, shape, file_bytes, bw) for case in cases)
+    return Sweep(cases=built, failures=tuple(f for f in failures if f.case is None),
+                 memory=_phase_memory(events, phase), **({"tradeoff": batch_tradeoff(built)} if phase == "batch" else {}))
+
+
+def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failures: list[Failure],
+                shape: dict | None, file_bytes: int, bw: Bandwidth | None) -> SweepCase:
+    def of(kind):
+        return [e for e in events if isinstance(e, kind) and e.phase == phase and e.case == case.id]
+
+    reqs = [(batch_record if phase == "batch" else request_record)(e) for e in of(ev.Request)]
+    measured = [r for r in reqs if r.kind == "measured"]
+    fails = [f for f in failures if f.case == case.id] + [
+        Failure(status="error", reason=e.reason, phase=phase, case=case.id) for e in of(ev.CaseError)]
+    unsupported = next(iter(of(ev.CaseUnsupported)), None)
+    metrics = summarize_requests(measured, len(fails))
+    extra: dict = {}
+    if phase == "depth":
+        fill = next(iter(of(ev.DepthFill)), None)
+        extra["fill"] = fill and DepthFill(t_start=fill.t_start, t_end=fill.t_end, fill_s=fill.fill_s,
+                                           cached_tokens=fill.cached_tokens, kv_cache_bytes=fill.kv_cache_bytes)
     if phase == "batch":
-        out["tradeoff"] = batch_tradeoff(cases)
-    return out
+        extra["prediction"] = batch_prediction(shape, case.context_tokens, case.batch, bw)
+        check = next(iter(of(ev.BatchCheck)), None)
+        extra["check"] = check and BatchCheck(**_counts(check.sequences), sequences=check.sequences)
+    roofline = roofline_for(metrics, shape, case.context_tokens, bw, file_bytes)
+    if phase == "batch":
+        aggregate = [r.aggregate_decode_tok_s for r in measured if r.status == "ok"]
+        metrics = metrics.replace(aggregate_decode_tok_s=summarized(aggregate, len(fails)))
+    return SweepCase(
+        id=case.id, status=_case_status(measured, fails, unsupported),
+        **{k: getattr(case, k) for k in ("shape", "depth", "batch") if case.has(k)},
+        prompt_tokens=case.prompt_tokens, gen_tokens=case.gen_tokens, context_tokens=case.context_tokens,
+        requests=tuple(reqs), summary=metrics, failures=tuple(fails),
+        reason=(unsupported.reason if unsupported else None) or next((f.reason for f in fails), None),
+        roofline=roofline, **extra)
 
 
-def _case_status(measured: list[dict], fails: list[dict], unsupported: dict | None) -> str:
+def _case_status(measured: list[Request], fails: list[Failure], unsupported: ev.CaseUnsupported | None) -> str:
     if unsupported:
         return "unsupported"
-    if any(f.get("status") == "refused" for f in fails):
+    if any(f.status == "refused" for f in fails):
         return "refused"
-    if fails or any(r["status"] != "ok" for r in measured):
+    if fails or any(r.status != "ok" for r in measured):
         return "failed"
     return "ok" if measured else "not run"
 
 
-def batch_record(ev: dict) -> dict:
+def batch_record(e: ev.Request) -> Request:
     """A batched request: B sequences share each step's timestamp. ``decode_tok_s`` and the ITL
     are per sequence (what each user sees); prefill counts all B prompts; the aggregate is B x
     the per-sequence rate."""
-    rec = request_record(ev)
-    b = ev["batch"]
-    rec["aggregate_decode_tok_s"] = b * rec["decode_tok_s"] if rec["decode_tok_s"] else None
-    rec["aggregate_e2e_tok_s"] = b * rec["e2e_tok_s"] if rec["e2e_tok_s"] else None
-    return rec
+    rec = request_record(e)
+    b = e.batch
+    return rec.replace(aggregate_decode_tok_s=b * rec.decode_tok_s if rec.decode_tok_s else None,
+                       aggregate_e2e_tok_s=b * rec.e2e_tok_s if rec.e2e_tok_s else None)
 
 
-def _batch_check_summary(check: dict | None) -> dict | None:
-    if not check:
-        return None
-    seqs = check["sequences"]
-    return {"n": len(seqs), "identical": sum(1 for c in seqs if c["first_divergence"] is None),
-            "near_ties": sum(1 for c in seqs if c["near_tie"]), "failed": sum(1 for c in seqs if not c["passed"]),
-            "sequences": seqs}
+def _counts(outputs: Sequence[OutputCheck]) -> dict:
+    """The fields of Checks: how many output checks were identical, near-ties, failed."""
+    return dict(n=len(outputs), identical=sum(1 for c in outputs if c.first_divergence is None),
+                near_ties=sum(1 for c in outputs if c.near_tie), failed=sum(1 for c in outputs if not c.passed))
 
 
-def _phase_memory(events: list[dict], phase: str) -> dict:
-    end = next((e for e in events if e["event"] == "phase_end" and e["phase"] == phase), None)
-    start = next((e for e in events if e["event"] == "phase_start" and e["phase"] == phase), None)
-    eng = next((e for e in events if e["event"] == "phase_memory" and e["phase"] == phase), None)
-    return {
-        "rss_start_bytes": start and start.get("rss_bytes"),
-        "rss_end_bytes": end and end.get("rss_bytes"),
-        "peak_rss_bytes": end and end.get("peak_rss_bytes"),
-        "rss_samples": end and end.get("rss_samples"),
-        "engine": eng and eng.get("engine_memory"),
-    }
+def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
+    end = next((e for e in events if isinstance(e, ev.PhaseEnd) and e.phase == phase), None)
+    start = next((e for e in events if isinstance(e, ev.PhaseStart) and e.phase == phase), None)
+    eng = next((e for e in events if isinstance(e, ev.PhaseMemory) and e.phase == phase), None)
+    return PhaseMemory(rss_start_bytes=start.rss_bytes if start else None, rss_end_bytes=end.rss_bytes if end else None,
+                       peak_rss_bytes=end.peak_rss_bytes if end else None, rss_samples=end.rss_samples if end else None,
+                       engine=eng.engine_memory if eng else None)
 
 
-def _build_cold(events: list[dict], workers: dict, failures: list[dict]) -> dict:
-    trials = []
-    for ev in events:
-        if ev["event"] != "cold_trial":
-            continue
-        trial = {"index": ev["index"], "residency": ev["residency"], "drop_cache": ev.get("drop_cache"),
-                 "status": "ok"}
-        w = next((w for w in workers.values() if w["events"][0].get("phases") == ["cold"]
-                  and w["events"][0].get("trial") == ev["index"]), None)
-        if w is None:
-            trial["status"] = "failed"
-            trials.append(trial)
-            continue
-        by = {e["event"]: e for e in w["events"]}
-        reqs = {e["kind"]: request_record(e) for e in w["events"] if e["event"] == "request"}
-        spawn, started, loaded = by.get("worker_spawn"), by.get("started"), by.get("loaded")
-
-        def span(a, ka, b, kb):
-            return (b[kb] - a[ka]) / 1e9 if a and b and a.get(ka) is not None and b.get(kb) is not None else None
-
-        first, second = reqs.get("first"), reqs.get("second")
-        trial.update({
-            "interpreter_s": span(spawn, "t_spawn", started, "t_main"),
-            "import_s": span(started, "t_main", loaded, "t_imported"),
-            "model_load_s": span(loaded, "t_imported", loaded, "t_model"),
-            "tokenizer_load_s": span(loaded, "t_model", loaded, "t_tokenizer"),
-            "ready_s": span(spawn, "t_spawn", loaded, "t_tokenizer"),
-            "first_request": first,
-            "second_request": second,
-            "first_request_extra_s": (first["total_s"] - second["total_s"])
-            if first and second and first["total_s"] is not None and second["total_s"] is not None else None,
-            # spawn -> ready, then the first request's own TTFT: macprof's prompt preparation
-            # between the two (prompt_build_s) is not the engine's cold start
-            "time_to_first_token_s": span(spawn, "t_spawn", loaded, "t_tokenizer") + first["ttft_s"]
-            if first and first["ttft_s"] is not None and span(spawn, "t_spawn", loaded, "t_tokenizer") is not None else None,
-            "prompt_build_s": (first["t0"] - loaded["t_tokenizer"]) / 1e9 if first and loaded else None,
-        })
-        if loaded and loaded.get("tokenizer_separate") is False:
-            trial["tokenizer_load_s"] = None
-            trial["tokenizer_note"] = "the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
-        fails = [f for f in failures if f.get("worker") == w["events"][0].get("worker")]
-        if fails or not (first and second and first["status"] == second["status"] == "ok"):
-            trial["status"] = "failed"
-            trial["failure"] = fails[0] if fails else None
-        trials.append(trial)
-    ok = [t for t in trials if t["status"] == "ok"]
-    keys = ("interpreter_s", "import_s", "model_load_s", "tokenizer_load_s", "ready_s",
-            "first_request_extra_s", "time_to_first_token_s")
-    summary = {k: stats.summarize([t[k] for t in ok], failures=len(trials) - len(ok)) for k in keys}
-    return {"trials": trials, "summary": summary, "failures": _phase_failures(failures, "cold")}
+def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
+    trials = [_cold_trial(e, workers, failures) for e in events if isinstance(e, ev.ColdTrial)]
+    ok = [t for t in trials if t.status == "ok"]
+    return ColdPhase(trials=tuple(trials), failures=tuple(_phase_failures(failures, "cold")),
+                     summary=ColdSummary(**{f.name: summarized([getattr(t, f.name) for t in ok], failures=len(trials) - len(ok))
+                                            for f in record_fields(ColdSummary)}))
 
 
-def _build_prefix(events: list[dict], failures: list[dict]) -> dict:
+def _span(a: int | None, b: int | None) -> float | None:
+    return (b - a) / 1e9 if a is not None and b is not None else None
+
+
+def _cold_trial(trial: ev.ColdTrial, workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdTrial:
+    """One cold trial: the phases of its fresh worker's start-up from their timestamps."""
+    base = dict(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache)
+    w = next((w for w in workers.values() if isinstance(w[0], ev.WorkerSpawn) and w[0].phases == ("cold",)
+              and w[0].trial == trial.index), None)
+    if w is None:
+        return ColdTrial(**base, status="failed")
+    spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)
+    loaded = next((e for e in w if isinstance(e, ev.Loaded)), None)
+    reqs = {e.kind: request_record(e) for e in w if isinstance(e, ev.Request)}
+    first, second = reqs.get("first"), reqs.get("second")
+    t_main = started.t_main if started else None
+    t_imported, t_model, t_tokenizer = (loaded.t_imported, loaded.t_model, loaded.t_tokenizer) if loaded else (None,) * 3
+    ready = _span(spawn.t_spawn, t_tokenizer)
+    timing: dict = dict(
+        interpreter_s=_span(spawn.t_spawn, t_main), import_s=_span(t_main, t_imported),
+        model_load_s=_span(t_imported, t_model), tokenizer_load_s=_span(t_model, t_tokenizer), ready_s=ready,
+        first_request=first, second_request=second,
+        first_request_extra_s=first.total_s - second.total_s
+        if first and second and first.total_s is not None and second.total_s is not None else None,
+        # spawn -> ready, then the first request's own TTFT: macprof's prompt preparation
+        # between the two (prompt_build_s) is not the engine's cold start
+        time_to_first_token_s=ready + first.ttft_s if first and first.ttft_s is not None and ready is not None else None,
+        prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None)
+    if loaded and loaded.tokenizer_separate is False:
+        timing.update(tokenizer_load_s=None, tokenizer_note="the engine reads the vocabulary with the model: "
+                                                             "tokenizer load is inside model_load_s")
+    fails = [f for f in failures if f.worker == spawn.worker]
+    if fails or not (first and second and first.status == second.status == "ok"):
+        return ColdTrial(**base, status="failed", **timing, failure=fails[0] if fails else None)
+    return ColdTrial(**base, status="ok", **timing)
+
+
+def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -> PrefixPhase:
     pairs: dict[int, dict] = {}
-    for ev in events:
-        if ev.get("phase") != "prefix":
-            continue
-        if ev["event"] == "request":
-            pairs.setdefault(ev["index"], {"index": ev["index"], "kind": ev["kind"]})[ev["mode"]] = request_record(ev)
-        elif ev["event"] == "prefix_check":
-            pairs.setdefault(ev["index"], {"index": ev["index"], "kind": ev["kind"]})["check"] = {
-                k: ev.get(k) for k in ("identical_fraction", "first_divergence", "margin", "near_tie", "passed")}
-    measured = [p for i, p in sorted(pairs.items()) if p["kind"] == "measured"]
-    reuse = [p["reuse"] for p in measured if "reuse" in p]
-    noreuse = [p["noreuse"] for p in measured if "noreuse" in p]
+    for e in events:
+        if isinstance(e, ev.Request) and e.phase == "prefix":
+            pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})[e.mode] = request_record(e)
+        elif isinstance(e, ev.PrefixCheck):
+            pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})["check"] = OutputCheck(
+                identical_fraction=e.identical_fraction, first_divergence=e.first_divergence, margin=e.margin,
+                near_tie=e.near_tie, passed=e.passed)
+    built = tuple(PrefixPair(**pairs[i]) for i in sorted(pairs))
+    measured = [p for p in built if p.kind == "measured"]
+    reuse = [p.reuse for p in measured if p.reuse]
+    noreuse = [p.noreuse for p in measured if p.noreuse]
     s_reuse = summarize_requests(reuse, len(failures))
     s_noreuse = summarize_requests(noreuse, len(failures))
-    checks = [p["check"] for p in measured if "check" in p]
-    med_r, med_n = s_reuse["ttft_s"]["median"], s_noreuse["ttft_s"]["median"]
-    return {
-        "pairs": [pairs[i] for i in sorted(pairs)],
-        "summary": {
-            "reuse": s_reuse,
-            "noreuse": s_noreuse,
-            "ttft_speedup": stats.ratio(med_n, med_r),
-            "reused_tokens": stats.summarize([r["reused_tokens"] for r in reuse]),
-            "checks": {"n": len(checks), "identical": sum(1 for c in checks if c["first_divergence"] is None),
-                       "near_ties": sum(1 for c in checks if c["near_tie"]),
-                       "failed": sum(1 for c in checks if not c["passed"])},
-        },
-        "failures": failures,
-        "memory": _phase_memory(events, "prefix"),
-    }
-
-
+    med_r, med_n = s_reuse.ttft_s.median, s_noreuse.ttft_s.median
+    return PrefixPhase(
+        pairs=built,
+        summary=PrefixSummary(reuse=s_reuse, noreuse=s_noreuse, ttft_speedup=stats.ratio(med_n, med_r),
+                              reused_tokens=summarized([r.reused_tokens for r in reuse]),
+                              checks=Checks(**_counts([p.check for p in measured if p.check]))),
+        failures=tuple(failures), memory=_phase_memory(events, "prefix"), roofline=roof(s_reuse))

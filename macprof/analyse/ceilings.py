@@ -3,9 +3,12 @@ its trade-off table, with the published and the measured bandwidth both."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from macprof.measure.roofline import Roofline, efficiency
 from macprof.measure.stats import ratio
-from macprof.model.access import dig
+from macprof.model.log import Bandwidth
+from macprof.model.phases import Ceiling, CeilingSide, Metrics, Prediction, PredictionSide, SweepCase, TradeoffRow
 
 
 ROOFLINE_DEFINITIONS = {
@@ -18,74 +21,77 @@ ROOFLINE_DEFINITIONS = {
 }
 
 
-def _roofline(shape: dict, bw: dict | None, which: str):
+def _roofline(shape: dict, bw: Bandwidth | None, which: str) -> tuple[Roofline | None, str | None]:
     """(Roofline, None) for the spec or measured bandwidth, or (None, reason)."""
-    gbs = dig(bw, which, "gbs")
-    if not gbs:
-        return None, dig(bw, which, "reason") or "unknown"
+    side = (bw.spec if which == "spec" else bw.measured) if bw else None
+    if not side or not side.gbs:
+        return None, (side.reason if side else None) or "unknown"
     # compute: Apple's published figure beside the published bandwidth; the matmul probe's
     # beside the measured one (absent from logs before it existed: compute unknown)
-    tflops = (bw or {}).get("tflops") if which == "spec" else dig(bw, "measured", "tflops")
-    return Roofline(shape["weight_bytes_per_token"], gbs * 1e9, shape.get("active_params"),
+    tflops = bw.tflops if which == "spec" else bw.measured.tflops
+    return Roofline(shape["weight_bytes_per_token"], side.gbs * 1e9, shape.get("active_params"),
                     tflops * 1e12 if tflops else None, shape.get("kv_bytes_per_token") or 0), None
 
 
-def roofline_for(summary: dict, shape: dict | None, context: float, bw: dict | None, file_bytes: int) -> dict:
+def roofline_for(summary: Metrics, shape: dict | None, context: float, bw: Bandwidth | None, file_bytes: int) -> Ceiling:
     """Ceilings for one phase's (or case's) decode figure at ``context`` tokens, with spec and
     measured bandwidth both."""
     if not shape or not shape.get("weight_bytes_per_token"):
-        return {"reason": "model shape unknown"}
-    decode = dig(summary, "decode_tok_s", "median")
-    prefill = dig(summary, "prefill_tok_s", "median")
-    out = {"context_tokens": context, "weight_bytes_per_token": shape["weight_bytes_per_token"],
-           "kv_bytes_per_token": shape.get("kv_bytes_per_token"), "decode_tok_s": decode}
+        return Ceiling(reason="model shape unknown")
+    decode, prefill = summary.decode_tok_s.median, summary.prefill_tok_s.median
+    sides = {}
     for which in ("spec", "measured"):
         r, reason = _roofline(shape, bw, which)
         if r is None:
-            out[which] = {"bandwidth_gbs": None, "reason": reason}
+            sides[which] = CeilingSide(bandwidth_gbs=None, reason=reason)
             continue
         gbs = r.bandwidth / 1e9
         ceiling = r.ceiling_tok_s(context)
         pre = r.prefill_ceiling_tok_s()
-        out[which] = {"bandwidth_gbs": gbs, "ceiling_tok_s": ceiling, "efficiency": efficiency(decode, ceiling),
-                      "bound": r.bound(context), "file_size_ceiling_tok_s": gbs * 1e9 / file_bytes if file_bytes else None,
-                      "prefill_compute_ceiling_tok_s": pre, "prefill_efficiency": efficiency(prefill, pre),
-                      "prefill_reason": None if pre else ("no published peak FLOP figure for this chip" if which == "spec"
-                                                          else "no measured matmul throughput in this log")}
-    return out
+        sides[which] = CeilingSide(
+            bandwidth_gbs=gbs, ceiling_tok_s=ceiling, efficiency=efficiency(decode, ceiling), bound=r.bound(context),
+            file_size_ceiling_tok_s=gbs * 1e9 / file_bytes if file_bytes else None,
+            prefill_compute_ceiling_tok_s=pre, prefill_efficiency=efficiency(prefill, pre),
+            prefill_reason=None if pre else ("no published peak FLOP figure for this chip" if which == "spec"
+                                             else "no measured matmul throughput in this log"))
+    return Ceiling(context_tokens=context, weight_bytes_per_token=shape["weight_bytes_per_token"],
+                   kv_bytes_per_token=shape.get("kv_bytes_per_token"), decode_tok_s=decode, **sides)
 
 
-def batch_prediction(shape: dict | None, context: float, batch: int, bw: dict | None) -> dict:
+def batch_prediction(shape: dict | None, context: float, batch: int, bw: Bandwidth | None) -> Prediction:
     """The roofline's batching model for B sequences at ``context`` tokens each (docs/design.md):
     per-user ITL = step(B), aggregate = B / step(B), for spec and measured bandwidth."""
     if not shape or not shape.get("weight_bytes_per_token"):
-        return {"reason": "model shape unknown"}
-    out = {}
+        return Prediction(reason="model shape unknown")
+    sides = {}
     for which in ("spec", "measured"):
         r, reason = _roofline(shape, bw, which)
-        out[which] = {"bandwidth_gbs": None, "reason": reason} if r is None else \
-            {"bandwidth_gbs": r.bandwidth / 1e9, **r.batch_row(batch, context)}
-    return out
+        sides[which] = PredictionSide(bandwidth_gbs=None, reason=reason) if r is None else \
+            PredictionSide(bandwidth_gbs=r.bandwidth / 1e9, **r.batch_row(batch, context))
+    return Prediction(**sides)
 
 
-def batch_tradeoff(cases: list[dict]) -> list[dict]:
+def batch_tradeoff(cases: Sequence[SweepCase]) -> tuple[TradeoffRow, ...]:
     """Per batch size: aggregate tok/s and per-user ITL, measured and predicted, each also as a
     ratio to batch 1 (the trade-off: "B=8: aggregate x6.1, each user's ITL x1.24")."""
-    rows = []
-    for c in cases:
-        if c["status"] != "ok":
-            continue
-        which = "measured" if dig(c, "prediction", "measured", "itl_s") else "spec"
-        pred = dig(c, "prediction", which) or {}
-        rows.append({"batch": c["batch"], "aggregate_tok_s": dig(c, "summary", "aggregate_decode_tok_s", "median"),
-                     "itl_p50_s": dig(c, "summary", "itl_s", "median"), "itl_p99_s": dig(c, "summary", "itl_s", "p99"),
-                     "predicted_with": which if pred.get("itl_s") else None,
-                     "predicted_aggregate_tok_s": pred.get("aggregate_tok_s"), "predicted_itl_s": pred.get("itl_s"),
-                     "bound": pred.get("bound")})
-    base = next((r for r in rows if r["batch"] == 1), None)
-    for r in rows:
-        r["measured_over_predicted_aggregate"] = ratio(r["aggregate_tok_s"], r["predicted_aggregate_tok_s"])
-        r["measured_over_predicted_itl"] = ratio(r["itl_p50_s"], r["predicted_itl_s"])
-        for key in ("aggregate_tok_s", "itl_p50_s", "predicted_aggregate_tok_s", "predicted_itl_s"):
-            r[f"{key.removesuffix('_s').removesuffix('_tok')}_vs_b1"] = ratio(r[key], base and base[key])
-    return rows
+    rows = [_measured_and_predicted(c) for c in cases if c.status == "ok"]
+    base = next((r for r in rows if r.batch == 1), None) or TradeoffRow()
+    return tuple(r.replace(
+        measured_over_predicted_aggregate=ratio(r.aggregate_tok_s, r.predicted_aggregate_tok_s),
+        measured_over_predicted_itl=ratio(r.itl_p50_s, r.predicted_itl_s),
+        aggregate_vs_b1=ratio(r.aggregate_tok_s, base.aggregate_tok_s),
+        itl_p50_vs_b1=ratio(r.itl_p50_s, base.itl_p50_s),
+        predicted_aggregate_vs_b1=ratio(r.predicted_aggregate_tok_s, base.predicted_aggregate_tok_s),
+        predicted_itl_vs_b1=ratio(r.predicted_itl_s, base.predicted_itl_s)) for r in rows)
+
+
+def _measured_and_predicted(c: SweepCase) -> TradeoffRow:
+    """A batch case's medians beside the prediction with measured bandwidth where known, else spec."""
+    measured, spec = (c.prediction.measured, c.prediction.spec) if c.prediction else (None, None)
+    which, pred = ("measured", measured) if measured and measured.itl_s else ("spec", spec)
+    aggregate = c.summary.aggregate_decode_tok_s
+    return TradeoffRow(batch=c.batch, aggregate_tok_s=aggregate.median if aggregate else None,
+                       itl_p50_s=c.summary.itl_s.median, itl_p99_s=c.summary.itl_s.p99,
+                       predicted_with=which if pred and pred.itl_s else None,
+                       predicted_aggregate_tok_s=pred.aggregate_tok_s if pred else None,
+                       predicted_itl_s=pred.itl_s if pred else None, bound=pred.bound if pred else None)

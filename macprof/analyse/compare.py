@@ -17,8 +17,8 @@ from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
 from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_interval, min_reps, verdict
 from macprof.measure import stats
-from macprof.analyse.headline import headline
-from macprof.model.access import dig
+from macprof.analyse.headline import headline, measured_efficiency
+from macprof.model.log import Machine, ModelResult, RunLog
 
 # metric -> (what, higher is better)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak RSS", False)}
@@ -36,8 +36,8 @@ def log_files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _engine_version(model: dict, software: dict) -> str | None:
-    eng = model["identity"]["engine"]
+def _engine_version(model: ModelResult, software: dict | None) -> str | None:
+    eng = model.identity.engine
     return (software or {}).get("llama_cpp_python" if eng == "llama.cpp" else "mlx_lm")
 
 
@@ -52,35 +52,35 @@ def parse_case(spec: str | None) -> tuple[str, str] | None:
     return phase, cid
 
 
-def rows_from(log: dict, source: str, case: tuple[str, str] | None = None) -> list[dict]:
+def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> list[dict]:
     """One row per model; with ``case``, the figures of that sweep case (models without it are
     left out) instead of the warm phase's."""
-    machine = log.get("machine") or {}
+    machine = log.machine or Machine()
     rows = []
-    for m in log.get("models", []):
-        s = m.get("settings", {})
-        head, block, lengths = headline(m), dig(m, "phases", "warm") or {}, (s.get("prompt_tokens"), s.get("gen_tokens"))
+    for m in log.models:
+        s = m.settings
+        head, block, lengths = headline(m), m.phases.warm, (s.prompt_tokens, s.gen_tokens)
         if case:
-            block = next((c for c in dig(m, "phases", case[0], "cases") or [] if c["id"] == case[1]), None)
+            sweep = m.phases.sweep(case[0])
+            block = next((c for c in sweep.cases if c.id == case[1]), None) if sweep else None
             if block is None:
                 continue
-            head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=dig(block, "summary", "ttft_s", "median"),
-                        decode_tok_s=dig(block, "summary", "decode_tok_s", "median"),
-                        efficiency=dig(block, "roofline", "measured", "efficiency"),
-                        peak_rss_bytes=dig(m, "phases", case[0], "memory", "peak_rss_bytes"))
-            lengths = (block["prompt_tokens"], block["gen_tokens"])
-        ok = [r for r in block.get("requests", []) if r.get("kind") == "measured" and r.get("status") == "ok"]
+            head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=block.summary.ttft_s.median,
+                        decode_tok_s=block.summary.decode_tok_s.median, efficiency=measured_efficiency(block.roofline),
+                        peak_rss_bytes=sweep.memory.peak_rss_bytes if sweep.memory else None)
+            lengths = (block.prompt_tokens, block.gen_tokens)
+        ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
         rows.append({
             "source": source,
             **head,
-            "samples": {"decode": [r["decode_tok_s"] for r in ok if r.get("decode_tok_s") is not None],
-                        "ttft": [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]},
+            "samples": {"decode": [r.decode_tok_s for r in ok if r.decode_tok_s is not None],
+                        "ttft": [r.ttft_s for r in ok if r.ttft_s is not None]},
             "conditions": {
                 "lengths": lengths,
-                "machine": machine.get("host_id") or (machine.get("cpu_model"), machine.get("chip")),
-                "engine_version": _engine_version(m, log.get("software")),
-                "power_source": machine.get("power_source"),
-                "thermal_state": machine.get("thermal_state"),
+                "machine": machine.host_id or (machine.cpu_model, machine.chip),
+                "engine_version": _engine_version(m, log.software),
+                "power_source": machine.power_source,
+                "thermal_state": machine.thermal_state,
             },
         })
     return rows

@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
-from macprof.model.access import dig
+from macprof.model.log import ModelResult
+from macprof.model.phases import Ceiling
 
 
-def peak_rss(model: dict) -> int | None:
-    peaks = [dig(p, "memory", "peak_rss_bytes") for p in model.get("phases", {}).values()]
+def peak_rss(model: ModelResult) -> int | None:
+    ph = model.phases
+    peaks = [p.memory.peak_rss_bytes for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch) if p and p.memory]
     peaks = [p for p in peaks if p]
     return max(peaks) if peaks else None
 
 
-def headline(m: dict) -> dict:
+def measured_efficiency(roof: Ceiling | None) -> float | None:
+    """Decode over the ceiling with the measured bandwidth, where both are known."""
+    return roof.measured.efficiency if roof and roof.measured else None
+
+
+def headline(m: ModelResult) -> dict:
     """The figures a model is known by, shared by the summary table and `compare`."""
-    ph = m.get("phases", {})
+    cold, warm, prefix = m.phases.cold, m.phases.warm, m.phases.prefix
     return {
-        "model": m["identity"]["name"],
-        "engine": m["identity"]["engine"],
-        "quant": m["identity"].get("quant_declared") or m["identity"].get("quant_label"),
-        "file_bytes": m["identity"].get("total_bytes"),
-        "cold_ttft_s": dig(ph, "cold", "summary", "time_to_first_token_s", "median"),
-        "warm_ttft_s": dig(ph, "warm", "summary", "ttft_s", "median"),
-        "prefix_ttft_s": dig(ph, "prefix", "summary", "reuse", "ttft_s", "median"),
-        "decode_tok_s": dig(ph, "warm", "summary", "decode_tok_s", "median"),
-        "efficiency": dig(ph, "warm", "roofline", "measured", "efficiency"),
+        "model": m.identity.name,
+        "engine": m.identity.engine,
+        "quant": m.identity.quant_declared or m.identity.quant_label,
+        "file_bytes": m.identity.total_bytes,
+        "cold_ttft_s": cold.summary.time_to_first_token_s.median if cold else None,
+        "warm_ttft_s": warm.summary.ttft_s.median if warm else None,
+        "prefix_ttft_s": prefix.summary.reuse.ttft_s.median if prefix else None,
+        "decode_tok_s": warm.summary.decode_tok_s.median if warm else None,
+        "efficiency": measured_efficiency(warm.roofline) if warm else None,
         "peak_rss_bytes": peak_rss(m),
     }

@@ -9,19 +9,26 @@ from macprof.collect.fileid import cached_sha256
 from macprof.collect.system import utc_now
 from macprof.config import settings_dict
 from macprof.errors import MacprofError
+from macprof.model import events as ev
 from macprof.model.definitions import SCHEMA_VERSION
+from macprof.model.log import (Bandwidth, Identity, Machine, MeasuredBandwidth, ModelFile, ModelSettings,
+                               SpecBandwidth, SystemMemory)
+
+
+def system_memory() -> SystemMemory:
+    return SystemMemory(**machine.memory_snapshot())
 
 
 # -- events written by the orchestrator ----------------------------------------------------
-def run_start_event() -> dict:
+def run_start_event() -> ev.RunStart:
 
     mach = machine.collect_machine()
-    return {"event": "run_start", "schema_version": SCHEMA_VERSION, "tool_version": __version__,
-            "utc": utc_now(), "machine": mach, "software": machine.collect_software(),
-            "bandwidth": machine_bandwidth(mach), "memory": machine.memory_snapshot()}
+    return ev.RunStart(schema_version=SCHEMA_VERSION, tool_version=__version__, utc=utc_now(),
+                       machine=Machine.from_json(mach), software=machine.collect_software(),
+                       bandwidth=machine_bandwidth(mach), memory=system_memory())
 
 
-def machine_bandwidth(mach: dict) -> dict:
+def machine_bandwidth(mach: dict) -> Bandwidth:
     """Published (spec) and measured bandwidth for the ceiling, each with its source."""
 
     spec = chips.spec_bandwidth(mach.get("chip"), mach.get("gpu_cores"))
@@ -36,11 +43,11 @@ def machine_bandwidth(mach: dict) -> dict:
                     "tflops": flops.get("median_tflops"), "tflops_method": flops.get("method") or flops.get("reason")}
     except Exception as exc:  # noqa: BLE001 - a failed probe leaves the measured ceiling unknown
         measured = {"gbs": None, "reason": f"bandwidth probe failed: {exc}"}
-    return {"spec": spec, "measured": measured,
-            "tflops": chips.spec_tflops(mach.get("chip"), mach.get("gpu_cores"))}
+    return Bandwidth(spec=SpecBandwidth(**spec), measured=MeasuredBandwidth(**measured),
+                     tflops=chips.spec_tflops(mach.get("chip"), mach.get("gpu_cores")))
 
 
-def model_start_event(model, files_error: str | None = None) -> dict:
+def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
 
     files = [] if files_error else [
         {"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
@@ -51,14 +58,14 @@ def model_start_event(model, files_error: str | None = None) -> dict:
             info = modelinfo.inspect(model.path).to_dict()
         except MacprofError as exc:
             info_error = str(exc)
-    return {
-        "event": "model_start", "model": model.name, "utc": utc_now(),
-        "identity": {
-            "name": model.name, "engine": model.engine, "path": str(model.path),
-            "quant_label": model.quant, "quant_declared": info and info["quant"],
-            "architecture": info and info["architecture"], "n_params": info and info["n_params"],
-            "total_bytes": sum(f["bytes"] for f in files), "files": files,
-        },
-        "shape": info, "shape_error": info_error, "files_error": files_error,
-        "settings": settings_dict(model.settings), "memory": machine.memory_snapshot(),
-    }
+    return ev.ModelStart(
+        model=model.name, utc=utc_now(),
+        identity=Identity(
+            name=model.name, engine=model.engine, path=str(model.path),
+            quant_label=model.quant, quant_declared=info and info["quant"],
+            architecture=info and info["architecture"], n_params=info and info["n_params"],
+            total_bytes=sum(f["bytes"] for f in files), files=tuple(ModelFile(**f) for f in files),
+        ),
+        shape=info, shape_error=info_error, files_error=files_error,
+        settings=ModelSettings.from_json(settings_dict(model.settings)), memory=system_memory(),
+    )

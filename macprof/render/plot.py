@@ -10,7 +10,8 @@ from pathlib import Path
 
 from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
-from macprof.model.access import dig
+from macprof.model.log import Machine, ModelResult, RunLog
+from macprof.model.phases import Ceiling, SweepCase
 
 FORMATS = (".png", ".svg", ".html")
 MEASURED, SPEC = "#C44E52", "#55A868"
@@ -20,16 +21,21 @@ def _label(row: dict, many_logs: bool) -> str:
     return f"{row['model']}\n[{row['source']}]" if many_logs else row["model"]
 
 
-def _models(logs: list[tuple[str, dict]]):
+def _models(logs: list[tuple[str, RunLog]]):
     """(series label, model) for every model of every log."""
     many = len(logs) > 1
     for source, log in logs:
-        for m in log.get("models", []):
-            name = m["identity"]["name"]
+        for m in log.models:
+            name = m.identity.name
             yield (f"{name} [{source}]" if many else name), m
 
 
-def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
+def _ceiling(roof: Ceiling | None, which: str) -> float | None:
+    side = (roof.spec if which == "spec" else roof.measured) if roof else None
+    return side.ceiling_tok_s if side else None
+
+
+def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,10 +45,10 @@ def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
         raise MacprofError(f"{out}: the chart must be {', '.join(FORMATS)}")
     rows, ceilings = [], []
     for source, log in logs:
-        for row, m in zip(rows_from(log, source), log.get("models", [])):
+        for row, m in zip(rows_from(log, source), log.models):
             rows.append(row)
-            roof = dig(m, "phases", "warm", "roofline") or {}
-            ceilings.append((dig(roof, "spec", "ceiling_tok_s"), dig(roof, "measured", "ceiling_tok_s")))
+            roof = m.phases.warm.roofline if m.phases.warm else None
+            ceilings.append((_ceiling(roof, "spec"), _ceiling(roof, "measured")))
     if not rows:
         raise MacprofError("plot: the run logs hold no models")
     models = list(_models(logs))
@@ -50,11 +56,11 @@ def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
     if any(r[k] for r in rows for k in ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s")):
         panels += [lambda ax: _decode_bars(ax, rows, ceilings, len(logs) > 1),
                    lambda ax: _ttft_bars(ax, rows, len(logs) > 1)]
-    if any(dig(m, "phases", "grid") for _, m in models):
+    if any(m.phases.grid for _, m in models):
         panels.append(lambda ax: _grid(ax, models))
-    if any(dig(m, "phases", "depth") for _, m in models):
+    if any(m.phases.depth for _, m in models):
         panels.append(lambda ax: _depth(ax, models))
-    if any(dig(m, "phases", "batch") for _, m in models):
+    if any(m.phases.batch for _, m in models):
         panels += [lambda ax: _batch(ax, models, "aggregate"), lambda ax: _batch(ax, models, "itl")]
     if not panels:
         raise MacprofError("plot: the run logs hold no measured phase to draw")
@@ -115,8 +121,9 @@ def _ttft_bars(ax, rows, many: bool) -> None:
     ax.legend(fontsize=8)
 
 
-def _ok_cases(m: dict, phase: str) -> list[dict]:
-    return [c for c in dig(m, "phases", phase, "cases") or [] if c["status"] == "ok"]
+def _ok_cases(m: ModelResult, phase: str) -> list[SweepCase]:
+    sweep = m.phases.sweep(phase)
+    return [c for c in (sweep.cases if sweep else ()) if c.status == "ok"]
 
 
 def _grid(ax, models) -> None:
@@ -124,8 +131,8 @@ def _grid(ax, models) -> None:
     for k, (label, m) in enumerate(models):
         cases = _ok_cases(m, "grid")
         color = f"C{k % 10}"  # one colour per model, one line style per output length
-        for j, gen in enumerate(sorted({c["gen_tokens"] for c in cases})):
-            pts = sorted((c["prompt_tokens"], dig(c, "summary", "ttft_s", "median")) for c in cases if c["gen_tokens"] == gen)
+        for j, gen in enumerate(sorted({c.gen_tokens for c in cases})):
+            pts = sorted((c.prompt_tokens, c.summary.ttft_s.median) for c in cases if c.gen_tokens == gen)
             pts = [(p, t) for p, t in pts if t]
             if pts:
                 ax.plot(*zip(*pts), styles[j % len(styles)], marker="o", color=color, label=f"{label}, gen {gen}")
@@ -142,17 +149,19 @@ def _depth(ax, models) -> None:
         cases = _ok_cases(m, "depth")
         if not cases:
             continue
-        depth = [c["depth"] for c in cases]
-        line, = ax.plot(depth, [dig(c, "summary", "decode_tok_s", "median") or 0 for c in cases], marker="o",
+        depth = [c.depth for c in cases]
+        line, = ax.plot(depth, [c.summary.decode_tok_s.median or 0 for c in cases], marker="o",
                         label=f"{label} decode p50")
         for which, style in (("measured", "--"), ("spec", ":")):
-            ceiling = [dig(c, "roofline", which, "ceiling_tok_s") for c in cases]
+            ceiling = [_ceiling(c.roofline, which) for c in cases]
             if all(ceiling):
                 ax.plot(depth, ceiling, style, color=line.get_color(), label=f"{label} ceiling ({which} bandwidth)")
         for c in cases:
-            eff = dig(c, "roofline", "measured", "efficiency") or dig(c, "roofline", "spec", "efficiency")
+            roof = c.roofline
+            eff = ((roof.measured.efficiency if roof.measured else None)
+                   or (roof.spec.efficiency if roof.spec else None)) if roof else None
             if eff is not None:
-                ax.annotate(f"{eff:.0%}", (c["depth"], dig(c, "summary", "decode_tok_s", "median")),
+                ax.annotate(f"{eff:.0%}", (c.depth, c.summary.decode_tok_s.median),
                             ha="center", va="bottom", fontsize=7)
     ax.set_yscale("log")
     ax.set_xlabel("tokens already in the KV cache (depth)")
@@ -162,16 +171,17 @@ def _depth(ax, models) -> None:
 
 
 def _batch(ax, models, what: str) -> None:
-    key, pred_key = ("aggregate_tok_s", "predicted_aggregate_tok_s") if what == "aggregate" else ("itl_p50_s", "predicted_itl_s")
     for label, m in models:
-        rows = dig(m, "phases", "batch", "tradeoff") or []
+        rows = (m.phases.batch.tradeoff if m.phases.batch else None) or ()
         if not rows:
             continue
-        b = [r["batch"] for r in rows]
-        line, = ax.plot(b, [r[key] or 0 for r in rows], marker="o", label=f"{label} measured")
-        if all(r[pred_key] for r in rows):
-            ax.plot(b, [r[pred_key] for r in rows], "--", color=line.get_color(),
-                    label=f"{label} roofline ({rows[0]['predicted_with']} bandwidth & FLOP/s)")
+        b = [r.batch for r in rows]
+        measured = [r.aggregate_tok_s if what == "aggregate" else r.itl_p50_s for r in rows]
+        predicted = [r.predicted_aggregate_tok_s if what == "aggregate" else r.predicted_itl_s for r in rows]
+        line, = ax.plot(b, [v or 0 for v in measured], marker="o", label=f"{label} measured")
+        if all(predicted):
+            ax.plot(b, predicted, "--", color=line.get_color(),
+                    label=f"{label} roofline ({rows[0].predicted_with} bandwidth & FLOP/s)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch size B (sequences decoded together)")
@@ -184,14 +194,16 @@ def _batch(ax, models, what: str) -> None:
     ax.legend(fontsize=7)
 
 
-def _caption(logs: list[tuple[str, dict]]) -> str:
+def _caption(logs: list[tuple[str, RunLog]]) -> str:
     parts = []
     for source, log in logs:
-        mach = log.get("machine") or {}
-        s = (log.get("models") or [{}])[0].get("settings") or {}
-        sweeps = ", ".join(f"{k} {s[k]}" for k in ("prompt_grid", "gen_grid", "shapes", "depths", "batches") if s.get(k))
-        parts.append(f"{source}: {mach.get('chip') or mach.get('cpu_model')}, {mach.get('os')} {mach.get('os_version')}, "
-                     f"prompt {s.get('prompt_tokens')} / gen {s.get('gen_tokens')} tokens, reps {s.get('reps')}, "
+        mach = log.machine or Machine()
+        s = log.models[0].settings if log.models else None
+        sweeps = ", ".join(f"{name} {list(value)}" for name, value in (
+            ("prompt_grid", s.prompt_grid), ("gen_grid", s.gen_grid), ("shapes", s.shapes), ("depths", s.depths),
+            ("batches", s.batches)) if value) if s else ""
+        parts.append(f"{source}: {mach.chip or mach.cpu_model}, {mach.os} {mach.os_version}, "
+                     f"prompt {s and s.prompt_tokens} / gen {s and s.gen_tokens} tokens, reps {s and s.reps}, "
                      + (f"{sweeps}, " if sweeps else "")
-                     + f"macprof {log.get('tool_version')}, {log.get('started_utc')}")
+                     + f"macprof {log.tool_version}, {log.started_utc}")
     return "\n".join(parts)

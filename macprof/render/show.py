@@ -40,7 +40,7 @@ def render_markdown(log: dict) -> str:
 
 def _about(log: dict) -> dict:
     """Which run this is: tool, time, completeness, machine (raw values)."""
-    mach = log.get("machine") or {}
-    return {"tool_version": log.get("tool_version"), "started_utc": log.get("started_utc"),
-            "complete": bool(log.get("complete")),
-            "machine": {k: mach.get(k) for k in ("chip", "cpu_model", "os", "os_version", "memory_bytes")}}
+    mach = log.machine
+    return {"tool_version": log.tool_version, "started_utc": log.started_utc, "complete": bool(log.complete),
+            "machine": {k: getattr(mach, k, None) if mach else None
+                        for k in ("chip", "cpu_model", "os", "os_version", "memory_bytes")}}

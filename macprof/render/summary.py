@@ -3,10 +3,11 @@ Pure functions of the run log; no measurement, no I/O."""
 
 from __future__ import annotations
 
+from macprof.analyse.headline import headline
 from macprof.cases import SWEEP_PHASES
 from macprof.measure.stats import median, relative_spread
-from macprof.analyse.headline import headline
-from macprof.model.access import dig
+from macprof.model.log import Machine, RunLog
+from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
 from macprof.render.text import ceiling_text, fmt_bytes, fmt_rate, fmt_s, safe_lines
@@ -15,23 +16,27 @@ SPREAD_WARN = 0.10  # stdev over 10% of the median
 FIRST_SLOW = 1.5  # first measured request this much slower than the median of the others
 
 
-def summary_rows(log: dict) -> list[dict]:
+def summary_rows(log: RunLog) -> list[dict]:
     rows = []
-    for m in log.get("models", []):
-        ph = m.get("phases", {})
-        trials = [t for t in dig(ph, "cold", "trials") or [] if t.get("status") == "ok"]
-        states = sorted({t["residency"]["label"].split(" ")[0] for t in trials if t.get("residency")})
+    for m in log.models:
+        ph = m.phases
+        trials = [t for t in (ph.cold.trials if ph.cold else ()) if t.status == "ok"]
+        states = sorted({t.residency.label.split(" ")[0] for t in trials if t.residency})
         rows.append({
             **headline(m),
             "cold_state": "/".join(states) or None,
-            "prefix_speedup": dig(ph, "prefix", "summary", "ttft_speedup"),
-            "itl_p99_s": dig(ph, "warm", "summary", "itl_s", "p99"),
-            "ceiling": ceiling_text(dig(ph, "warm", "roofline")),
-            "ceiling_measured_tok_s": dig(ph, "warm", "roofline", "measured", "ceiling_tok_s"),
-            "ceiling_spec_tok_s": dig(ph, "warm", "roofline", "spec", "ceiling_tok_s"),
-            "failures": len(m.get("failures", [])),
+            "prefix_speedup": ph.prefix.summary.ttft_speedup if ph.prefix else None,
+            "itl_p99_s": ph.warm.summary.itl_s.p99 if ph.warm else None,
+            "ceiling": ceiling_text(ph.warm.roofline if ph.warm else None),
+            "ceiling_measured_tok_s": _ceiling(ph.warm.roofline.measured if ph.warm and ph.warm.roofline else None),
+            "ceiling_spec_tok_s": _ceiling(ph.warm.roofline.spec if ph.warm and ph.warm.roofline else None),
+            "failures": len(m.failures),
         })
     return rows
+
+
+def _ceiling(side) -> float | None:
+    return side.ceiling_tok_s if side else None
 
 
 def _cold(r: dict) -> str:
@@ -55,67 +60,72 @@ SUMMARY_FIELDS = ("model", "engine", "quant", "file_bytes", "cold_ttft_s", "cold
                   "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures")
 
 
-def summary_table(log: dict) -> Table:
+def summary_table(log: RunLog) -> Table:
     return Table("summary", SUMMARY_COLUMNS, tuple(summary_rows(log)), SUMMARY_FIELDS)
 
 
-def warnings(log: dict) -> list[str]:
+def _spread(s: Summary | None) -> float | None:
+    return relative_spread(s.to_json()) if s else None
+
+
+def warnings(log: RunLog) -> list[str]:
     """Where the numbers should not be trusted as they stand, pyperf / hyperfine style."""
     out = []
-    mach = log.get("machine") or {}
-    if mach.get("power_source") == "battery":
+    mach = log.machine or Machine()
+    if mach.power_source == "battery":
         out.append("the machine ran on battery: performance may be capped; plug in for comparable figures")
-    if mach.get("low_power_mode"):
+    if mach.low_power_mode:
         out.append("low-power mode was on: figures are not comparable with a normal run")
-    if mach.get("thermal_state") not in (None, "nominal"):
-        out.append(f"thermal state was {mach['thermal_state']}: the chip may have been throttled")
-    start, end = dig(log, "memory", "start", "swap_used_bytes"), dig(log, "memory", "end", "swap_used_bytes")
-    if start is not None and end is not None and end - start > 64 * 2**20:
-        out.append(f"swap grew by {fmt_bytes(end - start)} during the run: memory pressure distorts timings")
-    if not log.get("complete"):
+    if mach.thermal_state not in (None, "nominal"):
+        out.append(f"thermal state was {mach.thermal_state}: the chip may have been throttled")
+    start, end = log.memory.start, log.memory.end
+    if start and end and start.swap_used_bytes is not None and end.swap_used_bytes is not None \
+            and end.swap_used_bytes - start.swap_used_bytes > 64 * 2**20:
+        out.append(f"swap grew by {fmt_bytes(end.swap_used_bytes - start.swap_used_bytes)} during the run: "
+                   f"memory pressure distorts timings")
+    if not log.complete:
         out.append("the run is incomplete (interrupted or crashed): some models or phases are missing")
-    for m in log.get("models", []):
-        name = m["identity"]["name"]
-        for phase, label in (("warm", "warm"), ("prefix", "prefix (reuse)")):
-            summ = dig(m, "phases", phase, "summary")
-            if phase == "prefix":
-                summ = dig(summ, "reuse")
+    for m in log.models:
+        name, ph = m.identity.name, m.phases
+        for label, summ in (("warm", ph.warm.summary if ph.warm else None),
+                            ("prefix (reuse)", ph.prefix.summary.reuse if ph.prefix else None)):
             if not summ:
                 continue
-            for metric, what in (("decode_tok_s", "decode tok/s"), ("ttft_s", "TTFT")):
-                spread = relative_spread(summ.get(metric) or {})
+            for metric, what in ((summ.decode_tok_s, "decode tok/s"), (summ.ttft_s, "TTFT")):
+                spread = _spread(metric)
                 if spread is not None and spread > SPREAD_WARN:
                     out.append(f"{name}: {label} {what} varies by {spread:.0%} of its median (stdev/median > "
                                f"{SPREAD_WARN:.0%}): close other programs, add --reps or --delay")
         for phase in SWEEP_PHASES:
-            noisy = [c["id"] for c in dig(m, "phases", phase, "cases") or []
-                     if (relative_spread(dig(c, "summary", "decode_tok_s") or {}) or 0) > SPREAD_WARN]
+            sweep = ph.sweep(phase)
+            cases = sweep.cases if sweep else ()
+            noisy = [c.id for c in cases if (_spread(c.summary.decode_tok_s) or 0) > SPREAD_WARN]
             if noisy:
                 out.append(f"{name}: {phase} decode tok/s varies by more than {SPREAD_WARN:.0%} of its median in "
                            f"{', '.join(noisy)}: close other programs, add --reps or --delay")
-            checks = [c["id"] for c in dig(m, "phases", phase, "cases") or [] if dig(c, "check", "failed")]
+            checks = [c.id for c in cases if c.check and c.check.failed]
             if checks:
                 out.append(f"{name}: batched decoding changed the output beyond a near-tie in {', '.join(checks)}")
-        reqs = [r for r in dig(m, "phases", "warm", "requests") or [] if r["kind"] == "measured" and r["status"] == "ok"]
+        reqs = [r for r in (ph.warm.requests if ph.warm else ()) if r.kind == "measured" and r.status == "ok"]
         if len(reqs) >= 3:
-            med = median(r["total_s"] for r in reqs[1:])
-            if med and reqs[0]["total_s"] > FIRST_SLOW * med:
-                out.append(f"{name}: the first measured warm request was {reqs[0]['total_s'] / med:.1f}x slower "
+            med = median(r.total_s for r in reqs[1:])
+            if med and reqs[0].total_s > FIRST_SLOW * med:
+                out.append(f"{name}: the first measured warm request was {reqs[0].total_s / med:.1f}x slower "
                            f"than the others: warm-up did not fully warm")
-        drops = [t["drop_cache"] for t in dig(m, "phases", "cold", "trials") or [] if t.get("drop_cache")]
-        if any(not d["dropped"] for d in drops):
-            out.append(f"{name}: --drop-cache could not evict the model from the page cache ({drops[0]['reason']}): "
+        drops = [t.drop_cache for t in (ph.cold.trials if ph.cold else ()) if t.drop_cache]
+        if any(not d.dropped for d in drops):
+            out.append(f"{name}: --drop-cache could not evict the model from the page cache ({drops[0].reason}): "
                        f"cold trials are labelled by their measured residency instead")
-        checks = dig(m, "phases", "prefix", "summary", "checks") or {}
-        if checks.get("failed"):
-            out.append(f"{name}: prefix reuse changed the output in {checks['failed']} of {checks['n']} requests "
+        checks = ph.prefix.summary.checks if ph.prefix else None
+        if checks and checks.failed:
+            out.append(f"{name}: prefix reuse changed the output in {checks.failed} of {checks.n} requests "
                        f"beyond a floating-point near-tie: the cached path is not equivalent")
-        for f in m.get("failures", []):
-            out.append(f"{name}: {f.get('phase') or 'load'} failed ({f.get('status')}): {f.get('reason')}")
+        for f in m.failures:
+            out.append(f"{name}: {f.phase or 'load'} failed ({f.status}): {f.reason}")
     return out
 
 
-def render_summary(log: dict, path: str | None = None) -> str:
+def render_summary(log: RunLog, path: str | None = None) -> str:
     parts = [to_text(summary_table(log))]
     sweeps = sweep_tables(log)
     if sweeps:

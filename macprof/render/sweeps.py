@@ -3,84 +3,86 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
-from macprof.model.access import dig
+from macprof.model.log import RunLog
+from macprof.model.phases import Sweep, SweepCase, TradeoffRow
 from macprof.render.exporters import Table, text_table, to_text
 from macprof.render.text import ceiling_text, fmt_rate, fmt_s, fmt_x
 
 
-def _case_status(c: dict) -> str:
-    if c["status"] == "ok":
+def _case_status(c: SweepCase) -> str:
+    if c.status == "ok":
         return ""
-    return f"{c['status'].upper()}: {c['reason']}" if c.get("reason") else c["status"].upper()
+    return f"{c.status.upper()}: {c.reason}" if c.reason else c.status.upper()
 
 
-def grid_table(cases: list[dict]) -> Table:
+def grid_table(cases: Sequence[SweepCase]) -> Table:
     headers = ["case", "prompt", "gen", "TTFT p50", "prefill tok/s", "decode tok/s p50", "e2e tok/s",
                "ITL p99", "= of ceiling at c", ""]
-    rows = [[c["id"], str(c["prompt_tokens"]), str(c["gen_tokens"]), fmt_s(dig(c, "summary", "ttft_s", "median")),
-             fmt_rate(dig(c, "summary", "prefill_tok_s", "median")), fmt_rate(dig(c, "summary", "decode_tok_s", "median")),
-             fmt_rate(dig(c, "summary", "e2e_tok_s", "median")), fmt_s(dig(c, "summary", "itl_s", "p99")),
-             ceiling_text(c.get("roofline")), _case_status(c)] for c in cases]
+    rows = [[c.id, str(c.prompt_tokens), str(c.gen_tokens), fmt_s(c.summary.ttft_s.median),
+             fmt_rate(c.summary.prefill_tok_s.median), fmt_rate(c.summary.decode_tok_s.median),
+             fmt_rate(c.summary.e2e_tok_s.median), fmt_s(c.summary.itl_s.p99),
+             ceiling_text(c.roofline), _case_status(c)] for c in cases]
     return text_table(headers, rows)
 
 
-def depth_table(cases: list[dict]) -> Table:
+def depth_table(cases: Sequence[SweepCase]) -> Table:
     headers = ["depth", "context c", "fill (once)", "decode tok/s p50", "ITL p50", "ITL p99", "= of ceiling at c", ""]
-    rows = [[str(c["depth"]), f"{c['context_tokens']:.0f}", fmt_s(dig(c, "fill", "fill_s")),
-             fmt_rate(dig(c, "summary", "decode_tok_s", "median")), fmt_s(dig(c, "summary", "itl_s", "median")),
-             fmt_s(dig(c, "summary", "itl_s", "p99")), ceiling_text(c.get("roofline")), _case_status(c)] for c in cases]
+    rows = [[str(c.depth), f"{c.context_tokens:.0f}", fmt_s(c.fill.fill_s if c.fill else None),
+             fmt_rate(c.summary.decode_tok_s.median), fmt_s(c.summary.itl_s.median),
+             fmt_s(c.summary.itl_s.p99), ceiling_text(c.roofline), _case_status(c)] for c in cases]
     return text_table(headers, rows)
 
 
-def batch_table(phase: dict) -> Table:
-    trade = {r["batch"]: r for r in phase.get("tradeoff") or []}
+def batch_table(phase: Sweep) -> Table:
+    trade = {r.batch: r for r in phase.tradeoff or ()}
     headers = ["B", "aggregate tok/s p50", "vs B=1", "ITL p50", "vs B=1", "ITL p99", "predicted aggregate", "vs B=1",
                "predicted ITL", "vs B=1", "measured / predicted", "same tokens as B=1", ""]
     rows = []
-    for c in phase["cases"]:
-        t = trade.get(c["batch"]) or {}
-        chk = c.get("check") or {}
-        same = "-" if not chk else f"{chk['identical']}/{chk['n']}" + (f" ({chk['near_ties']} near-tie)" if chk["near_ties"] else "") \
-            + (f" {chk['failed']} FAILED" if chk["failed"] else "")
-        rows.append([str(c["batch"]), fmt_rate(t.get("aggregate_tok_s")), fmt_x(t.get("aggregate_vs_b1")), fmt_s(t.get("itl_p50_s")),
-                     fmt_x(t.get("itl_p50_vs_b1")), fmt_s(t.get("itl_p99_s")), fmt_rate(t.get("predicted_aggregate_tok_s")),
-                     fmt_x(t.get("predicted_aggregate_vs_b1")), fmt_s(t.get("predicted_itl_s")), fmt_x(t.get("predicted_itl_vs_b1")),
-                     f"{fmt_x(t.get('measured_over_predicted_aggregate'))} agg, {fmt_x(t.get('measured_over_predicted_itl'))} ITL" if t else "-",
+    for c in phase.cases:
+        t = trade.get(c.batch) or TradeoffRow()
+        chk = c.check
+        same = "-" if not chk else f"{chk.identical}/{chk.n}" + (f" ({chk.near_ties} near-tie)" if chk.near_ties else "") \
+            + (f" {chk.failed} FAILED" if chk.failed else "")
+        rows.append([str(c.batch), fmt_rate(t.aggregate_tok_s), fmt_x(t.aggregate_vs_b1), fmt_s(t.itl_p50_s),
+                     fmt_x(t.itl_p50_vs_b1), fmt_s(t.itl_p99_s), fmt_rate(t.predicted_aggregate_tok_s),
+                     fmt_x(t.predicted_aggregate_vs_b1), fmt_s(t.predicted_itl_s), fmt_x(t.predicted_itl_vs_b1),
+                     f"{fmt_x(t.measured_over_predicted_aggregate)} agg, {fmt_x(t.measured_over_predicted_itl)} ITL"
+                     if c.batch in trade else "-",
                      same, _case_status(c)])
     return text_table(headers, rows)
 
 
-def tradeoff_line(phase: dict) -> str | None:
+def tradeoff_line(phase: Sweep) -> str | None:
     """'B=8: aggregate x6.10, each user's ITL x1.24 (predicted x7.93, x1.01)' for the largest B."""
-    rows = [r for r in phase.get("tradeoff") or [] if r["batch"] > 1 and r.get("aggregate_vs_b1")]
+    rows = [r for r in phase.tradeoff or () if r.batch > 1 and r.aggregate_vs_b1]
     if not rows:
         return None
     r = rows[-1]
-    pred = f" (predicted {fmt_x(r['predicted_aggregate_vs_b1'])}, {fmt_x(r['predicted_itl_vs_b1'])}, " \
-           f"{r['predicted_with']} bandwidth and FLOP/s, bound: {r['bound']})" if r.get("predicted_aggregate_vs_b1") else ""
-    return f"B={r['batch']}: aggregate {fmt_x(r['aggregate_vs_b1'])}, each user's ITL {fmt_x(r['itl_p50_vs_b1'])}{pred}"
+    pred = f" (predicted {fmt_x(r.predicted_aggregate_vs_b1)}, {fmt_x(r.predicted_itl_vs_b1)}, " \
+           f"{r.predicted_with} bandwidth and FLOP/s, bound: {r.bound})" if r.predicted_aggregate_vs_b1 else ""
+    return f"B={r.batch}: aggregate {fmt_x(r.aggregate_vs_b1)}, each user's ITL {fmt_x(r.itl_p50_vs_b1)}{pred}"
 
 
-def sweep_sections(log: dict) -> list[tuple[Table, str | None]]:
+def sweep_sections(log: RunLog) -> list[tuple[Table, str | None]]:
     """Per model and sweep phase: its table, titled, and the line under it (the batching trade-off)."""
     out: list[tuple[Table, str | None]] = []
-    for m in log.get("models", []):
-        name, s = m["identity"]["name"], m["settings"]
-        ph = m.get("phases", {})
-        if ph.get("grid"):
-            out.append((replace(grid_table(ph["grid"]["cases"]), title=f"{name}: grid (warm protocol per case, "
-                                f"{s['reps']} reps; c = prompt + gen/2)"), None))
-        if ph.get("depth"):
-            out.append((replace(depth_table(ph["depth"]["cases"]), title=f"{name}: decode after d tokens already in "
-                                f"the KV cache (gen {s['gen_tokens']}, {s['reps']} reps)"), None))
-        if ph.get("batch"):
-            out.append((replace(batch_table(ph["batch"]), title=f"{name}: batched decoding, prompt "
-                                f"{s['prompt_tokens']} / gen {s['gen_tokens']} per sequence, {s['reps']} reps"),
-                        tradeoff_line(ph["batch"])))
+    for m in log.models:
+        name, s, ph = m.identity.name, m.settings, m.phases
+        if ph.grid:
+            out.append((replace(grid_table(ph.grid.cases), title=f"{name}: grid (warm protocol per case, "
+                                f"{s.reps} reps; c = prompt + gen/2)"), None))
+        if ph.depth:
+            out.append((replace(depth_table(ph.depth.cases), title=f"{name}: decode after d tokens already in "
+                                f"the KV cache (gen {s.gen_tokens}, {s.reps} reps)"), None))
+        if ph.batch:
+            out.append((replace(batch_table(ph.batch), title=f"{name}: batched decoding, prompt "
+                                f"{s.prompt_tokens} / gen {s.gen_tokens} per sequence, {s.reps} reps"),
+                        tradeoff_line(ph.batch)))
     return out
 
 
-def sweep_tables(log: dict) -> str:
+def sweep_tables(log: RunLog) -> str:
     return "\n\n".join(f"{table.title}\n{to_text(table)}" + (f"\n  {line}" if line else "")
                        for table, line in sweep_sections(log))

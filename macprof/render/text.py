@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from macprof.model.phases import Ceiling
+
 
 def fmt_s(x: float | None) -> str:
     if x is None:
@@ -56,17 +58,16 @@ def clean(text) -> str:
     return "".join(ch for ch in str(text) if ch.isprintable())
 
 
-def ceiling_text(roof: dict | None) -> str:
+def ceiling_text(roof: Ceiling | None) -> str:
     """'93% of 62.4 (spec) / 97% of 60.0 (measured)', with '-' where a ceiling is unknown."""
-    if not roof or roof.get("reason"):
+    if not roof or roof.reason:
         return "-"
     parts = []
-    for which in ("spec", "measured"):
-        r = roof.get(which) or {}
-        if r.get("ceiling_tok_s") is None:
+    for which, r in (("spec", roof.spec), ("measured", roof.measured)):
+        if not r or r.ceiling_tok_s is None:
             parts.append(f"? ({which})")
-        elif r.get("efficiency") is None:
-            parts.append(f"{r['ceiling_tok_s']:.1f} ({which})")
+        elif r.efficiency is None:
+            parts.append(f"{r.ceiling_tok_s:.1f} ({which})")
         else:
-            parts.append(f"{fmt_pct(r['efficiency'])} of {r['ceiling_tok_s']:.1f} ({which})")
+            parts.append(f"{fmt_pct(r.efficiency)} of {r.ceiling_tok_s:.1f} ({which})")
     return " / ".join(parts)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from macprof.errors import MacprofError
+from macprof.model.events import Event
 
 
 class Journal:
@@ -19,12 +20,12 @@ class Journal:
             self.fh = open(path, "a", encoding="utf-8")
         except OSError as exc:
             raise MacprofError(f"{path}: cannot write the journal ({exc.strerror})") from None
-        self.events: list[dict] = []
+        self.events: list[Event] = []
 
-    def write(self, event: dict) -> None:
+    def write(self, event: Event) -> None:
         self.events.append(event)
         try:
-            self.fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+            self.fh.write(json.dumps(event.to_json(), separators=(",", ":")) + "\n")
             self.fh.flush()
             os.fsync(self.fh.fileno())
         except OSError as exc:

@@ -24,9 +24,12 @@ from pathlib import Path
 import psutil
 
 from macprof import cases as sweeps
-from macprof.collect import facts, machine, residency
+from macprof.collect import facts, residency
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
+from macprof.errors import MacprofError
+from macprof.model import events as ev
+from macprof.model.phases import DropCache, PlannedCase, Residency
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
@@ -42,7 +45,7 @@ class Interrupted(Exception):
 @dataclass
 class WorkerResult:
     phases_done: list[str]
-    failure: dict | None = None
+    failure: ev.Failure | None = None
     loaded: bool = True  # False: the model never loaded, so another worker would fail the same way
 
 
@@ -59,13 +62,12 @@ class Runner:
         self._proc: subprocess.Popen | None = None
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self, resume_events: list[dict] | None = None) -> list[dict]:
+    def run(self, resume_events: list[ev.Event] | None = None) -> list[ev.Event]:
         journal = Journal(self.journal_path)
         done_models: set[str] = set()
         if resume_events:
-            for ev in resume_events:
-                journal.events.append(ev)
-            done_models = {ev["model"] for ev in resume_events if ev.get("event") == "model_end"}
+            journal.events.extend(resume_events)
+            done_models = {e.model for e in resume_events if isinstance(e, ev.ModelEnd)}
         else:
             self.progress.note("reading machine facts; measuring memory bandwidth (once a day)")
             journal.write(facts.run_start_event())
@@ -86,10 +88,9 @@ class Runner:
                 complete = True
             except (KeyboardInterrupt, Interrupted):
                 self._kill_worker()
-                journal.write({"event": "interrupted", "utc": utc_now()})
+                journal.write(ev.Interrupted(utc=utc_now()))
                 self.progress.note("interrupted: writing the run log from what was measured")
-            journal.write({"event": "run_end", "utc": utc_now(), "complete": complete,
-                           "memory": machine.memory_snapshot()})
+            journal.write(ev.RunEnd(utc=utc_now(), complete=complete, memory=facts.system_memory()))
         except BaseException:  # e.g. the disk filled: no worker outlives the run
             self._kill_worker()
             raise
@@ -106,35 +107,37 @@ class Runner:
         except OSError as exc:  # vanished or unreadable since the config was read
             start = facts.model_start_event(model, files_error=f"{exc.filename or model.path}: {exc.strerror}")
         journal.write(start)
+        plan = sweeps.plan(s)
+        if plan:  # every case, refused ones included: the run log lists them all
+            journal.write(ev.Plan(model=model.name, cases={phase: tuple(PlannedCase.from_json(c) for c in cases)
+                                                           for phase, cases in plan.items()}))
         # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
         # refused before any worker loads it: one clear reason instead of an engine's crash.
-        context = (start.get("shape") or {}).get("context_length")
-        refusal = start.get("files_error") or start.get("shape_error") or context_refusal(model, context)
+        context = (start.shape or {}).get("context_length")
+        refusal = start.files_error or start.shape_error or context_refusal(model, context)
         if refusal is None and not s.force:
             refusal = memory_refusal(model)
         if refusal:
-            journal.write({"event": "failure", "model": model.name, "phase": None, "status": "refused",
-                           "reason": refusal})
+            journal.write(ev.Failure(model=model.name, phase=None, status="refused", reason=refusal))
             self.progress.note(f"{model.name}: skipped: {refusal}")
-            journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
+            journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
             return
-        plan = sweeps.plan(s)
         for phase, cases in plan.items():
             for case in list(cases):
                 if context and sweeps.tokens_per_sequence(case) > context:  # this case only: the others run
                     cases.remove(case)
-                    journal.write({"event": "failure", "model": model.name, "phase": phase, "case": case["id"],
-                                   "status": "refused", "reason": f"{model.path}: case {case['id']} needs "
-                                   f"{sweeps.tokens_per_sequence(case)} tokens of context per sequence; the model "
-                                   f"holds {context}"})
+                    journal.write(ev.Failure(
+                        model=model.name, phase=phase, case=case["id"], status="refused",
+                        reason=f"{model.path}: case {case['id']} needs {sweeps.tokens_per_sequence(case)} tokens of "
+                               f"context per sequence; the model holds {context}"))
         if "cold" in s.phases:
             for trial in range(s.cold_trials):
                 if s.delay > 0:
                     time.sleep(s.delay)
                 drop = residency.drop_cache(model.files) if s.drop_cache else None
                 before = residency.residency(model.files)
-                journal.write({"event": "cold_trial", "model": model.name, "index": trial,
-                               "drop_cache": drop, "residency": before})
+                journal.write(ev.ColdTrial(model=model.name, index=trial, drop_cache=drop and DropCache(**drop),
+                                           residency=Residency(**before)))
                 self.progress.note(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
                 self._worker(model, ["cold"], journal, trial=trial)
         remaining = [p for p in s.phases if p != "cold" and (p not in plan or plan[p])]
@@ -145,7 +148,7 @@ class Runner:
             remaining = [p for p in remaining if p not in result.phases_done]
             if not result.failure or not result.loaded:
                 break
-            phase, case = result.failure.get("phase"), result.failure.get("case")
+            phase, case = result.failure.phase, result.failure.case
             if phase in plan and case is not None:  # a sweep goes on from the case after the failed one
                 ids = [c["id"] for c in plan[phase]]
                 plan[phase] = plan[phase][ids.index(case) + 1:] if case in ids else []
@@ -153,7 +156,7 @@ class Runner:
                     continue
             if phase in remaining:
                 remaining.remove(phase)  # that phase failed; go on with the next
-        journal.write({"event": "model_end", "model": model.name, "memory": machine.memory_snapshot()})
+        journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
 
     # -- one worker --------------------------------------------------------------------------
     def _worker(self, model: ModelSpec, phases: list[str], journal: Journal, trial: int = 0,
@@ -174,8 +177,8 @@ class Runner:
                                 stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._proc = proc
-        journal.write({"event": "worker_spawn", "model": model.name, "worker": worker_id, "phases": phases,
-                       "trial": trial, "t_spawn": t_spawn, "pid": proc.pid})
+        journal.write(ev.WorkerSpawn(model=model.name, worker=worker_id, phases=phases, trial=trial, t_spawn=t_spawn,
+                                     pid=proc.pid))
         proc.stdin.write((json.dumps(job) + "\n").encode())
         proc.stdin.close()
         ps = _ps(proc.pid)
@@ -185,7 +188,7 @@ class Runner:
         phase, request, deadline = None, None, time.monotonic() + LOAD_TIMEOUT_S
         peak, samples = 0, 0
         done_phases: list[str] = []
-        failure = None
+        failure: tuple[str, str] | None = None  # (status, reason)
         finished = loaded = False
         try:
             while not finished:
@@ -199,27 +202,26 @@ class Runner:
                         event = _parse_event(line)
                         if event is None:
                             continue
-                        kind = event["event"]
-                        if kind == "request_start":
+                        if isinstance(event, ev.RequestStart):
                             request = event
                             deadline = time.monotonic() + s.timeout
-                        elif kind == "request":
+                        elif isinstance(event, ev.Request):
                             request = None
                             deadline = time.monotonic() + LOAD_TIMEOUT_S
                             self.progress.advance(_request_line(model.name, event, s))
-                        elif kind == "loaded":
+                        elif isinstance(event, ev.Loaded):
                             loaded = True
-                        elif kind == "phase_start":
-                            phase, peak, samples = event["phase"], 0, 0
-                        elif kind == "phase_end":
-                            event["peak_rss_bytes"], event["rss_samples"] = peak or None, samples
-                            done_phases.append(event["phase"])
+                        elif isinstance(event, ev.PhaseStart):
+                            phase, peak, samples = event.phase, 0, 0
+                        elif isinstance(event, ev.PhaseEnd):  # with the RSS sampled here during the phase
+                            event = event.replace(peak_rss_bytes=peak or None, rss_samples=samples)
+                            done_phases.append(event.phase)
                             phase = None
-                        elif kind == "done":
+                        elif isinstance(event, ev.Done):
                             finished = True
-                        elif kind == "error":
-                            failure = {"status": "error", "reason": event.get("message")}
-                        journal.write({**event, "model": model.name, "worker": worker_id})
+                        elif isinstance(event, ev.Error):
+                            failure = ("error", event.message)
+                        journal.write(event.replace(model=model.name, worker=worker_id))
                 if phase is not None and ps is not None:
                     try:
                         rss = ps.memory_info().rss
@@ -229,7 +231,7 @@ class Runner:
                 if time.monotonic() > deadline:
                     what = "request" if request else "loading"
                     limit = s.timeout if request else LOAD_TIMEOUT_S
-                    failure = {"status": "timeout", "reason": f"{what} exceeded the {limit:g} s timeout; worker killed"}
+                    failure = ("timeout", f"{what} exceeded the {limit:g} s timeout; worker killed")
                     self._kill_worker()
                     break
         finally:
@@ -237,22 +239,20 @@ class Runner:
         rc = _wait(proc)
         self._proc = None
         if failure is None and not finished:
-            failure = {"status": "crashed", "reason": _exit_reason(rc)}
+            failure = ("crashed", _exit_reason(rc))
+        recorded = None
         if failure:
-            failure.update({
-                "event": "failure", "model": model.name, "worker": worker_id,
+            recorded = ev.Failure(
+                model=model.name, worker=worker_id, status=failure[0], reason=failure[1],
                 # a worker that died before the model loaded failed the load, not a phase
-                "phase": (request or {}).get("phase") or phase if loaded else None,
-                "index": (request or {}).get("index"), "kind": (request or {}).get("kind"),
-                "case": (request or {}).get("case"),
-                "mode": (request or {}).get("mode"), "exit_code": rc,
-                "signal": signal.Signals(-rc).name if rc is not None and rc < 0 else None,
-                "stderr_tail": _tail(stderr),
-            })
-            journal.write(failure)
-            self.progress.note(f"{model.name}: FAILED in {failure['phase']}: {failure['reason']}")
+                phase=(request.phase if request else None) or phase if loaded else None,
+                index=request and request.index, kind=request and request.kind, case=request and request.case,
+                mode=request and request.mode, exit_code=rc,
+                signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None, stderr_tail=_tail(stderr))
+            journal.write(recorded)
+            self.progress.note(f"{model.name}: FAILED in {recorded.phase}: {recorded.reason}")
         stderr.close()
-        return WorkerResult(phases_done=done_phases, failure=failure, loaded=loaded)
+        return WorkerResult(phases_done=done_phases, failure=recorded, loaded=loaded)
 
     def _kill_worker(self) -> None:
         proc = self._proc
@@ -301,12 +301,13 @@ def _ps(pid: int):
         return None
 
 
-def _parse_event(line: bytes) -> dict | None:
+def _parse_event(line: bytes) -> ev.Event | None:
+    """A worker's line as an event; a line that is not one (a library that wrote to fd 1 before
+    the worker redirected it, a malformed event) is passed over, as a journal reader would."""
     try:
-        event = json.loads(line)
-    except ValueError:
+        return ev.parse_event(json.loads(line), "worker")
+    except (ValueError, MacprofError):
         return None
-    return event if isinstance(event, dict) and isinstance(event.get("event"), str) else None
 
 
 def _wait(proc: subprocess.Popen) -> int | None:
@@ -338,10 +339,10 @@ def _tail(fh, limit: int = 2000) -> str:
         return ""
 
 
-def _request_line(name: str, ev: dict, s) -> str:
-    total = s.cold_trials if ev["phase"] == "cold" else s.reps
-    what = ev.get("kind") if ev.get("kind") in ("warmup", "first", "second") else f"{ev['index'] + 1}/{total}"
-    mode = f" {ev['mode']}" if ev.get("mode") else ""
-    case = f" {ev['case']}" if ev.get("case") else ""
-    return f"{name}: {ev['phase']}{case}{mode} {what}: {ev['status']}"
+def _request_line(name: str, e: ev.Request, s) -> str:
+    total = s.cold_trials if e.phase == "cold" else s.reps
+    what = e.kind if e.kind in ("warmup", "first", "second") else f"{e.index + 1}/{total}"
+    mode = f" {e.mode}" if e.mode else ""
+    case = f" {e.case}" if e.case else ""
+    return f"{name}: {e.phase}{case}{mode} {what}: {e.status}"
 

@@ -31,13 +31,16 @@ class Stream:
         sys.stdout = sys.stderr
         self.out = os.fdopen(fd, "w", buffering=1)
 
-    def __call__(self, event: dict) -> None:
-        self.out.write(json.dumps(event, separators=(",", ":")) + "\n")
+    def __call__(self, event) -> None:  # a macprof.model.events.Event
+        self.out.write(json.dumps(event.to_json(), separators=(",", ":")) + "\n")
         self.out.flush()
 
 
 def run(job: dict, emit) -> None:
-    emit({"event": "started", "pid": os.getpid(), "t_main": T_MAIN, "rss_bytes": _rss()})
+    rss = _rss()  # before any of macprof is imported
+    from macprof.model import events as ev
+
+    emit(ev.Started(pid=os.getpid(), t_main=T_MAIN, rss_bytes=rss))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     fault = os.environ.get("MACPROF_TEST_FAULT")
@@ -61,19 +64,19 @@ def run(job: dict, emit) -> None:
     t_model = time.perf_counter_ns()
     engine.load_tokenizer()
     t_tokenizer = time.perf_counter_ns()
-    emit({"event": "loaded", "t_imported": t_imported, "t_model": t_model, "t_tokenizer": t_tokenizer,
-          "rss_bytes": _rss(), "engine_memory": engine.memory(), "versions": engine.versions(),
-          "vocab_size": engine.vocab_size, "tokenizer_separate": getattr(engine, "separate_tokenizer", True)})
+    emit(ev.Loaded(t_imported=t_imported, t_model=t_model, t_tokenizer=t_tokenizer, rss_bytes=_rss(),
+                   engine_memory=engine.memory(), versions=engine.versions(), vocab_size=engine.vocab_size,
+                   tokenizer_separate=getattr(engine, "separate_tokenizer", True)))
 
     from macprof.run.phases import PHASES, PhaseContext
     from macprof.run.prompts import PromptBuilder
 
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
     for phase in job["phases"]:
-        emit({"event": "phase_start", "phase": phase, "rss_bytes": _rss()})
+        emit(ev.PhaseStart(phase=phase, rss_bytes=_rss()))
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
                                    trial=job.get("trial", 0)))
-        emit({"event": "phase_end", "phase": phase, "rss_bytes": _rss()})
+        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss()))
     engine.close()
 
 
@@ -86,12 +89,12 @@ def _with_fault(emit, fault: dict, model: str):
 
     done = 0
 
-    def wrapped(event: dict) -> None:
+    def wrapped(event) -> None:
         nonlocal done
         emit(event)
-        if event["event"] == "request":
+        if event.KIND == "request":
             done += 1
-        elif event["event"] == "request_start" and done >= fault.get("after_requests", 0):
+        elif event.KIND == "request_start" and done >= fault.get("after_requests", 0):
             if fault["kind"] == "segfault":
                 os.kill(os.getpid(), signal.SIGSEGV)
             elif fault["kind"] == "oom":  # what the OOM killer does
@@ -109,10 +112,13 @@ def main() -> None:
         run(job, emit)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which records it
         from macprof.errors import MacprofError
+        from macprof.model import events as ev
 
-        emit({"event": "error", "message": str(exc) if isinstance(exc, MacprofError) else f"{type(exc).__name__}: {exc}"})
+        emit(ev.Error(message=str(exc) if isinstance(exc, MacprofError) else f"{type(exc).__name__}: {exc}"))
         sys.exit(3)
-    emit({"event": "done"})
+    from macprof.model import events as ev
+
+    emit(ev.Done())
 
 
 if __name__ == "__main__":

@@ -9,16 +9,18 @@ from pathlib import Path
 from macprof.analyse.build import build
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
+from macprof.model.events import Event, parse_event
+from macprof.model.log import RunLog
 
 
 # -- files ---------------------------------------------------------------------------------
-def save(log: dict, path: Path) -> None:
+def save(log: RunLog, path: Path) -> None:
     """Atomic: a temp file in the same folder, fsynced, then renamed over the target."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(log, fh, indent=1)
+            json.dump(log.to_json(), fh, indent=1)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -32,17 +34,20 @@ def save(log: dict, path: Path) -> None:
                            f"the journal {path.with_suffix('.journal.jsonl')} keeps every measurement") from None
 
 
-def read_journal(path: Path) -> list[dict]:
+def read_journal(path: Path) -> list[Event]:
+    """The journal's events; a line that is not an event, or of a kind this macprof does not
+    know, is passed over; an event with a missing or malformed field is refused, naming it."""
     events = []
     try:
         with open(path, encoding="utf-8") as fh:
-            for line in fh:
+            for number, line in enumerate(fh, 1):
                 try:
-                    ev = json.loads(line)
+                    data = json.loads(line)
                 except ValueError:
                     continue  # a line cut by a crash mid-write: everything before it stands
-                if isinstance(ev, dict) and "event" in ev:
-                    events.append(ev)
+                event = parse_event(data, f"{path}: line {number}")
+                if event is not None:
+                    events.append(event)
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read journal ({exc.strerror})") from None
     return events
@@ -62,8 +67,8 @@ def validate(log: dict, where: str = "run log") -> None:
         raise MacprofError(f"{where}: does not match the run-log schema at {loc}: {exc.message[:200]}") from None
 
 
-def load(path: Path) -> dict:
-    """A run log (validated) or a journal (rebuilt into a run log)."""
+def load(path: Path) -> RunLog:
+    """A run log (validated, migrated) or a journal (rebuilt into a run log)."""
     path = Path(path)
     if path.name.endswith(".jsonl"):
         return build(read_journal(path))
@@ -80,7 +85,7 @@ def load(path: Path) -> dict:
                            f"understands ({SCHEMA_VERSION}): upgrade macprof")
     data = migrate(data)
     validate(data, str(path))
-    return data
+    return RunLog.from_json(data, str(path))
 
 
 def migrate(data: dict) -> dict:

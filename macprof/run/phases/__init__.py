@@ -1,6 +1,7 @@
 """The registry of measurement protocols: one function per phase, each taking a PhaseContext.
-Adding a phase = a module here with ``run_<name>(ctx)``, an entry below, and its builder in
-macprof/analyse/build.py (docs/design.md walks through it)."""
+Adding a phase = a module here with ``run_<name>(ctx)``, an entry below, its builder in
+macprof/analyse/build.py and its record in macprof/model/phases.py (new event kinds go to
+macprof/model/events.py; docs/design.md walks through it)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ trial and records the page-cache residency before it)."""
 
 from __future__ import annotations
 
+from macprof.model import events as ev
 from macprof.run.phases.common import PhaseContext, announced, timed_request
 
 
@@ -15,4 +16,4 @@ def run_cold(ctx: PhaseContext) -> None:
         engine.reset()
         announced(emit, {"phase": "cold", "index": trial, "kind": kind},
                   lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock))
-    emit({"event": "phase_memory", "phase": "cold", "engine_memory": engine.memory()})
+    emit(ev.PhaseMemory(phase="cold", engine_memory=engine.memory()))

@@ -1,21 +1,23 @@
 """What every measurement protocol shares: the phase's context, a timestamped request (single
 or batched), the request_start/request pair, and the token-by-token output check.
 
-Each protocol emits events (plain dicts) as it goes; the worker streams them to the parent,
-which journals them at once, so nothing measured waits in memory for the end of a phase.
+Each protocol emits events (macprof.model.events) as it goes; the worker streams them to the
+parent, which journals them at once, so nothing measured waits in memory for the end of a phase.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from macprof.config import Settings
+from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
+from macprof.model.phases import OutputCheck
 from macprof.run.prompts import Prompt, PromptBuilder
 
-Emit = Callable[[dict], None]
+Emit = Callable[[ev.Event], None]
 Clock = Callable[[], int]
 
 
@@ -81,12 +83,12 @@ def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_
             "computed_prompt_tokens": sum(len(x) for x in ids), "engine_memory": engine.memory() or None}
 
 
-def announced(emit: Emit, head: dict, measure: Callable[[], dict]) -> dict:
+def announced(emit: Emit, head: dict, measure: Callable[[], dict]) -> ev.Request:
     """``request_start`` before the measurement (the parent's per-request timeout runs from
     it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...)."""
-    emit({"event": "request_start", **head})
-    rec = measure()
-    emit({"event": "request", **head, **rec})
+    emit(ev.RequestStart(**head))
+    rec = ev.Request(**{**head, **measure()})
+    emit(rec)
     return rec
 
 
@@ -110,7 +112,7 @@ def _warm_case(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: C
                   lambda: timed_request(engine, prompt, gen_tokens, clock))
 
 
-def compare_outputs(engine, prompt: Prompt, reference: list[int], other: list[int]) -> dict:
+def compare_outputs(engine, prompt: Prompt, reference: Sequence[int], other: Sequence[int]) -> OutputCheck:
     """Token-by-token agreement; at the first divergence, the top-2 logit margin of the
     reference (uncached) path decides whether it is a near-tie or a failed check."""
     n = max(len(reference), len(other))
@@ -118,11 +120,10 @@ def compare_outputs(engine, prompt: Prompt, reference: list[int], other: list[in
     first = next((k for k, (a, b) in enumerate(zip(reference, other)) if a != b), None)
     if first is None and len(reference) != len(other):
         first = min(len(reference), len(other))
-    out = {"identical_fraction": same / n if n else 1.0, "first_divergence": first,
-           "margin": None, "near_tie": None, "passed": first is None}
     if first is not None and first < len(reference):
-        top = engine.top2(list(prompt.ids) + reference[:first])
-        out["margin"] = top.margin
-        out["near_tie"] = top.margin < NEAR_TIE_LOGITS
-        out["passed"] = out["near_tie"]
-    return out
+        margin = engine.top2(list(prompt.ids) + list(reference[:first])).margin
+        near_tie = margin < NEAR_TIE_LOGITS
+        return OutputCheck(identical_fraction=same / n, first_divergence=first, margin=margin, near_tie=near_tie,
+                           passed=near_tie)
+    return OutputCheck(identical_fraction=same / n if n else 1.0, first_divergence=first, margin=None, near_tie=None,
+                       passed=first is None)

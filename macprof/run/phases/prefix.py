@@ -4,6 +4,7 @@ compared token by token."""
 
 from __future__ import annotations
 
+from macprof.model import events as ev
 from macprof.run.phases.common import PhaseContext, _kind, _pause, announced, compare_outputs, timed_request
 
 
@@ -15,7 +16,7 @@ def run_prefix(ctx: PhaseContext) -> None:
     for i, prompt in enumerate(prompts):
         index = i - 1  # the first pair warms up both paths and is discarded
         kind = _kind(i)
-        outputs: dict[str, list[int]] = {}
+        outputs: dict[str, tuple[int, ...]] = {}
         order = ("reuse", "noreuse") if i % 2 == 0 else ("noreuse", "reuse")
         for mode in order:
             _pause(s)
@@ -25,7 +26,7 @@ def run_prefix(ctx: PhaseContext) -> None:
                     pass
             rec = announced(emit, {"phase": "prefix", "index": index, "kind": kind, "mode": mode},
                             lambda: timed_request(engine, prompt, s.gen_tokens, clock))
-            outputs[mode] = rec["tokens"]
-        emit({"event": "prefix_check", "phase": "prefix", "index": index, "kind": kind,
-              **compare_outputs(engine, prompt, outputs["noreuse"], outputs["reuse"])})
-    emit({"event": "phase_memory", "phase": "prefix", "engine_memory": engine.memory()})
+            outputs[mode] = rec.tokens
+        check = compare_outputs(engine, prompt, outputs["noreuse"], outputs["reuse"])
+        emit(ev.PrefixCheck(phase="prefix", index=index, kind=kind, **check.to_json()))
+    emit(ev.PhaseMemory(phase="prefix", engine_memory=engine.memory()))

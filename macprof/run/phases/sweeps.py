@@ -7,6 +7,8 @@ from typing import Callable
 
 from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
 from macprof.errors import MacprofError
+from macprof.model import events as ev
+from macprof.model.phases import OutputCheck
 from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_case, announced, compare_outputs,
                                        timed_batch, timed_request)
 from macprof.run.prompts import Prompt
@@ -20,8 +22,8 @@ def _sweep(engine, phase: str, cases: list[dict], emit: Emit, one_case: Callable
         try:
             one_case(case)
         except MacprofError as exc:
-            emit({"event": "case_error", "phase": phase, "case": case["id"], "reason": str(exc)})
-    emit({"event": "phase_memory", "phase": phase, "engine_memory": engine.memory()})
+            emit(ev.CaseError(phase=phase, case=case["id"], reason=str(exc)))
+    emit(ev.PhaseMemory(phase=phase, engine_memory=engine.memory()))
 
 
 def run_grid(ctx: PhaseContext) -> None:
@@ -50,9 +52,9 @@ def run_depth(ctx: PhaseContext) -> None:
             prompts = [builder.prefixed(context, f"depth:{d}:{i}", d + 1) for i in range(s.reps + 1)]
         else:
             prompts = [builder.prompt(f"depth:0:{i}", 1) for i in range(s.reps + 1)]
-        emit({"event": "depth_fill", "phase": "depth", **tags, "depth": d, "t_start": t_start, "t_end": t_end,
-              "fill_s": (t_end - t_start) / 1e9 if d > 0 else None, "cached_tokens": engine.cached_tokens(),
-              "kv_cache_bytes": engine.kv_cache_bytes()})
+        emit(ev.DepthFill(phase="depth", **tags, depth=d, t_start=t_start, t_end=t_end,
+                          fill_s=(t_end - t_start) / 1e9 if d > 0 else None, cached_tokens=engine.cached_tokens(),
+                          kv_cache_bytes=engine.kv_cache_bytes()))
         for i, prompt in enumerate(prompts):
             _pause(s)
             engine.truncate(d)  # restore the filled cache: drop what the previous request added
@@ -70,7 +72,7 @@ def run_batch(ctx: PhaseContext) -> None:
     def one_case(case: dict) -> None:
         size, n, tags = case["batch"], case["gen_tokens"], {"case": case["id"], "batch": case["batch"]}
         if engine.batch_unsupported:
-            emit({"event": "case_unsupported", "phase": "batch", **tags, "reason": engine.batch_unsupported})
+            emit(ev.CaseUnsupported(phase="batch", **tags, reason=engine.batch_unsupported))
             return
         engine.reset()
         engine.open_batch(size, tokens_per_sequence(case) + CONTEXT_MARGIN)
@@ -81,16 +83,16 @@ def run_batch(ctx: PhaseContext) -> None:
                 engine.reset()
                 rec = announced(emit, {"phase": "batch", "index": i - 1, "kind": _kind(i), **tags},
                                 lambda: timed_batch(engine, prompts, n, clock))
-                if i == 1 and rec["status"] == "ok":
-                    emit({"event": "batch_check", "phase": "batch", **tags, "index": 0,
-                          "sequences": _batch_check(engine, prompts, rec["tokens"], n)})
+                if i == 1 and rec.status == "ok":
+                    emit(ev.BatchCheck(phase="batch", **tags, index=0,
+                                       sequences=_batch_check(engine, prompts, rec.tokens, n)))
         finally:
             engine.close_batch()
 
     _sweep(engine, "batch", cases, emit, one_case)
 
 
-def _batch_check(engine, prompts: list[Prompt], batched: list[list[int]], n: int) -> list[dict]:
+def _batch_check(engine, prompts: list[Prompt], batched: tuple[list[int], ...], n: int) -> list[OutputCheck]:
     out = []
     for prompt, tokens in zip(prompts, batched):
         engine.reset()

@@ -1,0 +1,282 @@
+"""The journal's events: what the orchestrator, the worker and the measurement protocols write,
+one JSON object per line with its kind under ``"event"``. Writers construct these records and
+emit ``to_json()``; readers get them back from ``parse_event``. The orchestrator adds ``model``
+(and ``worker``, for what a worker streamed) by building a new event, never by editing one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
+from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
+from macprof.model.records import ABSENT, Record
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event(Record):
+    KIND: ClassVar[str]
+
+    model: str | None = ABSENT
+    worker: str | None = ABSENT
+
+    def to_json(self) -> dict:
+        return {"event": self.KIND, **super().to_json()}
+
+
+# -- the orchestrator ------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RunStart(Event):
+    KIND = "run_start"
+    schema_version: int | None = None
+    tool_version: str | None = None
+    utc: str | None = None
+    machine: Machine | None = None
+    software: dict[str, Any] | None = None
+    bandwidth: Bandwidth | None = None
+    memory: SystemMemory | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelStart(Event):
+    KIND = "model_start"
+    utc: str | None = None
+    identity: Identity
+    shape: dict[str, Any] | None = None
+    shape_error: str | None = None
+    files_error: str | None = ABSENT  # journals before it existed lack it
+    settings: ModelSettings
+    memory: SystemMemory | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan(Event):
+    """The sweep cases planned for a model, refused ones included (journals before it existed
+    are rebuilt with the plan recomputed from the settings)."""
+
+    KIND = "plan"
+    cases: dict[str, tuple[PlannedCase, ...]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdTrial(Event):
+    KIND = "cold_trial"
+    index: int
+    drop_cache: DropCache | None = None
+    residency: Residency
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSpawn(Event):
+    KIND = "worker_spawn"
+    phases: tuple[str, ...]
+    trial: int = 0
+    t_spawn: int
+    pid: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure(Event):
+    """A worker that crashed, hung or reported an error, or a model or case refused."""
+
+    KIND = "failure"
+    status: str
+    reason: str | None = None
+    phase: str | None = None
+    index: int | None = ABSENT
+    kind: str | None = ABSENT
+    case: str | None = ABSENT
+    mode: str | None = ABSENT
+    exit_code: int | None = ABSENT
+    signal: str | None = ABSENT
+    stderr_tail: str | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interrupted(Event):
+    KIND = "interrupted"
+    utc: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelEnd(Event):
+    KIND = "model_end"
+    memory: SystemMemory | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEnd(Event):
+    KIND = "run_end"
+    utc: str | None = None
+    complete: bool = False
+    memory: SystemMemory | None = None
+
+
+# -- the worker ------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Started(Event):
+    KIND = "started"
+    pid: int | None = None
+    t_main: int | None = None
+    rss_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loaded(Event):
+    KIND = "loaded"
+    t_imported: int | None = None
+    t_model: int | None = None
+    t_tokenizer: int | None = None
+    rss_bytes: int | None = None
+    engine_memory: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    vocab_size: int | None = None
+    tokenizer_separate: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseStart(Event):
+    KIND = "phase_start"
+    phase: str
+    rss_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseEnd(Event):
+    KIND = "phase_end"
+    phase: str
+    rss_bytes: int | None = None
+    peak_rss_bytes: int | None = ABSENT  # the parent's RSS sampling, added as it journals the event
+    rss_samples: int | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseMemory(Event):
+    KIND = "phase_memory"
+    phase: str
+    engine_memory: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error(Event):
+    KIND = "error"
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Done(Event):
+    KIND = "done"
+
+
+# -- the measurement protocols (macprof/run/phases) -----------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class _RequestHead(Event):
+    """What a request_start and its request share: which phase, index, kind, case..."""
+
+    phase: str
+    index: int
+    kind: str
+    mode: str | None = ABSENT  # prefix
+    case: str | None = ABSENT  # sweeps
+    batch: int | None = ABSENT  # batch
+    cached_tokens_before: int | None = ABSENT  # depth
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestStart(_RequestHead):
+    """Before a measurement: the parent's per-request timeout runs from it."""
+
+    KIND = "request_start"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request(_RequestHead):
+    """One measured request: raw timestamps and token ids (a batch's: one list per sequence)."""
+
+    KIND = "request"
+    status: str
+    error: str | None = None
+    t0: int
+    t_tokenized: int | None = None
+    token_times: tuple[int, ...] = ()
+    tokens: tuple[Any, ...] = ()
+    prompt_tokens: int = 0
+    reused_tokens: int | None = ABSENT  # a batch has none of these three
+    computed_prompt_tokens: int | None = ABSENT
+    cached_tokens_after: int | None = ABSENT
+    kv_cache_bytes: int | None = ABSENT
+    engine_memory: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixCheck(Event):
+    """The reuse and noreuse outputs of one prompt compared (the fields of an OutputCheck)."""
+
+    KIND = "prefix_check"
+    phase: str
+    index: int
+    kind: str
+    identical_fraction: float | None = None
+    first_divergence: int | None = None
+    margin: float | None = None
+    near_tie: bool | None = None
+    passed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepthFill(Event):
+    KIND = "depth_fill"
+    phase: str
+    case: str
+    depth: int
+    t_start: int | None = None
+    t_end: int | None = None
+    fill_s: float | None = None
+    cached_tokens: int | None = None
+    kv_cache_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchCheck(Event):
+    KIND = "batch_check"
+    phase: str
+    case: str
+    batch: int
+    index: int
+    sequences: tuple[OutputCheck, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseError(Event):
+    KIND = "case_error"
+    phase: str
+    case: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseUnsupported(Event):
+    KIND = "case_unsupported"
+    phase: str
+    case: str
+    batch: int | None = ABSENT
+    reason: str | None = None
+
+
+# -- the registry ----------------------------------------------------------------------------
+EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
+    RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
+    Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
+    RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported)}
+
+
+def parse_event(data: Any, where: str = "journal") -> Event | None:
+    """The event of one journal line (already read as JSON); None for what is not an event or
+    is of a kind this macprof does not know. A known kind with a missing or malformed field
+    raises MacprofError naming it."""
+    if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+        return None
+    cls = EVENTS.get(data["event"])
+    if cls is None:
+        return None
+    return cls.from_json({k: v for k, v in data.items() if k != "event"}, f"{where}: {data['event']} event")

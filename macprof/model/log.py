@@ -1,0 +1,207 @@
+"""The run log: the machine, the bandwidth, and per model its identity, settings, phases and
+memory. ``RunLog.to_json()`` is the file `macprof run` writes (schema SCHEMA_VERSION);
+``RunLog.from_json`` reads one of that version (macprof.store.runlog migrates older ones first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from macprof.config import Settings, settings_from_dict
+from macprof.errors import MacprofError
+from macprof.model.definitions import SCHEMA_VERSION
+from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
+from macprof.model.records import ABSENT, Record
+
+_DEFAULT = Settings()
+
+
+# -- the machine ---------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class SystemMemory(Record):
+    available_bytes: int | None = None
+    swap_used_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunMemory(Record):
+    start: SystemMemory | None = None
+    end: SystemMemory | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Machine(Record):
+    os: str | None = None
+    os_version: str | None = None
+    arch: str | None = None
+    cpu_model: str | None = None
+    cores_logical: int | None = None
+    cores_physical: int | None = None
+    cores_performance: int | None = None
+    cores_efficiency: int | None = None
+    memory_bytes: int | None = None
+    host_id: str | None = None
+    chip: str | None = None
+    gpu_cores: int | None = None
+    power_source: str | None = None
+    low_power_mode: bool | None = None
+    thermal_state: str | None = None
+    unknown: dict[str, str] = field(default_factory=dict)  # field -> why it is null
+    core_levels: tuple[dict[str, Any], ...] | None = ABSENT  # macOS: the chip's core clusters
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecBandwidth(Record):
+    gbs: float | None = None
+    source: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredBandwidth(Record):
+    """The bandwidth (and matmul) probe; a failed probe leaves only ``gbs`` (null) and ``reason``."""
+
+    gbs: float | None = None
+    best_gbs: float | None = ABSENT
+    stdev_gbs: float | None = ABSENT
+    device: str | None = ABSENT
+    method: str | None = ABSENT
+    utc: str | None = ABSENT
+    cached: bool | None = ABSENT
+    reason: str | None = None
+    tflops: float | None = ABSENT  # absent from logs before the matmul probe
+    tflops_method: str | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bandwidth(Record):
+    spec: SpecBandwidth | None = None
+    measured: MeasuredBandwidth | None = None
+    tflops: float | None = None  # published peak, where Apple gives one
+
+
+# -- one model -----------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class ModelFile(Record):
+    name: str = ""
+    bytes: int = 0
+    sha256: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity(Record):
+    name: str = ""
+    engine: str = ""
+    path: str | None = None
+    quant_label: str | None = None
+    quant_declared: str | None = None
+    architecture: str | None = None
+    n_params: int | None = None
+    total_bytes: int = 0
+    files: tuple[ModelFile, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings(Record):
+    """macprof.config.Settings as the log records it; logs before the sweeps lack their keys."""
+
+    phases: tuple[str, ...] = _DEFAULT.phases
+    prompt_tokens: int = _DEFAULT.prompt_tokens
+    gen_tokens: int = _DEFAULT.gen_tokens
+    prefix_tokens: int = _DEFAULT.prefix_tokens
+    reps: int = _DEFAULT.reps
+    cold_trials: int = _DEFAULT.cold_trials
+    threads: int | None = _DEFAULT.threads
+    timeout: float = _DEFAULT.timeout
+    delay: float = _DEFAULT.delay
+    drop_cache: bool = _DEFAULT.drop_cache
+    force: bool = _DEFAULT.force
+    prompt_grid: tuple[int, ...] | None = ABSENT
+    gen_grid: tuple[int, ...] | None = ABSENT
+    shapes: tuple[str, ...] | None = ABSENT
+    depths: tuple[int, ...] | None = ABSENT
+    batches: tuple[int, ...] | None = ABSENT
+
+    def to_settings(self) -> Settings:
+        return settings_from_dict(self.to_json())
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvCache(Record):
+    bytes_per_token: float | None = None
+    context_tokens: int | None = None
+    computed_bytes: float | None = None
+    measured_bytes: int | None = None
+    measured_note: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelMemory(Record):
+    rss_before_load_bytes: int | None = None
+    rss_after_load_bytes: int | None = None
+    engine_after_load: dict[str, Any] | None = None
+    kv_cache: KvCache = field(default_factory=KvCache)
+    system_before: SystemMemory | None = None
+    system_after: SystemMemory | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Phases(Record):
+    """The phases the model's settings asked for; the others are absent (None)."""
+
+    cold: ColdPhase | None = ABSENT
+    warm: WarmPhase | None = ABSENT
+    prefix: PrefixPhase | None = ABSENT
+    grid: Sweep | None = ABSENT
+    depth: Sweep | None = ABSENT
+    batch: Sweep | None = ABSENT
+
+    def sweep(self, name: str) -> Sweep | None:
+        """grid, depth or batch by name (`compare --case depth:d4096` names one)."""
+        return {"grid": self.grid, "depth": self.depth, "batch": self.batch}[name]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResult(Record):
+    identity: Identity = field(default_factory=Identity)
+    shape: dict[str, Any] | None = None  # the model's metadata: macprof.collect.modelinfo
+    shape_error: str | None = None
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    engine_versions: dict[str, Any] | None = None
+    phases: Phases = field(default_factory=Phases)
+    memory: ModelMemory = field(default_factory=ModelMemory)
+    failures: tuple[Failure, ...] = ()
+    complete: bool = False
+
+
+# -- the run -------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Redacted(Record):
+    by: str | None = None
+    removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunLog(Record):
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str | None = None
+    started_utc: str | None = None
+    ended_utc: str | None = None
+    complete: bool = False
+    interrupted: bool = False
+    machine: Machine | None = None
+    software: dict[str, Any] | None = None
+    definitions: dict[str, Any] = field(default_factory=dict)
+    bandwidth: Bandwidth | None = ABSENT  # absent from schema 1 logs until migrated
+    memory: RunMemory = field(default_factory=RunMemory)
+    models: tuple[ModelResult, ...] = ()
+    redacted: Redacted | None = ABSENT  # a `macprof share` copy
+    migrated_from: int | None = ABSENT
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> Self:
+        """A log of this schema version (older ones are migrated by macprof.store.runlog first)."""
+        version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else None
+        if version != SCHEMA_VERSION:
+            raise MacprofError(f"{where or 'run log'}: schema_version {version!r} is not {SCHEMA_VERSION}: migrate it first")
+        return super().from_json(data, where)

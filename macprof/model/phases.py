@@ -1,0 +1,359 @@
+"""The run log's records of what was measured: requests, statistics, failures, each phase
+(cold, warm, prefix, the sweeps and their cases) and the ceilings beside them.
+docs/runlog.md says what every field means; store/schema/runlog.schema.json is the same
+layout as a JSON Schema (tests/test_model_schema.py keeps the two in step)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from macprof.model.records import ABSENT, Record
+
+
+# -- one request and the statistics of many ------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Summary(Record):
+    """One figure over raw samples: macprof.measure.stats.summarize."""
+
+    n: int = 0
+    failures: int = 0
+    dropped: int = 0
+    median: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    stdev: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metrics(Record):
+    """The summaries of a phase's (or a case's) measured requests."""
+
+    ttft_s: Summary = field(default_factory=Summary)
+    prefill_tok_s: Summary = field(default_factory=Summary)
+    decode_tok_s: Summary = field(default_factory=Summary)
+    e2e_tok_s: Summary = field(default_factory=Summary)
+    itl_s: Summary = field(default_factory=Summary)
+    aggregate_decode_tok_s: Summary | None = ABSENT  # batch cases: B x the per-sequence decode rate
+
+
+@dataclass(frozen=True, kw_only=True)
+class Itl(Record):
+    """One request's inter-token latencies."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request(Record):
+    """A request as journaled (raw timestamps, token ids) plus what its timestamps give."""
+
+    index: int | None = None
+    kind: str = ""
+    mode: str | None = None
+    status: str = ""
+    error: str | None = None
+    t0: int = 0
+    t_tokenized: int | None = None
+    token_times: tuple[int, ...] = ()
+    tokens: tuple[Any, ...] = ()  # ids; one list of ids per sequence in a batch
+    prompt_tokens: int = 0
+    reused_tokens: int | None = None
+    computed_prompt_tokens: int | None = None
+    cached_tokens_after: int | None = None
+    kv_cache_bytes: int | None = None
+    engine_memory: dict[str, Any] | None = ABSENT  # absent from schema 1 logs
+    case: str | None = ABSENT
+    batch: int | None = ABSENT
+    cached_tokens_before: int | None = ABSENT
+    n_tokens: int = 0
+    ttft_s: float | None = None
+    prefill_tok_s: float | None = None
+    decode_tok_s: float | None = None
+    e2e_tok_s: float | None = None
+    tokenize_s: float | None = None
+    total_s: float | None = None
+    itl: Itl | None = None
+    aggregate_decode_tok_s: float | None = ABSENT
+    aggregate_e2e_tok_s: float | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure(Record):
+    """A failure as the orchestrator journaled it (worker crash, timeout, refusal) or a sweep
+    case's error; only ``status`` and ``reason`` are always there."""
+
+    event: str | None = ABSENT
+    model: str | None = ABSENT
+    worker: str | None = ABSENT
+    status: str = "error"
+    reason: str | None = None
+    phase: str | None = ABSENT
+    case: str | None = ABSENT
+    index: int | None = ABSENT
+    kind: str | None = ABSENT
+    mode: str | None = ABSENT
+    exit_code: int | None = ABSENT
+    signal: str | None = ABSENT
+    stderr_tail: str | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputCheck(Record):
+    """Token-by-token agreement of two outputs of the same prompt (prefix reuse, batching)."""
+
+    identical_fraction: float | None = None
+    first_divergence: int | None = None
+    margin: float | None = None
+    near_tie: bool | None = None
+    passed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checks(Record):
+    n: int = 0
+    identical: int = 0
+    near_ties: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchCheck(Checks):
+    sequences: tuple[OutputCheck, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseMemory(Record):
+    rss_start_bytes: int | None = None
+    rss_end_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    rss_samples: int | None = None
+    engine: dict[str, Any] | None = None
+
+
+# -- the ceilings --------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class CeilingSide(Record):
+    """The roofline with the published (spec) or the measured bandwidth; where that bandwidth is
+    unknown, only ``reason``."""
+
+    bandwidth_gbs: float | None = None
+    reason: str | None = ABSENT
+    ceiling_tok_s: float | None = ABSENT
+    efficiency: float | None = ABSENT
+    bound: str | None = ABSENT
+    file_size_ceiling_tok_s: float | None = ABSENT
+    prefill_compute_ceiling_tok_s: float | None = ABSENT
+    prefill_efficiency: float | None = ABSENT
+    prefill_reason: str | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ceiling(Record):
+    """A phase's or a case's decode figure against the roofline at its context; where the model's
+    shape is unknown (or the log predates ceilings), only ``reason``."""
+
+    reason: str | None = ABSENT
+    context_tokens: float | None = ABSENT
+    weight_bytes_per_token: float | None = ABSENT
+    kv_bytes_per_token: float | None = ABSENT
+    decode_tok_s: float | None = ABSENT
+    spec: CeilingSide | None = ABSENT
+    measured: CeilingSide | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictionSide(Record):
+    bandwidth_gbs: float | None = None
+    reason: str | None = ABSENT
+    batch: int | None = ABSENT
+    step_s: float | None = ABSENT
+    itl_s: float | None = ABSENT
+    aggregate_tok_s: float | None = ABSENT
+    per_user_tok_s: float | None = ABSENT
+    bound: str | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction(Record):
+    """The roofline's batching model for one batch case."""
+
+    reason: str | None = ABSENT
+    spec: PredictionSide | None = ABSENT
+    measured: PredictionSide | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class TradeoffRow(Record):
+    """One batch size: measured and predicted, each also relative to B = 1."""
+
+    batch: int = 1
+    aggregate_tok_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p99_s: float | None = None
+    predicted_with: str | None = None
+    predicted_aggregate_tok_s: float | None = None
+    predicted_itl_s: float | None = None
+    bound: str | None = None
+    measured_over_predicted_aggregate: float | None = None
+    measured_over_predicted_itl: float | None = None
+    aggregate_vs_b1: float | None = None
+    itl_p50_vs_b1: float | None = None
+    predicted_aggregate_vs_b1: float | None = None
+    predicted_itl_vs_b1: float | None = None
+
+
+# -- the phases ------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Residency(Record):
+    resident_bytes: int | None = None
+    file_bytes: int | None = None
+    fraction: float | None = None
+    label: str = "unknown"
+    method: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropCache(Record):
+    dropped: bool = False
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdTrial(Record):
+    """One fresh worker process; a trial whose worker never ran has only the first four."""
+
+    index: int = 0
+    residency: Residency | None = None
+    drop_cache: DropCache | None = None
+    status: str = "ok"
+    interpreter_s: float | None = ABSENT
+    import_s: float | None = ABSENT
+    model_load_s: float | None = ABSENT
+    tokenizer_load_s: float | None = ABSENT
+    ready_s: float | None = ABSENT
+    first_request: Request | None = ABSENT
+    second_request: Request | None = ABSENT
+    first_request_extra_s: float | None = ABSENT
+    time_to_first_token_s: float | None = ABSENT
+    prompt_build_s: float | None = ABSENT
+    tokenizer_note: str | None = ABSENT
+    failure: Failure | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdSummary(Record):
+    interpreter_s: Summary = field(default_factory=Summary)
+    import_s: Summary = field(default_factory=Summary)
+    model_load_s: Summary = field(default_factory=Summary)
+    tokenizer_load_s: Summary = field(default_factory=Summary)
+    ready_s: Summary = field(default_factory=Summary)
+    first_request_extra_s: Summary = field(default_factory=Summary)
+    time_to_first_token_s: Summary = field(default_factory=Summary)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdPhase(Record):
+    trials: tuple[ColdTrial, ...] = ()
+    summary: ColdSummary = field(default_factory=ColdSummary)
+    failures: tuple[Failure, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmPhase(Record):
+    requests: tuple[Request, ...] = ()
+    summary: Metrics = field(default_factory=Metrics)
+    failures: tuple[Failure, ...] = ()
+    memory: PhaseMemory | None = None
+    roofline: Ceiling | None = ABSENT  # a schema 1 log gets it (with the reason) on migration
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixPair(Record):
+    """One prompt with the prefix cached (reuse) and not (noreuse); a pair cut short by a
+    failure lacks what was not measured."""
+
+    index: int | None = None
+    kind: str = ""
+    reuse: Request | None = ABSENT
+    noreuse: Request | None = ABSENT
+    check: OutputCheck | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixSummary(Record):
+    reuse: Metrics = field(default_factory=Metrics)
+    noreuse: Metrics = field(default_factory=Metrics)
+    ttft_speedup: float | None = None
+    reused_tokens: Summary = field(default_factory=Summary)
+    checks: Checks = field(default_factory=Checks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixPhase(Record):
+    pairs: tuple[PrefixPair, ...] = ()
+    summary: PrefixSummary = field(default_factory=PrefixSummary)
+    failures: tuple[Failure, ...] = ()
+    memory: PhaseMemory | None = None
+    roofline: Ceiling | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedCase(Record):
+    """A sweep case as planned (macprof.cases.plan): what the case is, before it runs."""
+
+    id: str
+    shape: str | None = ABSENT  # grid
+    depth: int | None = ABSENT  # depth
+    batch: int | None = ABSENT  # batch
+    prompt_tokens: int
+    gen_tokens: int
+    context_tokens: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepthFill(Record):
+    t_start: int | None = None
+    t_end: int | None = None
+    fill_s: float | None = None
+    cached_tokens: int | None = None
+    kv_cache_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepCase(Record):
+    """One planned case and what came of it; a case that never ran is listed as ``not run``."""
+
+    id: str = ""
+    status: str = "not run"
+    shape: str | None = ABSENT
+    depth: int | None = ABSENT
+    batch: int | None = ABSENT
+    prompt_tokens: int = 0
+    gen_tokens: int = 0
+    context_tokens: float = 0.0
+    requests: tuple[Request, ...] = ()
+    summary: Metrics = field(default_factory=Metrics)
+    failures: tuple[Failure, ...] = ()
+    reason: str | None = None
+    roofline: Ceiling | None = None
+    fill: DepthFill | None = ABSENT  # depth
+    prediction: Prediction | None = ABSENT  # batch
+    check: BatchCheck | None = ABSENT  # batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep(Record):
+    """grid, depth or batch: its cases in plan order, the failures tied to no case, memory."""
+
+    cases: tuple[SweepCase, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    memory: PhaseMemory | None = None
+    tradeoff: tuple[TradeoffRow, ...] | None = ABSENT  # batch
