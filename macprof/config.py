@@ -269,10 +269,25 @@ def _model_path(where: str, entry: dict, config_path: Path, check_engines: bool)
         raise MacprofError(f"{where}: key 'path': {model_path} does not exist")
     if demo is None and engine == "llama.cpp" and model_path.is_dir():
         raise MacprofError(f"{where}: key 'path': {model_path} is a directory; llama.cpp needs a .gguf file")
+    if demo is None:
+        _check_file_kinds(where, model_path)
     if demo is None and engine == "mlx" and not model_path.is_dir():
         raise MacprofError(f"{where}: key 'path': {model_path} is a file; mlx needs a model directory "
                            f"(config.json + *.safetensors)")
     return model_path, demo
+
+
+def _check_file_kinds(where: str, model_path: Path) -> None:
+    """Regular files only: open() on a FIFO blocks, /dev/zero hashes forever, a socket cannot
+    be read. An MLX directory's entries are checked one by one."""
+    from macprof.collect import filekind
+
+    try:
+        filekind.model_files(model_path)
+    except MacprofError as exc:
+        raise MacprofError(f"{where}: key 'path': {exc}") from None
+    except OSError as exc:
+        raise MacprofError(f"{where}: key 'path': {exc.filename or model_path}: {exc.strerror}") from None
 
 
 def _entry_settings(where: str, entry: dict) -> tuple[dict, dict]:

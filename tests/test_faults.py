@@ -57,8 +57,8 @@ def make_case(name, tiny_dir, tmp):
 
 
 CASES = [
-    ("gguf truncated in header", "model.gguf: truncated or corrupt GGUF file"),
-    ("gguf truncated in tensor data", "model.gguf: truncated or corrupt GGUF file"),
+    ("gguf truncated in header", "model.gguf: GGUF header: a key/value count of"),
+    ("gguf truncated in tensor data", "model.gguf: GGUF tensor data: tensor"),
     ("gguf wrong magic", "model.gguf: not a GGUF file (magic b'GGUX'"),
     ("gguf unsupported version", "model.gguf: unsupported GGUF version 99"),
     ("gguf zero bytes", "model.gguf: empty file (0 bytes)"),

@@ -66,3 +66,56 @@ def test_estimate_needs_a_known_chip_variant():
     assert r.exit_code == 2 and "give --gpu-cores" in r.output
     r = CliRunner().invoke(main, ["estimate", "--file-size", "4", "--chip", "M4 Max", "--gpu-cores", "32", "--json"])
     assert json.loads(r.output)["bandwidth_gbs"] == 410
+
+
+BW = ["--bandwidth", "100"]
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--params", "nan", "--bits", "4", *BW], "--params"),
+    (["--params", "inf", "--bits", "4", *BW], "--params"),
+    (["--params", "1e308", "--bits", "4", *BW], "--params"),
+    (["--params", "-8B", "--bits", "4", *BW], "--params"),
+    (["--params", "8B", "--active-params", "0", "--bits", "4", *BW], "--active-params"),
+    (["--params", "8B", "--bits", "0", *BW], "--bits"),
+    (["--params", "8B", "--bytes-per-param", "nan", *BW], "--bytes-per-param"),
+    (["--params", "8B", "--bytes-per-param", "-2", *BW], "--bytes-per-param"),
+    (["--file-size", "1e308", *BW], "--file-size"),
+    (["--file-size", "0", *BW], "--file-size"),
+    (["--file-size", "4", "--bandwidth", "nan"], "--bandwidth"),
+    (["--file-size", "4", "--bandwidth", "0"], "--bandwidth"),
+    (["--file-size", "4", "--bandwidth", "1e308"], "--bandwidth"),
+    (["--file-size", "4", *BW, "--tflops", "-1"], "--tflops"),
+    (["--file-size", "4", *BW, "--tflops", "inf"], "--tflops"),
+    (["--file-size", "4", "--chip", "M4 Max", "--gpu-cores", "0"], "--gpu-cores"),
+    (["--file-size", "4", *BW, "--context", "-5"], "--context"),
+    (["--file-size", "4", *BW, "--layers", "0", "--kv-heads", "8", "--head-dim", "128"], "--layers"),
+    (["--file-size", "4", *BW, "--layers", "32", "--kv-heads", "0", "--head-dim", "128"], "--kv-heads"),
+    (["--file-size", "4", *BW, "--layers", "32", "--kv-heads", "8", "--head-dim", "-1"], "--head-dim"),
+    (["--file-size", "4", *BW, "--kv-bits", "nan"], "--kv-bits"),
+    (["--file-size", "4", *BW, "--batch", "0"], "--batch"),
+    (["--file-size", "4", *BW, "--batch", "1,8,0"], "--batch"),
+])
+def test_estimate_refuses_meaningless_numbers(args, option):
+    r = CliRunner().invoke(main, ["estimate", *args])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"macprof: error: estimate: {option} must be ") and r.output.count("\n") == 1
+
+
+def test_estimate_library_checks_its_inputs_too():
+    from macprof.errors import MacprofError
+
+    with pytest.raises(MacprofError, match="--bandwidth must be a number from 0.001 to 1e"):
+        estimate(file_size_gb=4, bandwidth_gbs=float("nan"))
+    with pytest.raises(MacprofError, match="--batch must be an integer"):
+        estimate(file_size_gb=4, bandwidth_gbs=100, batches=[True])
+
+
+def test_estimate_unknown_chip_lists_the_known_ones():
+    r = CliRunner().invoke(main, ["estimate", "--file-size", "4", "--chip", "M4 Mx"])
+    assert r.exit_code == 2 and "--chip 'M4 Mx': unknown chip (known: M1, M1 Pro," in r.output
+    assert "M4 Max" in r.output and "M5 Pro" in r.output
+    ok = CliRunner().invoke(main, ["estimate", "--file-size", "4.9", "--chip", "apple  m5 pro", "--json"])
+    assert json.loads(ok.output)["bandwidth_gbs"] == 307
+    binned = CliRunner().invoke(main, ["estimate", "--file-size", "4", "--chip", "M4 Max", "--gpu-cores", "36"])
+    assert binned.exit_code == 2 and "(give --gpu-cores 32 or 40)" in binned.output

@@ -2,10 +2,43 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from macprof.errors import MacprofError
 from macprof.measure.roofline import Roofline, kv_bytes_per_token
+
+# input -> (its option, integer?, lowest, highest). Numbers must be finite; the bounds lie far
+# outside any real model or machine (1 MB/s to 1 PB/s...) and keep every figure finite and readable.
+LIMITS: dict[str, tuple[str, bool, float, float]] = {
+    "params": ("--params", False, 1, 1e15), "active_params": ("--active-params", False, 1, 1e15),
+    "bits": ("--bits", False, 0.01, 64), "bytes_per_param": ("--bytes-per-param", False, 0.001, 8),
+    "file_size_gb": ("--file-size", False, 1e-9, 1e6), "bandwidth_gbs": ("--bandwidth", False, 1e-3, 1e6),
+    "tflops": ("--tflops", False, 1e-6, 1e6), "kv_bits": ("--kv-bits", False, 0.01, 64),
+    "gpu_cores": ("--gpu-cores", True, 1, 1024), "layers": ("--layers", True, 1, 1e6),
+    "kv_heads": ("--kv-heads", True, 1, 1e6), "head_dim": ("--head-dim", True, 1, 1e6),
+    "context": ("--context", True, 0, 1e9), "batches": ("--batch", True, 1, 1e6),
+}
+
+
+def check_inputs(**values) -> None:
+    """One line naming the option for a value that would make the arithmetic meaningless
+    (NaN, inf, zero, negative, 1e308): never "nan tok/s" or a ZeroDivisionError."""
+    for key, value in values.items():
+        option, integer, low, high = LIMITS[key]
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is None:
+                continue
+            number = isinstance(v, int) if integer else isinstance(v, (int, float)) and math.isfinite(v)
+            if isinstance(v, bool) or not number or not low <= v <= high:
+                what = "an integer" if integer else "a number"
+                raise MacprofError(f"estimate: {option} must be {what} from {low:g} to {high:g}, not {v!r}")
+
+
+def _all_finite(result: dict) -> bool:
+    numbers = [v for v in result.values() if isinstance(v, float)]
+    numbers += [v for row in result["batch"] for v in row.values() if isinstance(v, float)]
+    return all(math.isfinite(v) for v in numbers)
 
 
 def _weights(model: Path | None, params: float | None, active_params: float | None, bits: float | None,
@@ -49,6 +82,10 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
              bandwidth_gbs: float | None = None, chip: str | None = None, gpu_cores: int | None = None,
              tflops: float | None = None, layers: int | None = None, kv_heads: int | None = None,
              head_dim: int | None = None, kv_bits: float = 16, context: int = 0, batches: list[int] | None = None) -> dict:
+    check_inputs(params=params, active_params=active_params, bits=bits, bytes_per_param=bytes_per_param,
+                 file_size_gb=file_size_gb, bandwidth_gbs=bandwidth_gbs, tflops=tflops, kv_bits=kv_bits,
+                 gpu_cores=gpu_cores, layers=layers, kv_heads=kv_heads, head_dim=head_dim, context=context,
+                 batches=batches)
     weights, weights_how, shape = _weights(model, params, active_params, bits, bytes_per_param, file_size_gb)
     file_bytes = shape.get("file_bytes")
     params = params or shape.get("params")
@@ -66,7 +103,7 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
     base = r.batch_row(1, context)["aggregate_tok_s"]
     for row in rows:
         row["aggregate_vs_batch1"] = row["aggregate_tok_s"] / base
-    return {
+    result = {
         "inputs": {"model": str(model) if model else None, "params": params, "active_params": active_params,
                    "bits": bits, "bytes_per_param": bytes_per_param, "file_size_gb": file_size_gb, "chip": chip,
                    "gpu_cores": gpu_cores, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
@@ -84,5 +121,9 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
         "prefill_ceiling_tok_s": r.prefill_ceiling_tok_s(),
         "batch": rows,
     }
+    if not _all_finite(result):  # every input in range, yet extremes together overflow
+        raise MacprofError("estimate: these inputs give an infinite or undefined result; check their magnitudes "
+                           f"(weights {weights:g} bytes per token at {bandwidth_gbs:g} GB/s)")
+    return result
 
 

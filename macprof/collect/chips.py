@@ -178,13 +178,26 @@ def detect() -> dict:
             "cores_efficiency": info["cores_efficiency"], "core_levels": info["core_levels"], "unknown": unknown}
 
 
+KNOWN_CHIPS = tuple(dict.fromkeys(chip for chip, _ in BANDWIDTH_GBS))
+
+
+def parse_chip_name(text: str | None) -> str | None:
+    """A chip named by a person: 'M4 Max', 'm4  max', 'Apple M4 Max' -> 'M4 Max'. Only a whole
+    known name counts: normalize_chip would read 'M4 Mx' as the base M4, a different chip."""
+    words = (text or "").split()
+    if words and words[0].lower() == "apple":
+        words = words[1:]
+    return {c.lower(): c for c in KNOWN_CHIPS}.get(" ".join(words).lower())
+
+
 def chip_from_cli(chip: str | None, gpu_cores: int | None) -> dict:
     """For `macprof estimate --chip`: a name the table knows, or a clear error."""
-    name = normalize_chip(chip)
+    name = parse_chip_name(chip)
     if name is None:
-        raise MacprofError(f"--chip {chip!r}: not an Apple M-series chip name (e.g. 'M4 Max')")
+        raise MacprofError(f"--chip {chip!r}: unknown chip (known: {', '.join(KNOWN_CHIPS)})")
     bw = spec_bandwidth(name, gpu_cores)
     if bw["gbs"] is None:
-        raise MacprofError(f"--chip {chip!r}: {bw['reason']}" + (" (give --gpu-cores)" if name in BINNED else ""))
+        cores = " or ".join(str(c) for n, c in BANDWIDTH_GBS if n == name and c)
+        raise MacprofError(f"--chip {chip!r}: {bw['reason']}" + (f" (give --gpu-cores {cores})" if name in BINNED else ""))
     return {"chip": name, "gpu_cores": gpu_cores, "bandwidth_gbs": bw["gbs"], "source": bw["source"],
             "tflops": spec_tflops(name, gpu_cores)}

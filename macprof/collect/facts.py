@@ -4,7 +4,7 @@ They become the journal's run_start and model_start events."""
 from __future__ import annotations
 
 from macprof import __version__
-from macprof.collect import chips, machine, modelinfo, probes
+from macprof.collect import chips, filekind, machine, modelinfo, probes
 from macprof.collect.fileid import cached_sha256
 from macprof.collect.system import utc_now
 from macprof.config import settings_dict
@@ -49,9 +49,13 @@ def machine_bandwidth(mach: dict) -> Bandwidth:
 
 def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
 
-    files = [] if files_error else [
-        {"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
-         "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in model.files]
+    files: list[dict] = []
+    if not files_error:
+        try:  # checked again here: a file can have become a FIFO or a device since models.toml was read
+            files = [{"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
+                      "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in filekind.model_files(model.path)]
+        except MacprofError as exc:
+            files_error = str(exc)
     info, info_error = None, None
     if not files_error:
         try:

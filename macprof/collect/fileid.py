@@ -8,10 +8,12 @@ import os
 import sys
 from pathlib import Path
 
+from macprof.collect.filekind import open_regular, regular_stat
+
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or /dev/zero would never end: refused, not hashed
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -31,7 +33,7 @@ def _cache_file() -> Path:
 
 
 def cached_sha256(path: Path) -> str:
-    st = path.stat()
+    st = regular_stat(path)
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     cache_file = _cache_file()
     try:

@@ -5,10 +5,12 @@ directory's config.json and safetensors headers. Never loads a weight.
 from __future__ import annotations
 
 import json
-import struct
+import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from macprof.collect import filekind, ggufheader, stheader
 from macprof.errors import MacprofError
 from macprof.measure.roofline import kv_bytes_per_token
 
@@ -73,48 +75,38 @@ class ModelInfo:
 
 def inspect(path: Path | str) -> ModelInfo:
     path = Path(path)
-    if path.is_dir():
-        return _inspect_mlx(path)
-    if path.is_file():
-        return _inspect_gguf(path)
-    raise MacprofError(f"{path}: no such model file or directory")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise MacprofError(f"{path}: no such model file or directory") from None
+    except OSError as exc:
+        raise MacprofError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        if stat.S_ISDIR(mode):
+            return _inspect_mlx(path)
+        return _inspect_gguf(path)  # opens only a regular file (filekind.open_regular)
+    except OSError as exc:  # unreadable, or gone since the stat: one line, as for any bad file
+        raise MacprofError(f"{exc.filename or path}: cannot read: {exc.strerror}") from None
 
 
 # -- GGUF ------------------------------------------------------------------------------
-def _field(reader, key: str):
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    try:
-        return f.contents()
-    except Exception:  # noqa: BLE001 - older gguf packages
-        return f.parts[f.data[0]].tolist()[0] if f.data else None
+# "<arch>.<key>" values modelinfo reads: each must be a non-negative integer
+_GGUF_COUNTS = ("vocab_size", "embedding_length", "block_count", "context_length", "attention.head_count",
+                "attention.head_count_kv", "attention.key_length", "expert_count", "expert_used_count")
+
+
+def _wanted(key: str) -> bool:
+    """Keys whose strings or arrays are read; every other string and array is only skipped."""
+    return key in ("general.architecture", "general.file_type") or key.partition(".")[2] in _GGUF_COUNTS
 
 
 def _inspect_gguf(path: Path) -> ModelInfo:
     import gguf
 
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-    if size == 0:
-        raise MacprofError(f"{path}: empty file (0 bytes), not a GGUF model")
-    if head[:4] != b"GGUF":
-        raise MacprofError(f"{path}: not a GGUF file (magic {head[:4]!r}, expected b'GGUF')")
-    version = struct.unpack("<I", head[4:8])[0] if len(head) == 8 else None
-    if version not in (2, 3):
-        raise MacprofError(f"{path}: unsupported GGUF version {version} (llama.cpp reads versions 2 and 3)")
-    try:
-        reader = gguf.GGUFReader(str(path), "r")
-    except Exception as exc:  # noqa: BLE001 - the gguf package raises many kinds
-        raise MacprofError(f"{path}: truncated or corrupt GGUF file ({size} bytes; the header or tensor table "
-                           f"does not fit: {type(exc).__name__}: {str(exc)[:120]})") from None
-    arch = _field(reader, "general.architecture")
-
-    def meta(key: str):
-        return _field(reader, f"{arch}.{key}")
-
-    ftype = _field(reader, "general.file_type")
+    h = ggufheader.read_header(path, _wanted)
+    arch = h.string("general.architecture")
+    meta = {k: h.count(f"{arch}.{k}") if arch else None for k in _GGUF_COUNTS}
+    ftype = h.count("general.file_type")
     try:
         quant = gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_") if ftype is not None else None
     except ValueError:
@@ -123,113 +115,126 @@ def _inspect_gguf(path: Path) -> ModelInfo:
     by_type: dict[str, int] = {}
     has_output = False
     vocab = None
-    for t in reader.tensors:
-        n, b = int(t.n_elements), int(t.n_bytes)
+    for t in h.tensors:
+        n, b = t.n_elements, t.n_bytes
         n_params += n
         tensor_bytes += b
-        tname = t.tensor_type.name
-        by_type[tname] = by_type.get(tname, 0) + b
+        by_type[t.type_name] = by_type.get(t.type_name, 0) + b
         if t.name == "token_embd.weight":
             emb_bytes = b
-            vocab = int(t.shape[-1]) if len(t.shape) > 1 else None
+            vocab = t.dims[-1] if len(t.dims) > 1 else None
         elif t.name == "output.weight":
             has_output = True
         if "_exps" in t.name:
             expert_bytes += b
             expert_params += n
-    n_heads = meta("attention.head_count")
-    n_embd = meta("embedding_length")
-    head_dim = meta("attention.key_length") or (n_embd // n_heads if n_embd and n_heads else None)
-    n_kv = meta("attention.head_count_kv") or n_heads
-    tokens = _field(reader, "tokenizer.ggml.tokens")
+    n_heads, n_embd = meta["attention.head_count"], meta["embedding_length"]
+    head_dim = meta["attention.key_length"] or (n_embd // n_heads if n_embd and n_heads else None)
+    n_tokens = h.array_length("tokenizer.ggml.tokens")
     return ModelInfo(
         format="gguf", architecture=arch, quant=quant, n_params=n_params, tensor_bytes=tensor_bytes,
         file_bytes=path.stat().st_size, bytes_by_type=by_type, embedding_bytes=emb_bytes,
-        vocab_size=meta("vocab_size") or vocab or (len(tokens) if tokens else None),
-        tied_embeddings=not has_output, n_layers=meta("block_count"), hidden=n_embd,
-        n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim, context_length=meta("context_length"),
-        experts_total=meta("expert_count"), experts_active=meta("expert_used_count"),
-        expert_bytes=expert_bytes, expert_params=expert_params,
+        vocab_size=meta["vocab_size"] or vocab or n_tokens or None,
+        tied_embeddings=not has_output, n_layers=meta["block_count"], hidden=n_embd,
+        n_heads=n_heads, n_kv_heads=meta["attention.head_count_kv"] or n_heads, head_dim=head_dim,
+        context_length=meta["context_length"], experts_total=meta["expert_count"],
+        experts_active=meta["expert_used_count"], expert_bytes=expert_bytes, expert_params=expert_params,
     )
 
 
 # -- MLX -------------------------------------------------------------------------------
-_ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2,
-             "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+MAX_CONFIG = 16 << 20  # a config.json is a few KB; anything this large is not one
 
 
-def safetensors_header(path: Path) -> dict:
-    with open(path, "rb") as fh:
-        raw = fh.read(8)
-        if len(raw) < 8:
-            raise MacprofError(f"{path}: truncated safetensors file (no header)")
-        (length,) = struct.unpack("<Q", raw)
-        if length > 100_000_000 or length > path.stat().st_size - 8:
-            raise MacprofError(f"{path}: corrupt safetensors header (claims {length} bytes)")
-        try:
-            header = json.loads(fh.read(length))
-        except ValueError as exc:
-            raise MacprofError(f"{path}: corrupt safetensors header ({exc})") from None
-    if not isinstance(header, dict):
-        raise MacprofError(f"{path}: corrupt safetensors header (not a JSON object)")
-    header.pop("__metadata__", None)
-    return header
+def _json_object(path: Path) -> dict:
+    try:
+        cfg = json.loads(filekind.read_regular(path, MAX_CONFIG, "a config.json"))
+    except (ValueError, RecursionError) as exc:
+        raise MacprofError(f"{path}: invalid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if not isinstance(cfg, dict):
+        raise MacprofError(f"{path}: must be a JSON object, not {type(cfg).__name__}")
+    return cfg
+
+
+class _Config:
+    """Typed reads of config.json: each value modelinfo uses is checked, naming file and key."""
+
+    def __init__(self, path: Path):
+        self.path, self.cfg = path, _json_object(path)
+        text = self.cfg.get("text_config")
+        if text is not None and not isinstance(text, dict):
+            raise self._wrong("text_config", "an object", text)
+        self.text, self.prefix = (text, "text_config.") if text is not None else (self.cfg, "")
+        q = self.cfg.get("quantization") or {}  # absent, null or false: not quantized
+        if not isinstance(q, dict):
+            raise self._wrong("quantization", "an object", q)
+        self.quant = q
+
+    def _wrong(self, key: str, what: str, value) -> MacprofError:
+        return MacprofError(f"{self.path}: key '{key}' must be {what}, not {stheader.short(value)}")
+
+    def count(self, key: str, table: str = "text", positive: bool = False) -> int | None:
+        d, prefix = {"text": (self.text, self.prefix), "top": (self.cfg, ""),
+                     "quantization": (self.quant, "quantization.")}[table]
+        v = d.get(key)
+        if v is not None and not (stheader.is_count(v) and (v > 0 or not positive)):
+            raise self._wrong(prefix + key, "a positive integer" if positive else "a non-negative integer", v)
+        return v
+
+    def string(self, key: str) -> str | None:
+        for d, prefix in ((self.text, self.prefix), (self.cfg, "")):
+            v = d.get(key)
+            if v is not None and not isinstance(v, str):
+                raise self._wrong(prefix + key, "a string", v)
+            if v:
+                return v
+        return None
 
 
 def _inspect_mlx(path: Path) -> ModelInfo:
     cfg_path = path / "config.json"
-    if not cfg_path.is_file():
+    if not os.path.lexists(cfg_path):
         raise MacprofError(f"{path}: not an MLX model directory (no config.json)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except ValueError as exc:
-        raise MacprofError(f"{cfg_path}: invalid JSON ({exc})") from None
-    text_cfg = cfg.get("text_config", cfg)
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
+    files = filekind.model_files(path)  # every entry a regular file, before any is opened
+    cfg = _Config(cfg_path)
+    weights = [f for f in files if f.name.endswith(".safetensors")]
+    if not weights:
         raise MacprofError(f"{path}: no *.safetensors weights")
-    q = cfg.get("quantization") or {}
-    group = q.get("group_size", 64)
-    tensors: dict[str, dict] = {}
-    for f in files:
-        tensors.update(safetensors_header(f))
+    group = cfg.count("group_size", "quantization", positive=True) or 64
+    tensors: dict[str, stheader.Tensor] = {}
+    for f in weights:
+        tensors.update(stheader.read_header(f))
     n_params = tensor_bytes = emb_bytes = expert_bytes = expert_params = 0
     by_type: dict[str, int] = {}
     for name, t in tensors.items():
-        shape, dtype = t["shape"], t["dtype"]
-        b = int(t["data_offsets"][1]) - int(t["data_offsets"][0])
+        b = t.n_bytes
         tensor_bytes += b
-        by_type[dtype] = by_type.get(dtype, 0) + b
+        by_type[t.dtype] = by_type.get(t.dtype, 0) + b
         if name.endswith(".scales") or name.endswith(".biases"):
             n = 0  # quantization metadata, not parameters
         elif name.endswith(".weight") and name[:-7] + ".scales" in tensors:
-            scales = tensors[name[:-7] + ".scales"]["shape"]
-            n = _prod(scales[:-1]) * scales[-1] * group
+            n = _prod(tensors[name[:-7] + ".scales"].shape) * group  # one scale per group of weights
         else:
-            n = _prod(shape)
+            n = _prod(t.shape)
         n_params += n
-        module = name.rsplit(".", 1)[0]
-        if module.endswith("embed_tokens"):
+        if name.rsplit(".", 1)[0].endswith("embed_tokens"):
             emb_bytes += b
         if "experts" in name or "switch_mlp" in name:
             expert_bytes += b
             expert_params += n
-    n_heads = text_cfg.get("num_attention_heads")
-    hidden = text_cfg.get("hidden_size")
-    has_head = any(n.startswith("lm_head.") for n in tensors)
-    bits = q.get("bits")
-    quant = f"{bits}bit" if bits else (text_cfg.get("torch_dtype") or cfg.get("torch_dtype") or by_type and max(by_type, key=by_type.get))
+    n_heads, hidden = cfg.count("num_attention_heads"), cfg.count("hidden_size")
+    bits = cfg.count("bits", "quantization", positive=True)
+    quant = f"{bits}bit" if bits else (cfg.string("torch_dtype") or by_type and max(by_type, key=by_type.get))
     return ModelInfo(
-        format="mlx", architecture=text_cfg.get("model_type") or cfg.get("model_type"), quant=quant,
-        n_params=n_params, tensor_bytes=tensor_bytes, file_bytes=sum(f.stat().st_size for f in path.iterdir() if f.is_file()),
-        bytes_by_type=by_type, embedding_bytes=emb_bytes, vocab_size=text_cfg.get("vocab_size"),
-        tied_embeddings=not has_head, n_layers=text_cfg.get("num_hidden_layers"), hidden=hidden,
-        n_heads=n_heads, n_kv_heads=text_cfg.get("num_key_value_heads") or n_heads,
-        head_dim=text_cfg.get("head_dim") or (hidden // n_heads if hidden and n_heads else None),
-        context_length=text_cfg.get("max_position_embeddings"),
-        experts_total=text_cfg.get("num_local_experts") or text_cfg.get("num_experts"),
-        experts_active=text_cfg.get("num_experts_per_tok"),
-        expert_bytes=expert_bytes, expert_params=expert_params,
+        format="mlx", architecture=cfg.string("model_type"), quant=quant, n_params=n_params,
+        tensor_bytes=tensor_bytes, file_bytes=sum(f.stat().st_size for f in files), bytes_by_type=by_type,
+        embedding_bytes=emb_bytes, vocab_size=cfg.count("vocab_size"),
+        tied_embeddings=not any(n.startswith("lm_head.") for n in tensors), n_layers=cfg.count("num_hidden_layers"),
+        hidden=hidden, n_heads=n_heads, n_kv_heads=cfg.count("num_key_value_heads") or n_heads,
+        head_dim=cfg.count("head_dim") or (hidden // n_heads if hidden and n_heads else None),
+        context_length=cfg.count("max_position_embeddings"),
+        experts_total=cfg.count("num_local_experts") or cfg.count("num_experts"),
+        experts_active=cfg.count("num_experts_per_tok"), expert_bytes=expert_bytes, expert_params=expert_params,
     )
 
 

@@ -1,0 +1,84 @@
+"""Model files are what they claim before anything opens or hashes them: a FIFO would block
+open() forever, /dev/zero would hash forever, a socket cannot be read at all. Checked when
+models.toml is read and again just before a file is read (it can change in between)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from macprof.errors import MacprofError
+
+# O_NONBLOCK: opening a FIFO that slipped past the stat check returns at once instead of
+# waiting for a writer; fstat then refuses it. It changes nothing for regular files.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def describe(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "a regular file" if stat.S_ISREG(mode) else "not a file, directory or device"
+
+
+def not_regular(path: Path, mode: int) -> MacprofError:
+    what = describe(mode)
+    if os.path.islink(path):  # name the target: "model.gguf" alone would hide that it is /dev/zero
+        what = f"a symlink to {os.path.realpath(path)}, {what}"
+    return MacprofError(f"{path}: not a regular file ({what})")
+
+
+def regular_stat(path: Path) -> os.stat_result:
+    """os.stat of a regular file (symlinks followed), or a one-line error."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(Path(path), st.st_mode)
+    return st
+
+
+def open_regular(path: Path):
+    """Open a regular file for reading, unbuffered; refuse anything else without blocking."""
+    regular_stat(path)
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # replaced between the stat and the open
+            raise not_regular(Path(path), st.st_mode)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path, limit: int, what: str) -> bytes:
+    """The whole of a small file (config.json...), refused past ``limit`` bytes."""
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > limit:
+            raise MacprofError(f"{path}: {size} bytes is too large for {what} (at most {limit})")
+        return fh.read(limit + 1)
+
+
+def model_files(path: Path) -> list[Path]:
+    """The files of a model: the GGUF file itself, or an MLX directory's entries, each of
+    which must be a regular file (subdirectories are not part of the model and are left out)."""
+    path = Path(path)
+    st = os.stat(path)
+    if stat.S_ISREG(st.st_mode):
+        return [path]
+    if not stat.S_ISDIR(st.st_mode):
+        raise not_regular(path, st.st_mode)
+    files = []
+    for entry in sorted(path.iterdir()):
+        try:
+            mode = os.stat(entry).st_mode
+        except FileNotFoundError:
+            raise MacprofError(f"{entry}: a dangling symlink (its target does not exist)") from None
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise not_regular(entry, mode)
+        files.append(entry)
+    return files
