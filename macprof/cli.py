@@ -328,33 +328,57 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml", show_default=True)
 @click.option("--models", "names", default="demo-small-q4_k_m,demo-small-mlx-f16", show_default=True,
               help="Comma-separated model names from the config.")
+@click.option("--path", "which", type=click.Choice(["loop", "run", "both"]), default="both", show_default=True,
+              help="loop: the decode loop in-process; run: the whole `macprof run` path against the engine's "
+                   "own benchmark in its own process (llama.cpp: needs --llama-bench).")
 @click.option("--gen-tokens", type=int, default=128, show_default=True)
 @click.option("--depth", type=int, default=256, show_default=True, help="KV depth (prompt tokens) before decoding.")
 @click.option("--pairs", type=int, default=7, show_default=True, help="Alternating macprof/reference pairs.")
+@click.option("--reps", type=int, default=5, show_default=True, help="Measured requests per full-path run.")
 @click.option("--threads", type=int, help="Engine threads (llama.cpp) [physical cores].")
 @click.option("--llama-bench", "llama_bench", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="A llama-bench binary to compare against instead of the in-process tg loop.")
+              help="A llama-bench binary (benchmarks/build_llama_bench.sh): the loop's reference instead of the "
+                   "in-process tg loop, and the full path's reference.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def overhead(config_path, names, gen_tokens, depth, pairs, threads, llama_bench, as_json) -> None:
-    """Benchmark: macprof's decode loop against each engine's own (median of paired ratios)."""
+def overhead(config_path, names, which, gen_tokens, depth, pairs, reps, threads, llama_bench, as_json) -> None:
+    """Benchmark: does macprof slow what it measures? Median of paired ratios against each engine's own loop."""
     import json as _json
 
     from macprof import config
-    from macprof.render.text import render_table
-    from macprof.run import overhead as oh
+    from macprof.bench import fullpath, loop
+    from macprof.render.text import fmt_x, render_table
 
     cfg = config.load(config_path)
     selected = cfg.select([n.strip() for n in names.split(",") if n.strip()])
     _ensure_demo_models(selected)
-    results = [oh.measure(m.engine, m.path, gen_tokens, depth, pairs, threads, llama_bench,
-                          progress=lambda s: click.echo(s, err=True)) for m in selected]
+    say = lambda s: click.echo(s, err=True)  # noqa: E731
+    results = []
+    for m in selected:
+        if which in ("loop", "both"):
+            results.append(loop.measure(m.engine, m.path, gen_tokens, depth, pairs, threads, llama_bench, progress=say))
+        if which in ("run", "both"):
+            if m.engine == "llama.cpp" and llama_bench is None:
+                say(f"{m.name}: full path skipped: its reference is llama-bench (pass --llama-bench PATH)")
+                continue
+            results.append(fullpath.measure(m, Path(config_path), gen_tokens, depth, pairs, _threads(m, threads),
+                                            reps, llama_bench, progress=say))
     if as_json:
         click.echo(_json.dumps(results, indent=1))
         return
-    rows = [[r["model"], r["reference"], f"{r['macprof_median']:.1f}", f"{r['reference_median']:.1f}",
-             f"{r['median_ratio']:.3f}"] for r in results]
-    click.echo(render_table(["model", "reference", "macprof tok/s p50", "reference tok/s p50",
-                                    "median paired ratio"], rows))
+    rows = [[r["model"], r["path"], r["reference"], f"{r['macprof_median']:.1f}", f"{r['reference_median']:.1f}",
+             f"{r['median_ratio']:.3f}", "-" if not r.get("ratio_ci95") else
+             f"{fmt_x(r['ratio_ci95'][0])}..{fmt_x(r['ratio_ci95'][1])}", str(r["pairs"])] for r in results]
+    click.echo(render_table(["model", "path", "reference", "macprof tok/s p50", "reference tok/s p50",
+                             "median paired ratio", "95% CI", "pairs"], rows))
+
+
+def _threads(model, threads: int | None) -> int:
+    """The full path gives both sides the same thread count; llama-bench needs a number."""
+    if threads or model.engine != "llama.cpp":
+        return threads or 0
+    from macprof.engines.llama_cpp import default_threads
+
+    return default_threads()
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def test_bit_identical_with_another_machine(tmp_path):
     """The small demo models built here are, file by file, the ones a run on another machine
     recorded (identity.files of tests/fixtures/runlogs/other-machine-demo-small.json)."""
     other = runlog.load(FIXTURES / "runlogs" / "other-machine-demo-small.json")
-    recorded = {m["identity"]["name"]: m["identity"]["files"] for m in other["models"]}
+    recorded = {m.identity.name: m.identity.files for m in other.models}
     assert sorted(recorded) == sorted(f"demo-small-{suffix}" for suffix, *_ in VARIANTS)
     root = build("small", tmp_path / "demo")
     for suffix, _, rel, _ in VARIANTS:
@@ -75,5 +75,5 @@ def test_bit_identical_with_another_machine(tmp_path):
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         here = {str(f.relative_to(path)) if path.is_dir() else f.name: (f.stat().st_size, sha256_file(f))
                 for f in files}
-        there = {f["name"]: (f["bytes"], f["sha256"]) for f in recorded[f"demo-small-{suffix}"]}
+        there = {f.name: (f.bytes, f.sha256) for f in recorded[f"demo-small-{suffix}"]}
         assert here == there, suffix

@@ -374,11 +374,11 @@ def test_run_refuses_badly_typed_models_and_measures_the_good_one(tiny_dir, tmp_
     log = tmp_path / "run.json"
     proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log))
     assert "Traceback" not in proc.stdout + proc.stderr
-    gguf_model, mlx_model, good = runlog.load(log)["models"]
-    (failure,) = gguf_model["failures"]
-    assert failure["status"] == "refused"
-    assert failure["reason"] == f"{bad_gguf}: GGUF key llama.embedding_length must be a non-negative integer, " \
+    gguf_model, mlx_model, good = runlog.load(log).models
+    (failure,) = gguf_model.failures
+    assert failure.status == "refused"
+    assert failure.reason == f"{bad_gguf}: GGUF key llama.embedding_length must be a non-negative integer, " \
                                 f"not a string ('4096')"
-    (failure,) = mlx_model["failures"]
-    assert failure["reason"] == f"{bad_mlx / 'config.json'}: key 'num_hidden_layers' must be a non-negative integer, not '2'"
-    assert len([r for r in good["phases"]["warm"]["requests"] if r["status"] == "ok"]) == 4
+    (failure,) = mlx_model.failures
+    assert failure.reason == f"{bad_mlx / 'config.json'}: key 'num_hidden_layers' must be a non-negative integer, not '2'"
+    assert len([r for r in good.phases.warm.requests if r.status == "ok"]) == 4

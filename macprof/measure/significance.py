@@ -149,3 +149,19 @@ def median_ratio_interval(a: list[float], b: list[float], confidence: float = CO
     tail = (1 - confidence) / 2
     low, high = np.quantile(med_b / med_a, [tail, 1 - tail])
     return {**out, "low": float(low), "high": float(high), "reason": None}
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+                    seed: int = SEED) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval for the median of one sample (e.g. paired ratios), seeded;
+    (None, None) without samples."""
+    import numpy as np
+
+    if not values:
+        return None, None
+    rng = np.random.default_rng(seed)
+    x = np.sort(np.asarray(values, dtype=float))
+    meds = np.median(x[rng.integers(0, len(x), size=(resamples, len(x)))], axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(meds, [tail, 1 - tail])
+    return float(low), float(high)

@@ -1,4 +1,4 @@
-"""`macprof overhead`: does the profiler slow down what it measures?
+"""`macprof overhead --path loop`: does macprof's own decode loop slow what it measures?
 
 Side by side, in one process and on one loaded model, alternating A/B then B/A:
 - A: macprof's own engine loop, timestamped exactly as `macprof run` does;
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from macprof.engines.base import EngineSettings
+from macprof.measure.significance import median_interval
 from macprof.measure.stats import summarize
 
 
@@ -58,12 +59,12 @@ def _llama_bench(binary: Path, model: Path, n: int, depth: int, threads: int) ->
     return float(row["avg_ts"])
 
 
-def _mlx_reference(engine, ids: list[int], n: int) -> float:
+def mlx_reference(model, tokenizer, ids: list[int], n: int) -> float:
     from mlx_lm import stream_generate
 
-    engine.tokenizer._eos_token_ids = set()  # as mlx_lm.benchmark: no early stop
+    tokenizer._eos_token_ids = set()  # as mlx_lm.benchmark: no early stop
     response = None
-    for response in stream_generate(engine.model, engine.tokenizer, ids, max_tokens=n):
+    for response in stream_generate(model, tokenizer, ids, max_tokens=n):
         pass
     return response.generation_tps * (n - 1) / n  # mlx-lm counts n tokens over n - 1 intervals
 
@@ -85,7 +86,7 @@ def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, thread
             reference = lambda: _llama_tg(engine, ids, n)  # noqa: E731
             ref_name = f"bare llama_decode loop (llama-bench tg{n} @ d{depth} in-process)"
     else:
-        reference = lambda: _mlx_reference(engine, ids, n)  # noqa: E731
+        reference = lambda: mlx_reference(engine.model, engine.tokenizer, ids, n)  # noqa: E731
         ref_name = "mlx_lm.stream_generate (mlx_lm.benchmark), as (n-1)/(t_n-t_1)"
     _ours(engine, ids, n)  # warm-up both paths
     reference()
@@ -100,7 +101,8 @@ def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, thread
         ratios.append(a / b)
         progress(f"{path.name}: pair {i + 1}/{pairs}: macprof {a:.1f} tok/s, reference {b:.1f} tok/s, ratio {a / b:.3f}")
     engine.close()
-    return {"engine": engine_name, "model": path.name, "reference": ref_name, "gen_tokens": n, "depth": depth,
+    low, high = median_interval(ratios)
+    return {"path": "loop", "ratio_ci95": [low, high], "engine": engine_name, "model": path.name, "reference": ref_name, "gen_tokens": n, "depth": depth,
             "threads": getattr(engine, "threads", None) or None, "pairs": pairs,
             "macprof_tok_s": ours, "reference_tok_s": refs, "ratios": ratios,
             "median_ratio": summarize(ratios)["median"], "macprof_median": summarize(ours)["median"],

@@ -1,0 +1,4 @@
+"""Benchmarks of macprof itself: does the profiler slow what it measures? (``macprof overhead``)
+A consumer of every stage, like the CLI: ``loop`` times the decode loop in-process, ``fullpath``
+times the whole ``macprof run`` path (worker process, RSS sampling, journal) against the engine's
+own benchmark in a process of its own."""
