@@ -146,7 +146,9 @@ class PhaseEnd(Event):
     KIND = "phase_end"
     phase: str
     rss_bytes: int | None = None
-    peak_rss_bytes: int | None = ABSENT  # the parent's RSS sampling, added as it journals the event
+    os_peak_rss_bytes: int | None = ABSENT  # the worker's own OS high-water mark (collect/peak.py)
+    os_peak_scope: str | None = ABSENT  # "phase" (reset at its start) or "process" (lifetime maximum)
+    peak_rss_bytes: int | None = ABSENT  # max of the parent's RSS samples and a phase-scoped OS peak
     rss_samples: int | None = ABSENT
 
 

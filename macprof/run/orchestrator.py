@@ -10,15 +10,11 @@ log from it (macprof/session.py).
 
 from __future__ import annotations
 
-import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -27,26 +23,19 @@ from macprof import cases as sweeps
 from macprof.collect import facts, residency
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
-from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import DropCache, PlannedCase, Residency
+from macprof.run import watch
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
-
-RSS_PERIOD_S = 0.01
-LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
+from macprof.run.watch import WorkerResult
 
 
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM: stop now, write what was measured."""
 
-
-@dataclass
-class WorkerResult:
-    phases_done: list[str]
-    failure: ev.Failure | None = None
-    loaded: bool = True  # False: the model never loaded, so another worker would fail the same way
+class Interrupted(BaseException):
+    """SIGTERM: stop now, write what was measured. A BaseException, like KeyboardInterrupt, so
+    that no `except Exception` on the way (a model-file reader, an engine adapter) can swallow it."""
 
 
 class Runner:
@@ -171,88 +160,20 @@ class Runner:
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
                "cases": cases}
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
-        stderr = tempfile.TemporaryFile()
-        t_spawn = time.perf_counter_ns()
-        proc = subprocess.Popen([self.python, "-m", "macprof.run.worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc, stderr, t_spawn = watch.spawn(self.python, job)
         self._proc = proc
         journal.write(ev.WorkerSpawn(model=model.name, worker=worker_id, phases=phases, trial=trial, t_spawn=t_spawn,
                                      pid=proc.pid))
-        proc.stdin.write((json.dumps(job) + "\n").encode())
-        proc.stdin.close()
-        ps = _ps(proc.pid)
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        buf = b""
-        phase, request, deadline = None, None, time.monotonic() + LOAD_TIMEOUT_S
-        peak, samples = 0, 0
-        done_phases: list[str] = []
-        failure: tuple[str, str] | None = None  # (status, reason)
-        finished = loaded = False
-        try:
-            while not finished:
-                if sel.select(timeout=RSS_PERIOD_S):
-                    chunk = os.read(proc.stdout.fileno(), 1 << 16)
-                    if not chunk:
-                        break  # EOF: the worker ended (or died)
-                    buf += chunk
-                    while b"\n" in buf:
-                        line, buf = buf.split(b"\n", 1)
-                        event = _parse_event(line)
-                        if event is None:
-                            continue
-                        if isinstance(event, ev.RequestStart):
-                            request = event
-                            deadline = time.monotonic() + s.timeout
-                        elif isinstance(event, ev.Request):
-                            request = None
-                            deadline = time.monotonic() + LOAD_TIMEOUT_S
-                            self.progress.advance(_request_line(model.name, event, s))
-                        elif isinstance(event, ev.Loaded):
-                            loaded = True
-                        elif isinstance(event, ev.PhaseStart):
-                            phase, peak, samples = event.phase, 0, 0
-                        elif isinstance(event, ev.PhaseEnd):  # with the RSS sampled here during the phase
-                            event = event.replace(peak_rss_bytes=peak or None, rss_samples=samples)
-                            done_phases.append(event.phase)
-                            phase = None
-                        elif isinstance(event, ev.Done):
-                            finished = True
-                        elif isinstance(event, ev.Error):
-                            failure = ("error", event.message)
-                        journal.write(event.replace(model=model.name, worker=worker_id))
-                if phase is not None and ps is not None:
-                    try:
-                        rss = ps.memory_info().rss
-                        peak, samples = max(peak, rss), samples + 1
-                    except psutil.Error:
-                        pass
-                if time.monotonic() > deadline:
-                    what = "request" if request else "loading"
-                    limit = s.timeout if request else LOAD_TIMEOUT_S
-                    failure = ("timeout", f"{what} exceeded the {limit:g} s timeout; worker killed")
-                    self._kill_worker()
-                    break
-        finally:
-            sel.close()
-        rc = _wait(proc)
+        state = watch.watch(proc, s.timeout, lambda e: journal.write(e.replace(model=model.name, worker=worker_id)),
+                            lambda e: self.progress.advance(_request_line(model.name, e, s)), self._kill_worker)
+        rc = watch.wait(proc)
         self._proc = None
-        if failure is None and not finished:
-            failure = ("crashed", _exit_reason(rc))
-        recorded = None
-        if failure:
-            recorded = ev.Failure(
-                model=model.name, worker=worker_id, status=failure[0], reason=failure[1],
-                # a worker that died before the model loaded failed the load, not a phase
-                phase=(request.phase if request else None) or phase if loaded else None,
-                index=request and request.index, kind=request and request.kind, case=request and request.case,
-                mode=request and request.mode, exit_code=rc,
-                signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None, stderr_tail=_tail(stderr))
+        recorded = watch.failure_record(model, worker_id, state, rc, stderr)
+        if recorded:
             journal.write(recorded)
             self.progress.note(f"{model.name}: FAILED in {recorded.phase}: {recorded.reason}")
         stderr.close()
-        return WorkerResult(phases_done=done_phases, failure=recorded, loaded=loaded)
+        return WorkerResult(phases_done=state.done_phases, failure=recorded, loaded=state.loaded)
 
     def _kill_worker(self) -> None:
         proc = self._proc
@@ -294,49 +215,14 @@ def _raise_interrupted(signum, frame):
     raise Interrupted()
 
 
-def _ps(pid: int):
-    try:
-        return psutil.Process(pid)
-    except psutil.Error:
-        return None
 
 
-def _parse_event(line: bytes) -> ev.Event | None:
-    """A worker's line as an event; a line that is not one (a library that wrote to fd 1 before
-    the worker redirected it, a malformed event) is passed over, as a journal reader would."""
-    try:
-        return ev.parse_event(json.loads(line), "worker")
-    except (ValueError, MacprofError):
-        return None
 
 
-def _wait(proc: subprocess.Popen) -> int | None:
-    try:
-        return proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
 
 
-def _exit_reason(rc: int | None) -> str:
-    if rc is None:
-        return "worker did not exit"
-    if rc < 0:
-        name = signal.Signals(-rc).name
-        if name == "SIGKILL":
-            return "worker killed by SIGKILL (the out-of-memory killer does this)"
-        return f"worker died from {name}"
-    return f"worker exited with code {rc} before finishing"
 
 
-def _tail(fh, limit: int = 2000) -> str:
-    try:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - limit))
-        return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def _request_line(name: str, e: ev.Request, s) -> str:

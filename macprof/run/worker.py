@@ -72,11 +72,15 @@ def run(job: dict, emit) -> None:
     from macprof.run.prompts import PromptBuilder
 
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
+    from macprof.collect import peak
+
     for phase in job["phases"]:
         emit(ev.PhaseStart(phase=phase, rss_bytes=_rss()))
+        was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
                                    trial=job.get("trial", 0)))
-        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss()))
+        os_peak, scope = peak.read(was_reset)
+        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope))
     engine.close()
 
 

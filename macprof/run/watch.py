@@ -1,0 +1,192 @@
+"""One worker process, watched from the parent: spawn it with its job, journal each event it
+streams as it arrives, sample its RSS while a phase runs, enforce the load and request
+deadlines, and turn a crash, a hang or a kill into one recorded failure.
+
+RSS is sampled every RSS_PERIOD_S, only while a phase runs; the peak recorded for a phase is the
+larger of those samples and the high-water mark the worker reads from its own OS at the phase's
+end (run/worker.py), so a spike between two samples is not missed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import IO, Callable
+
+import psutil
+
+from macprof.config import ModelSpec
+from macprof.errors import MacprofError
+from macprof.model import events as ev
+
+RSS_PERIOD_S = 0.1
+LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
+
+
+@dataclass
+class WorkerResult:
+    phases_done: list[str]
+    failure: ev.Failure | None = None
+    loaded: bool = True  # False: the model never loaded, so another worker would fail the same way
+
+
+@dataclass
+class _State:
+    """What the parent knows of the worker so far, updated event by event."""
+
+    timeout: float
+    phase: str | None = None
+    request: ev.RequestStart | None = None
+    deadline: float = field(default_factory=lambda: time.monotonic() + LOAD_TIMEOUT_S)
+    peak: int = 0
+    samples: int = 0
+    done_phases: list[str] = field(default_factory=list)
+    failure: tuple[str, str] | None = None  # (status, reason)
+    finished: bool = False
+    loaded: bool = False
+
+    def on_event(self, event: ev.Event) -> ev.Event:
+        """Update the state; returns the event to journal (a phase's end with its RSS figures)."""
+        if isinstance(event, ev.RequestStart):
+            self.request, self.deadline = event, time.monotonic() + self.timeout
+        elif isinstance(event, ev.Request):
+            self.request, self.deadline = None, time.monotonic() + LOAD_TIMEOUT_S
+        elif isinstance(event, ev.Loaded):
+            self.loaded = True
+        elif isinstance(event, ev.PhaseStart):
+            self.phase, self.peak, self.samples = event.phase, 0, 0
+        elif isinstance(event, ev.PhaseEnd):
+            own = event.os_peak_rss_bytes if event.os_peak_scope == "phase" else None
+            peak = max(self.peak, own or 0)
+            event = event.replace(peak_rss_bytes=peak or None, rss_samples=self.samples)
+            self.done_phases.append(event.phase)
+            self.phase = None
+        elif isinstance(event, ev.Done):
+            self.finished = True
+        elif isinstance(event, ev.Error):
+            self.failure = ("error", event.message)
+        return event
+
+    def sample(self, ps: psutil.Process | None) -> None:
+        if self.phase is not None and ps is not None:
+            try:
+                self.peak, self.samples = max(self.peak, ps.memory_info().rss), self.samples + 1
+            except psutil.Error:
+                pass
+
+    def overdue(self) -> tuple[str, str] | None:
+        if time.monotonic() <= self.deadline:
+            return None
+        what, limit = ("request", self.timeout) if self.request else ("loading", LOAD_TIMEOUT_S)
+        return "timeout", f"{what} exceeded the {limit:g} s timeout; worker killed"
+
+
+def spawn(python: str, job: dict) -> tuple[subprocess.Popen, IO[bytes], int]:
+    """The worker process with its job on stdin; its stderr goes to a temporary file (its tail
+    is kept with a failure). Returns the process, that file and the spawn time (ns)."""
+    stderr = tempfile.TemporaryFile()
+    t_spawn = time.perf_counter_ns()
+    proc = subprocess.Popen([python, "-m", "macprof.run.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=stderr, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdin is not None
+    proc.stdin.write((json.dumps(job) + "\n").encode())
+    proc.stdin.close()
+    return proc, stderr, t_spawn
+
+
+def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], None],
+          on_request: Callable[[ev.Request], None], kill: Callable[[], None]) -> _State:
+    """Pump the worker's events into ``journal`` until it is done, dies or overruns a deadline."""
+    state = _State(timeout=timeout)
+    ps = _ps(proc.pid)
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    try:
+        while not state.finished:
+            if sel.select(timeout=RSS_PERIOD_S):
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break  # EOF: the worker ended (or died)
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    event = _parse_event(line)
+                    if event is not None:
+                        journal(state.on_event(event))
+                        if isinstance(event, ev.Request):
+                            on_request(event)
+            state.sample(ps)
+            state.failure = state.overdue() or state.failure
+            if state.failure and state.failure[0] == "timeout":
+                kill()
+                break
+    finally:
+        sel.close()
+    return state
+
+
+def failure_record(model: ModelSpec, worker_id: str, state: _State, rc: int | None, stderr: IO[bytes]) -> ev.Failure | None:
+    failure = state.failure or (None if state.finished else ("crashed", _exit_reason(rc)))
+    if failure is None:
+        return None
+    request = state.request
+    return ev.Failure(
+        model=model.name, worker=worker_id, status=failure[0], reason=failure[1],
+        # a worker that died before the model loaded failed the load, not a phase
+        phase=(request.phase if request else None) or state.phase if state.loaded else None,
+        index=request and request.index, kind=request and request.kind, case=request and request.case,
+        mode=request and request.mode, exit_code=rc,
+        signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None, stderr_tail=_tail(stderr))
+
+
+def _ps(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def _parse_event(line: bytes) -> ev.Event | None:
+    """A worker's line as an event; a line that is not one (a library that wrote to fd 1 before
+    the worker redirected it, a malformed event) is passed over, as a journal reader would."""
+    try:
+        return ev.parse_event(json.loads(line), "worker")
+    except (ValueError, MacprofError):
+        return None
+
+
+def wait(proc: subprocess.Popen) -> int | None:
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _exit_reason(rc: int | None) -> str:
+    if rc is None:
+        return "worker did not exit"
+    if rc < 0:
+        name = signal.Signals(-rc).name
+        if name == "SIGKILL":
+            return "worker killed by SIGKILL (the out-of-memory killer does this)"
+        return f"worker died from {name}"
+    return f"worker exited with code {rc} before finishing"
+
+
+def _tail(fh: IO[bytes], limit: int = 2000) -> str:
+    try:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - limit))
+        return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
