@@ -11,7 +11,7 @@ from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
 from macprof.run.orchestrator import Runner
 from macprof.run.progress import Display
-from macprof.store.runlog import save
+from macprof.store.runlog import read_journal, save
 
 
 def journal_path(log_path: Path) -> Path:
@@ -24,6 +24,13 @@ def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Display | N
     log = build(events)
     save(log, log_path)
     return log
+
+
+def measured_anything(log_path: Path) -> bool:
+    """Whether the run of ``log_path`` measured at least one request (a warm-up is not a
+    measurement), from its journal: every event is there, a resumed run's included."""
+    return any(ev.get("event") == "request" and ev.get("status") == "ok" and ev.get("kind") != "warmup"
+               for ev in read_journal(journal_path(log_path)))
 
 
 def default_log_path(runs_dir: Path) -> Path:

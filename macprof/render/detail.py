@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from macprof.model.access import dig
-from macprof.render.text import ceiling_text, fmt_bytes, fmt_rate, fmt_s, safe_lines
+from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s
 
 
 def render_detail(log: dict) -> str:
@@ -58,7 +58,7 @@ def render_detail(log: dict) -> str:
                      f"at {kv['context_tokens']} tokens, {fmt_bytes(kv['measured_bytes'])} measured")
         for f in m.get("failures", []):
             lines.append(f"   FAILURE {f.get('phase')}: {f.get('status')}: {f.get('reason')}")
-    return safe_lines("\n".join(lines))
+    return "\n".join(clean(line) for line in lines)  # each one line: a name's "\n" adds none
 
 
 def _metrics_line(summ: dict) -> str:

@@ -11,13 +11,20 @@ from pathlib import Path
 from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.access import dig
+from macprof.render.text import clean
 
 FORMATS = (".png", ".svg", ".html")
 MEASURED, SPEC = "#C44E52", "#55A868"
 
 
+def chart_text(value) -> str:
+    """A string from a log as chart text: sanitised (an SVG with a control character in it is
+    not XML), and "$" escaped (matplotlib reads "$...$" as TeX, and bad TeX fails the plot)."""
+    return clean(value).replace("$", r"\$")
+
+
 def _label(row: dict, many_logs: bool) -> str:
-    return f"{row['model']}\n[{row['source']}]" if many_logs else row["model"]
+    return f"{chart_text(row['model'])}\n[{chart_text(row['source'])}]" if many_logs else chart_text(row["model"])
 
 
 def _models(logs: list[tuple[str, dict]]):
@@ -26,7 +33,7 @@ def _models(logs: list[tuple[str, dict]]):
     for source, log in logs:
         for m in log.get("models", []):
             name = m["identity"]["name"]
-            yield (f"{name} [{source}]" if many else name), m
+            yield chart_text(f"{name} [{source}]" if many else name), m
 
 
 def plot(logs: list[tuple[str, dict]], out: Path) -> Path:
@@ -194,4 +201,4 @@ def _caption(logs: list[tuple[str, dict]]) -> str:
                      f"prompt {s.get('prompt_tokens')} / gen {s.get('gen_tokens')} tokens, reps {s.get('reps')}, "
                      + (f"{sweeps}, " if sweeps else "")
                      + f"macprof {log.get('tool_version')}, {log.get('started_utc')}")
-    return "\n".join(parts)
+    return "\n".join(chart_text(part) for part in parts)

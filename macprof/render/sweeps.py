@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from macprof.model.access import dig
 from macprof.render.exporters import Table, text_table, to_text
-from macprof.render.text import ceiling_text, fmt_rate, fmt_s, fmt_x
+from macprof.render.text import ceiling_text, clean, fmt_rate, fmt_s, fmt_x
 
 
 def _case_status(c: dict) -> str:
@@ -82,5 +82,5 @@ def sweep_sections(log: dict) -> list[tuple[Table, str | None]]:
 
 
 def sweep_tables(log: dict) -> str:
-    return "\n\n".join(f"{table.title}\n{to_text(table)}" + (f"\n  {line}" if line else "")
+    return "\n\n".join(f"{clean(table.title)}\n{to_text(table)}" + (f"\n  {clean(line)}" if line else "")
                        for table, line in sweep_sections(log))
