@@ -11,29 +11,58 @@ from typing import TYPE_CHECKING
 import click
 
 from macprof import __version__
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, NothingMeasured
+from macprof.sanitise import clean
+
+# A reader that went away (`macprof show LOG | head -1`) ends the command as SIGPIPE ends a
+# shell tool: quietly, with the status a shell gives it (128 + 13). Not 0: a `compare --fail-if`
+# cut short never reached its verdict, and must not read as a pass.
+BROKEN_PIPE_EXIT = 141
 
 if TYPE_CHECKING:
     from macprof.model.log import RunLog
 
 
 class Group(click.Group):
-    """Turns the project's errors into one line on stderr and exit code 2, never a traceback."""
+    """Turns the project's errors into one line on stderr and exit code 2, never a traceback.
+    An error's text may quote a log (a model name): it is sanitised like everything printed."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            _reader_gone()
+            ctx.exit(BROKEN_PIPE_EXIT)
         except MacprofError as exc:
-            click.echo(f"macprof: error: {exc}", err=True)
+            _echo_err(f"macprof: error: {clean(exc)}")
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # a bug of ours: still one line, the traceback on request
             if os.environ.get("MACPROF_DEBUG") == "1":
                 raise
-            click.echo(f"macprof: internal error: {type(exc).__name__}: {exc} "
-                       f"(MACPROF_DEBUG=1 shows the traceback)", err=True)
+            _echo_err(f"macprof: internal error: {type(exc).__name__}: {clean(exc)} "
+                      f"(MACPROF_DEBUG=1 shows the traceback)")
             ctx.exit(1)
+
+
+def _echo_err(line: str) -> None:
+    try:
+        click.echo(line, err=True)
+    except BrokenPipeError:  # stderr's reader is gone too: nobody is left to tell
+        _reader_gone()
+
+
+def _reader_gone() -> None:
+    """As Python's docs advise for SIGPIPE: point stdout and stderr at devnull, so the flush at
+    exit of what is still buffered raises nothing more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):  # not a real file (a test runner's capture)
+            pass
+    os.close(devnull)
 
 
 def _csv_ints(ctx, param, value):
@@ -114,6 +143,9 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
     click.echo(render_summary(log, str(log_path)))
     if not log.complete:
         sys.exit(130)
+    if not session.measured_anything(log_path):  # a run that measured nothing must not read as a success
+        raise NothingMeasured(f"the run measured nothing: every model was refused or failed (the warnings above "
+                              f"say why); the run log is written: {log_path}")
 
 
 def sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given: bool) -> dict:
@@ -167,11 +199,14 @@ def show(path, fmt) -> None:
 
 
 def _load_logs(paths) -> list[tuple[str, RunLog]]:
-    from macprof.analyse import compare as cmp
-    from macprof.store import runlog
+    """The logs named, and folders of them; what a folder held that was passed over (not a
+    run log, or a second copy of a run) is named in one line on stderr."""
+    from macprof.store.logset import load_logs
 
-    files = cmp.log_files(list(paths))
-    return [(f.name.removesuffix(".json"), runlog.load(f)) for f in files]
+    logs, skipped = load_logs(list(paths))
+    if skipped:
+        click.echo(clean(f"macprof: passed over {len(skipped)} file(s): {'; '.join(skipped)}"), err=True)
+    return logs
 
 
 @main.command()
@@ -221,9 +256,9 @@ def share(path, output) -> None:
     runlog.validate(shared, "shared copy")
     out = output or sh.default_output(path)
     runlog.save(RunLog.from_json(shared), out)
-    click.echo(f"wrote {out}")
+    click.echo(f"wrote {clean(out)}")
     for item in removed or ["nothing identifying was found"]:
-        click.echo(f"  removed: {item}")
+        click.echo(f"  removed: {clean(item)}")
 
 
 @main.command()
@@ -297,8 +332,8 @@ def inspect(model, as_json) -> None:
         click.echo(_json.dumps(d, indent=1))
         return
     rows = [[k, fmt_bytes(v) + f" ({v} B)" if k.endswith("bytes") or k.endswith("per_token") and "kv" not in k
-             else str(v)] for k, v in d.items() if k != "bytes_by_type"]
-    rows += [[f"bytes of {t}", f"{fmt_bytes(b)} ({b} B)"] for t, b in sorted(d["bytes_by_type"].items())]
+             else clean(v)] for k, v in d.items() if k != "bytes_by_type"]  # a model file's own strings
+    rows += [[f"bytes of {clean(t)}", f"{fmt_bytes(b)} ({b} B)"] for t, b in sorted(d["bytes_by_type"].items())]
     click.echo(render_table(["field", "value"], rows))
 
 

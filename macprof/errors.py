@@ -7,5 +7,11 @@ class MacprofError(Exception):
     exit_code = 2
 
 
+class NothingMeasured(MacprofError):
+    """A run in which every model was refused or failed: its log is written, but it is no result."""
+
+    exit_code = 3
+
+
 class EngineMissing(MacprofError):
     """An engine's Python package is not installed."""

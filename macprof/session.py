@@ -9,11 +9,11 @@ from pathlib import Path
 from macprof.analyse.build import build
 from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
-from macprof.model.events import Event
+from macprof.model.events import Event, Request
 from macprof.model.log import RunLog
 from macprof.run.orchestrator import Runner
 from macprof.run.progress import Display
-from macprof.store.runlog import save
+from macprof.store.runlog import read_journal, save
 
 
 def journal_path(log_path: Path) -> Path:
@@ -26,6 +26,13 @@ def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Display | N
     log = build(events)
     save(log, log_path)
     return log
+
+
+def measured_anything(log_path: Path) -> bool:
+    """Whether the run of ``log_path`` measured at least one request (a warm-up is not a
+    measurement), from its journal: every event is there, a resumed run's included."""
+    return any(isinstance(e, Request) and e.status == "ok" and e.kind != "warmup"
+               for e in read_journal(journal_path(log_path)))
 
 
 def default_log_path(runs_dir: Path) -> Path:

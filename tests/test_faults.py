@@ -100,7 +100,8 @@ def test_prompt_longer_than_the_context_is_refused(tiny_dir, tmp_path):
     cfg.write_text(f'[[models]]\nname = "long"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n'
                    f'prompt_tokens = 1100\ngen_tokens = 8\nphases = ["warm"]\n')
     log = tmp_path / "run.json"
-    macprof("run", "--config", str(cfg), "--log", str(log))
+    proc = macprof("run", "--config", str(cfg), "--log", str(log), check=False)
+    assert proc.returncode == 3  # the only model was refused: the run measured nothing
     (failure,) = runlog.load(log).models[0].failures
     assert failure.status == "refused" and "1108 exceeds the model's context length of 1024 tokens" in failure.reason
 

@@ -67,7 +67,7 @@ def test_plain_lines_on_a_stream_that_is_not_a_terminal():
     lines.advance("model: warm 1/2: ok\x1b[2J")
     lines.reach(3)
     lines.close()
-    assert stream.getvalue().split("\n") == ["[    0.0s] model: identifying", "[    1.2s] model: warm 1/2: ok [2J", ""]
+    assert stream.getvalue().split("\n") == ["[    0.0s] model: identifying", "[    1.2s] model: warm 1/2: ok", ""]
 
 
 def test_to_stream_chooses_lines_off_a_terminal():

@@ -11,7 +11,6 @@ machine, engine version, power source, thermal state) are flagged.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
@@ -22,18 +21,6 @@ from macprof.model.log import Machine, ModelResult, RunLog
 
 # metric -> (what, higher is better)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak RSS", False)}
-
-
-def log_files(paths: list[Path]) -> list[Path]:
-    out: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            out += sorted(f for f in p.glob("*.json") if not f.name.startswith("."))
-        else:
-            out.append(p)
-    if not out:
-        raise MacprofError("compare: no run logs found in " + ", ".join(map(str, paths)))
-    return out
 
 
 def _engine_version(model: ModelResult, software: dict | None) -> str | None:
@@ -168,17 +155,46 @@ def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
 
 
 def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
-    """One line naming each --fail-if metric and model whose sample sizes could never be
-    significant (so no regression could ever be found), or None when every one can be judged."""
-    parts = []
-    for metric in dict.fromkeys(m for m, _ in specs):
-        calls = [(row, row["same_model"]["calls"].get(metric, {})) for row in result["rows"] if row["same_model"]]
-        names = [f"{row['model']}@{row['source']} ({call['sizes'][0]} vs {call['sizes'][1]} requests)"
-                 for row, call in calls if call.get("call") == "cannot tell"]
-        if names:
-            parts.append(f"{METRICS[metric][0]} of {', '.join(names)}")
-    if not parts:
+    """One line naming each --fail-if metric and model that cannot be judged, or None when every
+    one can. A gate judges only what was measured: it must not pass on a model with no successful
+    request (or no peak RSS) on either side, on sample sizes that could never be significant,
+    or when no model of the baseline's run appears in another run at all."""
+    if not specs:
         return None
-    n = result["min_reps_per_side"]
-    return (f"--fail-if cannot judge {'; '.join(parts)}: the test cannot reach p < {ALPHA} with so few requests; "
-            f"record at least {n} per side (--reps {n})")
+    judged = [row for row in result["rows"] if row["same_model"]]
+    if not judged:
+        base = next(row["source"] for row in result["rows"] if row["baseline"])
+        return (f"--fail-if has nothing to judge: no model of the baseline's run ({base}) appears in another run; "
+                f"compare a run against an earlier run of the same models")
+    unmeasured, few = [], []
+    for metric in dict.fromkeys(m for m, _ in specs):
+        none, small = _unjudged(judged, metric)
+        unmeasured += [f"{METRICS[metric][0]} of {', '.join(none)}"] if none else []
+        few += [f"{METRICS[metric][0]} of {', '.join(small)}"] if small else []
+    parts = []
+    if unmeasured:
+        parts.append(f"{'; '.join(unmeasured)}: nothing was measured there, and a gate judges only what was measured")
+    if few:
+        n = result["min_reps_per_side"]
+        parts.append(f"{'; '.join(few)}: the test cannot reach p < {ALPHA} with so few requests; "
+                     f"record at least {n} per side (--reps {n})")
+    return "--fail-if cannot judge " + "; nor ".join(parts) if parts else None
+
+
+def _unjudged(rows: list[dict], metric: str) -> tuple[list[str], list[str]]:
+    """The rows whose ``metric`` has nothing measured on a side, and those whose sample sizes
+    could never reach significance, each named with what it had."""
+    none, small = [], []
+    for row in rows:
+        what = f"{row['model']}@{row['source']}"
+        if metric == "memory":  # one figure per run, not a sample: judged whenever both sides have it
+            if row["same_model"]["ratios"]["memory"] is None:
+                none.append(f"{what} (no peak RSS against {row['same_model_baseline']})")
+            continue
+        call = row["same_model"]["calls"].get(metric) or {}
+        n_base, n = call.get("sizes") or (0, 0)
+        if not n_base or not n:
+            none.append(f"{what} ({n_base} vs {n} successful requests)")
+        elif call.get("call") == "cannot tell":
+            small.append(f"{what} ({n_base} vs {n} requests)")
+    return none, small

@@ -111,7 +111,7 @@ def verdict(a: list[float], b: list[float], higher_is_better: bool, alpha: float
     'cannot tell' when these sizes could not reach alpha whatever the samples (``why`` says so)."""
     test = mann_whitney(a, b)
     if test["p"] is None:
-        return {**test, "call": "not comparable (missing samples)"}
+        return {**test, "sizes": [len(a), len(b)], "call": "not comparable (missing samples)"}
     sizes = reach(len(a), len(b), alpha)
     # decided by the sizes, whatever p says: with ties the normal approximation can dip below
     # alpha at 3 vs 3 ([1, 1, 1] vs [2, 2, 2]: 0.047), an artefact, since the exact permutation

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Metrics
-from macprof.render.text import ceiling_text, fmt_bytes, fmt_rate, fmt_s, safe_lines
+from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s
 
 
 def render_detail(log: RunLog) -> str:
@@ -59,7 +59,7 @@ def render_detail(log: RunLog) -> str:
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")
         for f in m.failures:
             lines.append(f"   FAILURE {f.phase}: {f.status}: {f.reason}")
-    return safe_lines("\n".join(lines))
+    return "\n".join(clean(line) for line in lines)  # each one line: a name's "\n" adds none
 
 
 def _metrics_line(summ: Metrics) -> str:

@@ -63,13 +63,15 @@ def text_table(headers: list[str], rows: list[list[str]], title: str = "") -> Ta
 
 # -- escaping: strings from a log must not break the format they land in ---------------------
 def one_line(text: Any) -> str:
-    """Line breaks and tabs become spaces, other control characters (escape sequences) go."""
-    return clean("".join(" " if ch in "\r\n\t\v\f\x85\u2028\u2029" else ch for ch in str(text)))
+    """Line breaks and tabs become spaces, escape sequences and other control characters go
+    (the project's one sanitiser, ``clean``)."""
+    return clean(text)
 
 
 def md_escape(text: Any) -> str:
-    """One line, with the characters that end or alter a markdown table cell escaped."""
-    return one_line(text).replace("\\", "\\\\").replace("|", "\\|")
+    """One line, with the characters that end or alter a markdown table cell escaped, and "<"
+    too: in an issue, "<!--" from a log would hide everything after it, "<details>" fold it."""
+    return one_line(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
 
 
 def csv_text(text: str) -> str:

@@ -12,13 +12,20 @@ from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Ceiling, SweepCase
+from macprof.render.text import clean
 
 FORMATS = (".png", ".svg", ".html")
 MEASURED, SPEC = "#C44E52", "#55A868"
 
 
+def chart_text(value) -> str:
+    """A string from a log as chart text: sanitised (an SVG with a control character in it is
+    not XML), and "$" escaped (matplotlib reads "$...$" as TeX, and bad TeX fails the plot)."""
+    return clean(value).replace("$", r"\$")
+
+
 def _label(row: dict, many_logs: bool) -> str:
-    return f"{row['model']}\n[{row['source']}]" if many_logs else row["model"]
+    return f"{chart_text(row['model'])}\n[{chart_text(row['source'])}]" if many_logs else chart_text(row["model"])
 
 
 def _models(logs: list[tuple[str, RunLog]]):
@@ -27,7 +34,7 @@ def _models(logs: list[tuple[str, RunLog]]):
     for source, log in logs:
         for m in log.models:
             name = m.identity.name
-            yield (f"{name} [{source}]" if many else name), m
+            yield chart_text(f"{name} [{source}]" if many else name), m
 
 
 def _ceiling(roof: Ceiling | None, which: str) -> float | None:
@@ -206,4 +213,4 @@ def _caption(logs: list[tuple[str, RunLog]]) -> str:
                      f"prompt {s and s.prompt_tokens} / gen {s and s.gen_tokens} tokens, reps {s and s.reps}, "
                      + (f"{sweeps}, " if sweeps else "")
                      + f"macprof {log.tool_version}, {log.started_utc}")
-    return "\n".join(parts)
+    return "\n".join(chart_text(part) for part in parts)

@@ -10,7 +10,7 @@ from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
-from macprof.render.text import ceiling_text, fmt_bytes, fmt_rate, fmt_s, safe_lines
+from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, safe_lines
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
 FIRST_SLOW = 1.5  # first measured request this much slower than the median of the others
@@ -122,7 +122,7 @@ def warnings(log: RunLog) -> list[str]:
                        f"beyond a floating-point near-tie: the cached path is not equivalent")
         for f in m.failures:
             out.append(f"{name}: {f.phase or 'load'} failed ({f.status}): {f.reason}")
-    return out
+    return [clean(w) for w in out]  # one line each, whatever a name or an engine's message holds
 
 
 def render_summary(log: RunLog, path: str | None = None) -> str:

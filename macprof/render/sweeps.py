@@ -8,7 +8,7 @@ from typing import Sequence
 from macprof.model.log import RunLog
 from macprof.model.phases import Sweep, SweepCase, TradeoffRow
 from macprof.render.exporters import Table, text_table, to_text
-from macprof.render.text import ceiling_text, fmt_rate, fmt_s, fmt_x
+from macprof.render.text import ceiling_text, clean, fmt_rate, fmt_s, fmt_x
 
 
 def _case_status(c: SweepCase) -> str:
@@ -84,5 +84,5 @@ def sweep_sections(log: RunLog) -> list[tuple[Table, str | None]]:
 
 
 def sweep_tables(log: RunLog) -> str:
-    return "\n\n".join(f"{table.title}\n{to_text(table)}" + (f"\n  {line}" if line else "")
+    return "\n\n".join(f"{clean(table.title)}\n{to_text(table)}" + (f"\n  {clean(line)}" if line else "")
                        for table, line in sweep_sections(log))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from macprof.model.phases import Ceiling
+from macprof.sanitise import clean, clean_lines  # noqa: F401 - clean is re-exported: every renderer's sanitiser
 
 
 def fmt_s(x: float | None) -> str:
@@ -48,14 +49,9 @@ def render_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def safe_lines(text: str) -> str:
-    """Everything printed from a log goes through here: no escape sequence reaches the terminal."""
-    return "\n".join(clean(line) for line in text.split("\n"))
-
-
-# -- compare -------------------------------------------------------------------------------
-def clean(text) -> str:
-    """Strip control characters (terminal escape sequences) from text that came from a log."""
-    return "".join(ch for ch in str(text) if ch.isprintable())
+    """Everything printed from a log goes through here (or through ``clean``, its one-line form,
+    macprof/sanitise.py): no escape sequence reaches the terminal."""
+    return clean_lines(text)
 
 
 def ceiling_text(roof: Ceiling | None) -> str:

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Callable, TextIO
 
+from macprof.sanitise import clean
+
 Clock = Callable[[], float]
 
 
@@ -28,11 +30,6 @@ def clock_text(seconds: float | None) -> str:
     h, rest = divmod(round(seconds), 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def printable(text: str) -> str:
-    """No escape sequence from a model name or an engine's message reaches the terminal."""
-    return "".join(ch if ch.isprintable() else " " for ch in str(text))
 
 
 class Display:
@@ -55,11 +52,11 @@ class Display:
     def advance(self, line: str) -> None:
         """One unit done (a request event arrived), and the line that says so."""
         self.done += 1
-        self._show(line, unit=True)
+        self._show(clean(line), unit=True)  # no escape sequence or line break from a name or a message
 
     def note(self, line: str) -> None:
         """An event worth a line that is not a unit: a model starts, a trial, a failure."""
-        self._show(line, unit=False)
+        self._show(clean(line), unit=False)
 
     __call__ = note  # a plain progress("...") call, as the orchestrator made before, is a note
 
@@ -91,10 +88,15 @@ class Lines(Display):
 
     def __init__(self, stream: TextIO, clock: Clock = time.monotonic) -> None:
         super().__init__(clock)
-        self.stream = stream
+        self.stream: TextIO | None = stream
 
     def _show(self, line: str, unit: bool) -> None:
-        print(f"[{self.elapsed():7.1f}s] {printable(line)}", file=self.stream, flush=True)
+        if self.stream is None:
+            return
+        try:
+            print(f"[{self.elapsed():7.1f}s] {line}", file=self.stream, flush=True)
+        except BrokenPipeError:  # the reader went away (`2>&1 | head`): stop showing, keep measuring
+            self.stream = None
 
 
 class Callback(Display):
@@ -125,11 +127,11 @@ class Bar(Display):
 
     def _show(self, line: str, unit: bool) -> None:
         if unit and self.task is not None:
-            self.progress.update(self.task, completed=self.done, description=printable(line))
+            self.progress.update(self.task, completed=self.done, description=line)
         else:
             from rich.text import Text
 
-            self.progress.console.print(Text(f"[{self.elapsed():7.1f}s] {printable(line)}"))
+            self.progress.console.print(Text(f"[{self.elapsed():7.1f}s] {line}"))
 
     def _update(self) -> None:
         if self.task is not None:

@@ -1,8 +1,17 @@
 """`macprof share`: a copy of a run log that is safe to post publicly.
 
 Removes what identifies a person or a machine: the user name, the host name and the home
-directory wherever they appear (paths, engine messages, stderr tails), the host id, and model
-paths (a model stays identified by file name, size and sha256). Says what it removed.
+directory wherever they appear (paths, model names, engine messages, stderr tails), the host
+id, and model paths (a model stays identified by file name, size and sha256). Says what it
+removed, in words that hold none of it.
+
+Only whole tokens go: a user or host name as a word (so host "tiny" leaves "tinyllama" alone),
+a home directory as a path prefix (home "/data/max" leaves "/data/maxine" alone). User names are
+matched with their case (POSIX user names are case-sensitive: user "max" leaves "M4 Max"
+alone), host names without (DNS ignores case). Fields that hold what macprof, the OS or the
+hardware name (the chip, a method, a status) are left as they are: they carry nothing of the
+user, and replacing "M4" in "Apple M4 Max" for a user named "M4" would corrupt the chip and,
+by the gap it leaves, tell the user name.
 """
 
 from __future__ import annotations
@@ -14,13 +23,23 @@ import re
 import socket
 from pathlib import Path
 
+# keys whose values are vocabulary: hardware and OS names, macprof's own definitions, methods
+# and enumerations; and hashes (hex: a short name could match inside one)
+VOCABULARY = frozenset({"sha256", "definitions", "chip", "cpu_model", "arch", "os", "os_version", "method",
+                        "tflops_method", "source", "device", "status", "kind", "mode", "engine", "bound", "format",
+                        "kv_type", "architecture", "quant_declared", "tool_version", "started_utc",
+                        "ended_utc", "utc", "software", "engine_versions"})
+_WORD = r"[^\W_]"  # a letter or digit: a name next to one is part of a longer word, not the name
+_OTHER_HOMES = r"/(?:Users|home)/[^/\s\"']+"  # any other user's home directory (a mounted volume)
+NAMES = {"<home>": "home-directory paths", "<user>": "user names", "<host>": "host names"}
+
 
 def _identifiers() -> list[tuple[str, str]]:
-    """(text to remove, what replaces it), longest first so a home path goes before the user."""
+    """(text to remove, what replaces it): this machine's home directory, user and host names."""
     found: dict[str, str] = {}
     home = os.path.expanduser("~")
     if home and home not in ("/", "~"):
-        found[home] = "<home>"
+        found[home.rstrip("/")] = "<home>"
     try:
         found[getpass.getuser()] = "<user>"
     except Exception:  # noqa: BLE001 - no user name to remove
@@ -29,11 +48,55 @@ def _identifiers() -> list[tuple[str, str]]:
     if host:
         found[host] = "<host>"
         found[host.split(".")[0]] = "<host>"
-    return sorted(((k, v) for k, v in found.items() if len(k) >= 3), key=lambda kv: -len(kv[0]))
+    # one-letter names would take every "a" and "x" of the messages; paths still go by prefix
+    return [(k, v) for k, v in found.items() if len(k) >= 2 or v == "<home>"]
+
+
+def _pattern(text: str, label: str) -> str:
+    body = re.escape(text)
+    if label == "<home>":
+        return body + r"(?![\w.-])"  # a path prefix: /home/max/x and /home/max, never /home/maxine
+    if label == "<host>":
+        return rf"(?<!{_WORD})(?i:{body})(?!{_WORD})"
+    return rf"(?<!{_WORD}){body}(?!{_WORD})"
+
+
+class _Scrubber:
+    """Every identifier in one regular expression, longest first, so a replacement is never
+    scanned again ("<home>" holds "home": a user named "home" must not turn it into "<<user>>")."""
+
+    def __init__(self, replacements: list[tuple[str, str]]) -> None:
+        ordered = sorted({t: lab for t, lab in replacements if t}.items(), key=lambda kv: -len(kv[0]))
+        self.labels = [lab for _, lab in ordered] + ["<home>"]
+        alts = [_pattern(t, lab) for t, lab in ordered] + [_OTHER_HOMES]
+        self.rx = re.compile("|".join(f"(?P<g{i}>{a})" for i, a in enumerate(alts)))
+        self.hits: dict[str, int] = {}
+
+    def text(self, value: str, count: bool = True) -> str:
+        def sub(m: re.Match) -> str:
+            label = self.labels[int(m.lastgroup[1:])]
+            if count:
+                self.hits[label] = self.hits.get(label, 0) + 1
+            return label
+
+        return self.rx.sub(sub, value)
+
+    def value(self, value, key: str | None = None):
+        if key in VOCABULARY:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self.value(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        return value
 
 
 def redact(log: dict, identifiers: list[tuple[str, str]] | None = None) -> tuple[dict, list[str]]:
+    """The copy to share, and what was removed (in words that hold none of it)."""
     ids = _identifiers() if identifiers is None else identifiers
+    names = _Scrubber(ids)  # a model's name may hold the user or host name: its label must not
     out = copy.deepcopy(log)
     removed: list[str] = []
     model_paths = []
@@ -41,39 +104,19 @@ def redact(log: dict, identifiers: list[tuple[str, str]] | None = None) -> tuple
         path = m.get("identity", {}).get("path")
         if path:
             m["identity"]["path"] = None
-            model_paths.append((path, f"<path of {m['identity']['name']}>"))
-            removed.append(f"model path of {m['identity']['name']}")
+            name = names.text(str(m["identity"].get("name")), count=False)
+            model_paths.append((path, f"<path of {name}>"))
+            removed.append(f"model path of {name}")
     machine = out.get("machine") or {}
     if machine.get("host_id"):
         machine["host_id"] = None
         machine.setdefault("unknown", {})["host_id"] = "removed by macprof share"
         removed.append("host id")
-    hits: dict[str, int] = {}
     # a model's path also appears in messages (a refused case, a load error): replaced there too
-    patterns = [(re.compile(re.escape(p)), label) for p, label in sorted(model_paths, key=lambda x: -len(x[0]))]
-    patterns += [(re.compile(re.escape(text), re.IGNORECASE if label != "<home>" else 0), label) for text, label in ids]
-
-    def scrub(value):
-        if isinstance(value, str):
-            for rx, label in patterns:
-                value, n = rx.subn(label, value)
-                if n:
-                    hits[label] = hits.get(label, 0) + n
-            # any other absolute home-directory path (another user's, a mounted volume)
-            value, n = re.subn(r"/(?:Users|home)/[^/\s\"']+", "<home>", value)
-            if n:
-                hits["<home>"] = hits.get("<home>", 0) + n
-            return value
-        if isinstance(value, dict):  # hashes are hex: a short user name could match inside one
-            return {k: (v if k == "sha256" else scrub(v)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [scrub(v) for v in value]
-        return value
-
-    out = scrub(out)
-    names = {"<home>": "home-directory paths", "<user>": "user names", "<host>": "host names"}
-    removed += [f"{n} occurrence(s) of {names.get(label, 'the model path in messages: ' + label)}"
-                for label, n in sorted(hits.items())]
+    scrub = _Scrubber(model_paths + ids)
+    out = scrub.value(out)
+    removed += [f"{n} occurrence(s) of {NAMES.get(label, 'the model path in messages: ' + label)}"
+                for label, n in sorted(scrub.hits.items())]
     out["redacted"] = {"by": "macprof share", "removed": removed}
     return out, removed
 

@@ -1,0 +1,110 @@
+"""The run logs a command names (`compare`, `plot`): files, and folders of them.
+
+A file named on the command line must be a run log: anything else is the usual one-line error.
+A folder is what a user keeps beside their logs (the bandwidth cache, an empty file, notes):
+a file there that does not claim to be a run log is passed over and named. A run is counted
+once: `macprof share` writes its copy beside the original, and two rows of one run would
+compare a run with itself (and weigh it twice).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from macprof.errors import MacprofError
+from macprof.model.log import RunLog
+from macprof.store import runlog
+
+
+@dataclass(eq=False)  # an entry is itself: two copies of one file are two entries
+class _Entry:
+    path: Path
+    log: RunLog
+    named: bool  # named on the command line, not found in a folder
+    run: tuple | None  # which run it records (None: cannot tell, never merged)
+    shared: bool  # a copy written by `macprof share`
+
+
+def load_logs(paths: list[Path]) -> tuple[list[tuple[str, RunLog]], list[str]]:
+    """(name, log) per run, in the order given, and what was passed over, each as 'FILE (why)'."""
+    entries: list[_Entry] = []
+    skipped: list[str] = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            entries.append(_entry(p, runlog.load(p), _raw(p), named=True))
+            continue
+        for f in sorted(f for f in p.glob("*.json") if not f.name.startswith(".")):
+            raw, why = _claimed_log(f)
+            if why:
+                skipped.append(f"{f} ({why})")
+            else:  # it says it is a run log: a broken one is an error, not something to pass over
+                entries.append(_entry(f, runlog.load(f), raw, named=False))
+    kept = _once_per_run(entries, skipped)
+    if not kept:
+        where = ", ".join(map(str, paths))
+        raise MacprofError(f"no run logs found in {where}" + (f" (passed over: {'; '.join(skipped)})" if skipped else ""))
+    return [(e.path.name.removesuffix(".json"), e.log) for e in kept], skipped
+
+
+def _entry(path: Path, log: RunLog, raw: dict | None, named: bool) -> _Entry:
+    return _Entry(path, log, named, _run_key(raw), bool(raw and raw.get("redacted")))
+
+
+def _raw(path: Path) -> dict | None:
+    """The file's JSON as written (what identifies its run), None for a journal."""
+    if path.name.endswith(".jsonl"):
+        return None
+    return _claimed_log(path)[0]
+
+
+def _claimed_log(path: Path) -> tuple[dict | None, str | None]:
+    """The file's JSON when it claims to be a run log (an object with a schema_version), else
+    why it is not one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"unreadable: {getattr(exc, 'strerror', None) or exc}"
+    if not text.strip():
+        return None, "empty file"
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, "not JSON"
+    if not isinstance(data, dict) or "schema_version" not in data:
+        return None, "not a macprof run log"
+    return data, None
+
+
+def _run_key(raw: dict | None) -> tuple | None:
+    """What one run's log and its shared copy have in common: when it ran, on what machine
+    (the facts `share` keeps) and which model files (engine, bytes and sha256 survive `share`;
+    a model's name may not)."""
+    if not isinstance(raw, dict) or not raw.get("started_utc"):
+        return None
+    mach = raw.get("machine") if isinstance(raw.get("machine"), dict) else {}
+    models = []
+    for m in raw.get("models") or []:
+        ident = (m or {}).get("identity") or {}
+        files = tuple(sorted(str(f.get("sha256")) for f in ident.get("files") or [] if isinstance(f, dict)))
+        models.append((ident.get("engine"), ident.get("total_bytes"), files))
+    return (raw.get("started_utc"), raw.get("ended_utc"), mach.get("cpu_model"), mach.get("chip"),
+            mach.get("memory_bytes"), tuple(models))
+
+
+def _once_per_run(entries: list[_Entry], skipped: list[str]) -> list[_Entry]:
+    """One entry per run, where the run's first file was: every file named on the command line
+    (the user asked for each), else the original over a shared copy, else the first found."""
+    groups: dict[object, list[_Entry]] = {}
+    for i, e in enumerate(entries):
+        groups.setdefault(e.run if e.run is not None else ("file", i), []).append(e)
+    kept = []
+    for group in groups.values():
+        keep = [e for e in group if e.named] or [min(group, key=lambda e: e.shared)]
+        for e in group:
+            if e not in keep:
+                skipped.append(f"{e.path} (the same run as {keep[0].path}"
+                               + (", a copy written by macprof share)" if e.shared else ")"))
+        kept += keep
+    return kept
