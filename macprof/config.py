@@ -7,7 +7,7 @@ Format (documented in README.md):
 
     [[models]]
     name = "llama-3.1-8b-q4_k_m"
-    engine = "llama.cpp"       # or "mlx"
+    engine = "llama.cpp"       # or "mlx" ("fake": the test tier's deterministic engine)
     path = "~/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"   # ~ and relative paths allowed
     quant = "Q4_K_M"           # optional label
     reps = 3                   # optional per-model settings (any key of [settings])
@@ -248,10 +248,10 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
             raise MacprofError(f"{where}: key 'path': {exc}") from None
         if demo is None and not model_path.exists():
             raise MacprofError(f"{where}: key 'path': {model_path} does not exist")
-        if demo is None and engine == "llama.cpp" and model_path.is_dir():
-            raise MacprofError(f"{where}: key 'path': {model_path} is a directory; llama.cpp needs a .gguf file")
-        if demo is None and engine == "mlx" and not model_path.is_dir():
-            raise MacprofError(f"{where}: key 'path': {model_path} is a file; mlx needs a model directory "
+        if demo is None and engines.MODEL_FORMAT[engine] == "gguf" and model_path.is_dir():
+            raise MacprofError(f"{where}: key 'path': {model_path} is a directory; {engine} needs a .gguf file")
+        if demo is None and engines.MODEL_FORMAT[engine] == "mlx" and not model_path.is_dir():
+            raise MacprofError(f"{where}: key 'path': {model_path} is a file; {engine} needs a model directory "
                                f"(config.json + *.safetensors)")
         key = (engine, model_path.resolve())
         if key in seen_paths:

@@ -12,7 +12,11 @@ from macprof.errors import EngineMissing
 ENGINES = {
     "llama.cpp": ("macprof.engines.llama_cpp", "llama_cpp", 'llama-cpp-python (on Linux: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python)'),
     "mlx": ("macprof.engines.mlx", "mlx_lm", "mlx-lm (with mlx, or mlx[cpu] on Linux)"),
+    # deterministic, no inference library: the fast test tier (macprof/engines/fake.py)
+    "fake": ("macprof.engines.fake", "gguf", "gguf"),
 }
+# what a model path must be for each engine: one GGUF file, or an MLX model directory
+MODEL_FORMAT = {"llama.cpp": "gguf", "mlx": "mlx", "fake": "gguf"}
 
 
 def names() -> list[str]:
