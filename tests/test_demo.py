@@ -3,6 +3,7 @@
 import json
 import os
 
+import pytest
 from click.testing import CliRunner
 
 from macprof.cli import main
@@ -10,6 +11,8 @@ from macprof.demo.build import SPECS, build, is_intact, parameter_count
 from macprof.collect.fileid import sha256_file
 from macprof.collect.modelinfo import inspect
 from tests.conftest import ALL_VARIANTS
+
+pytestmark = pytest.mark.slow  # building the demo models runs llama.cpp's and mlx-lm's quantizers
 
 
 def _hashes(root):
