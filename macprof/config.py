@@ -278,4 +278,5 @@ def settings_dict(s: Settings) -> dict:
 def settings_from_dict(d: dict) -> Settings:
     """The inverse of settings_dict (a worker's job, a log's settings)."""
     known = {f.name for f in fields(Settings)}
-    return Settings(**{k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known})
+    values: dict[str, Any] = {k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known}
+    return Settings(**values)

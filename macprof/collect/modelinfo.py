@@ -42,7 +42,7 @@ class ModelInfo:
     @property
     def kv_bytes_per_token(self) -> int | None:
         """2 (K and V) x layers x kv heads x head dim x bytes per element."""
-        if None in (self.n_layers, self.n_kv_heads, self.head_dim):
+        if self.n_layers is None or self.n_kv_heads is None or self.head_dim is None:
             return None
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.kv_bytes_per_element
 
@@ -217,7 +217,7 @@ def _inspect_mlx(path: Path) -> ModelInfo:
     hidden = text_cfg.get("hidden_size")
     has_head = any(n.startswith("lm_head.") for n in tensors)
     bits = q.get("bits")
-    quant = f"{bits}bit" if bits else (text_cfg.get("torch_dtype") or cfg.get("torch_dtype") or by_type and max(by_type, key=by_type.get))
+    quant = f"{bits}bit" if bits else (text_cfg.get("torch_dtype") or cfg.get("torch_dtype") or (max(by_type, key=by_type.__getitem__) if by_type else None))
     return ModelInfo(
         format="mlx", architecture=text_cfg.get("model_type") or cfg.get("model_type"), quant=quant,
         n_params=n_params, tensor_bytes=tensor_bytes, file_bytes=sum(f.stat().st_size for f in path.iterdir() if f.is_file()),

@@ -19,6 +19,7 @@ import random
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from macprof.engines.base import EngineSettings
 from macprof.measure.stats import summarize
@@ -65,7 +66,7 @@ def _mlx_reference(engine, ids: list[int], n: int) -> float:
     response = None
     for response in stream_generate(engine.model, engine.tokenizer, ids, max_tokens=n):
         pass
-    return response.generation_tps * (n - 1) / n  # mlx-lm counts n tokens over n - 1 intervals
+    return response.generation_tps * (n - 1) / n  # type: ignore[union-attr]  # n >= 2 responses; mlx-lm counts n tokens over n - 1 intervals
 
 
 def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, threads: int | None,
@@ -73,7 +74,7 @@ def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, thread
     from macprof import engines
     from macprof.run.prompts import PromptBuilder
 
-    engine = engines.create(engine_name)
+    engine: Any = engines.create(engine_name)  # the reference loops reach into the adapter (ctx, threads, model)
     engine.load_model(path, EngineSettings(n_ctx=depth + n + 16, threads=threads))
     engine.load_tokenizer()
     ids = list(PromptBuilder(engine, seed=1).prompt("overhead", depth).ids)
