@@ -76,3 +76,12 @@ def test_imports_no_inference_library(fake_dir):
     out = subprocess.run([sys.executable, "-c", code, str(fake_dir / "fake-b.gguf")], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_overhead_refuses_it(fake_dir):
+    from click.testing import CliRunner
+
+    from macprof.cli import main
+
+    r = CliRunner().invoke(main, ["overhead", "--config", str(fake_dir / "models.toml"), "--models", "fake-b"])
+    assert r.exit_code == 2 and "engine 'fake' has none" in r.output and r.output.count("\n") == 1

@@ -72,8 +72,12 @@ def _mlx_reference(engine, ids: list[int], n: int) -> float:
 def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, threads: int | None,
             llama_bench: Path | None = None, progress=lambda s: None) -> dict:
     from macprof import engines
+    from macprof.errors import MacprofError
     from macprof.run.prompts import PromptBuilder
 
+    if engine_name not in ("llama.cpp", "mlx"):  # the fake engine has no loop of its own to compare with
+        raise MacprofError(f"{path}: overhead compares macprof's decode loop with the engine's own; "
+                           f"engine {engine_name!r} has none")
     engine: Any = engines.create(engine_name)  # the reference loops reach into the adapter (ctx, threads, model)
     engine.load_model(path, EngineSettings(n_ctx=depth + n + 16, threads=threads))
     engine.load_tokenizer()
