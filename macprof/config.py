@@ -7,7 +7,7 @@ Format (documented in README.md):
 
     [[models]]
     name = "llama-3.1-8b-q4_k_m"
-    engine = "llama.cpp"       # or "mlx"
+    engine = "llama.cpp"       # or "mlx" ("fake": the test tier's deterministic engine)
     path = "~/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"   # ~ and relative paths allowed
     quant = "Q4_K_M"           # optional label
     reps = 3                   # optional per-model settings (any key of [settings])
@@ -252,8 +252,8 @@ def _check_entry_keys(where: str, entry: dict) -> None:
 
 
 def _model_path(where: str, entry: dict, config_path: Path, check_engines: bool) -> tuple[Path, str | None]:
-    """The entry's engine is known (and installed) and its path fits it: a file for llama.cpp,
-    a model directory for mlx. Returns the path and the demo reference, if any."""
+    """The entry's engine is known (and installed) and its path fits its format: a .gguf file
+    (llama.cpp, fake), a model directory (mlx). Returns the path and the demo reference, if any."""
     from macprof import engines
 
     engine = entry["engine"]
@@ -267,12 +267,12 @@ def _model_path(where: str, entry: dict, config_path: Path, check_engines: bool)
         raise MacprofError(f"{where}: key 'path': {exc}") from None
     if demo is None and not model_path.exists():
         raise MacprofError(f"{where}: key 'path': {model_path} does not exist")
-    if demo is None and engine == "llama.cpp" and model_path.is_dir():
-        raise MacprofError(f"{where}: key 'path': {model_path} is a directory; llama.cpp needs a .gguf file")
+    if demo is None and engines.MODEL_FORMAT[engine] == "gguf" and model_path.is_dir():
+        raise MacprofError(f"{where}: key 'path': {model_path} is a directory; {engine} needs a .gguf file")
     if demo is None:
         _check_file_kinds(where, model_path)
-    if demo is None and engine == "mlx" and not model_path.is_dir():
-        raise MacprofError(f"{where}: key 'path': {model_path} is a file; mlx needs a model directory "
+    if demo is None and engines.MODEL_FORMAT[engine] == "mlx" and not model_path.is_dir():
+        raise MacprofError(f"{where}: key 'path': {model_path} is a file; {engine} needs a model directory "
                            f"(config.json + *.safetensors)")
     return model_path, demo
 
@@ -311,4 +311,5 @@ def settings_dict(s: Settings) -> dict:
 def settings_from_dict(d: dict) -> Settings:
     """The inverse of settings_dict (a worker's job, a log's settings)."""
     known = {f.name for f in fields(Settings)}
-    return Settings(**{k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known})
+    values: dict[str, Any] = {k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known}
+    return Settings(**values)

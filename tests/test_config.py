@@ -83,6 +83,8 @@ BAD = [
     ("unknown engine", M.replace("llama.cpp", "vllm"), "key 'engine': unknown engine 'vllm'"),
     ("directory for a gguf", M.replace("model.gguf", "mlxdir"), "mlxdir is a directory; llama.cpp needs a .gguf file"),
     ("file for an mlx dir", M.replace("llama.cpp", "mlx"), "model.gguf is a file; mlx needs a model directory"),
+    ("directory for the fake engine", M.replace("model.gguf", "mlxdir").replace("llama.cpp", "fake"),
+     "mlxdir is a directory; fake needs a .gguf file"),
     ("prefix >= prompt", M + "prompt_tokens = 64\nprefix_tokens = 64\n", "prefix_tokens (64) must be smaller than prompt_tokens (64)"),
     ("settings wrong type", "[settings]\nreps = 1.5\n" + M, "[settings]: key 'reps' must be a positive integer, not 1.5"),
     ("platform table type", M + "linux = 3\n", "key 'linux' must be a table of settings"),

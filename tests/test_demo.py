@@ -14,6 +14,8 @@ from macprof.collect.modelinfo import inspect
 from macprof.store import runlog
 from tests.conftest import ALL_VARIANTS, FIXTURES
 
+pytestmark = pytest.mark.slow  # building the demo models runs llama.cpp's and mlx-lm's quantizers
+
 
 def _hashes(root):
     return {str(p.relative_to(root)): sha256_file(p) for p in sorted(root.rglob("*"))

@@ -1,4 +1,5 @@
-"""The real engines on the tiny demo models: every quantization of each engine."""
+"""The engine protocol, on the fake engine (fast tier) and on the real engines with the tiny demo
+models, every quantization of each (slow)."""
 
 import pytest
 
@@ -11,11 +12,16 @@ GEN = 12
 EOS = 1
 
 
-@pytest.fixture(scope="module", params=ALL_VARIANTS, ids=[v[1] for v in ALL_VARIANTS])
-def loaded(request, tiny_dir):
+VARIANTS = [pytest.param(("fake", "fake", "fake-b.gguf"), id="fake")] + [
+    pytest.param(v, id=v[1], marks=pytest.mark.slow) for v in ALL_VARIANTS]
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def loaded(request):
     engine_name, _, rel = request.param
+    root = request.getfixturevalue("fake_dir" if engine_name == "fake" else "tiny_build")
     engine = engines.create(engine_name)
-    engine.load_model(tiny_dir / rel, EngineSettings(n_ctx=512))
+    engine.load_model(root / rel, EngineSettings(n_ctx=512))
     engine.load_tokenizer()
     yield engine
     engine.close()
@@ -39,7 +45,7 @@ def test_prompt_builder_exact_counts(loaded):
 
 
 def test_exact_token_count_through_eos(loaded):
-    """The demo head makes EOS likely: generation must go on past it, exactly GEN tokens."""
+    """The demo head (and the fake engine) make EOS likely: generation must go on past it, exactly GEN tokens."""
     b = PromptBuilder(loaded, seed=11)
     saw_eos_midway = False
     for i in range(16):  # stops at the first path that hits EOS (usually the first or second)
@@ -133,4 +139,4 @@ def test_batch_equals_one_at_a_time(loaded):
         alone = list(loaded.generate(list(prompt.ids), n))
         together = [step[j] for step in steps]
         check = compare_outputs(loaded, prompt, alone, together)
-        assert check["passed"], (j, alone, together, check)
+        assert check.passed, (j, alone, together, check)

@@ -1,8 +1,8 @@
 """The fault table: each broken model gives one clear reason naming the file, is recorded as
-a failure of that model, and the other model of the run is still measured and saved."""
+a failure of that model, and the other model of the run (a fake-engine one) is still measured
+and saved. Broken files are refused before any engine loads them, except where noted."""
 
 import json
-import shutil
 import struct
 
 import pytest
@@ -11,36 +11,46 @@ from macprof.store import runlog
 from tests.test_run import FAULT_ARGS, macprof
 
 
-def _gguf(tiny_dir):
-    return (tiny_dir / "gguf/demo-tiny-q8_0.gguf").read_bytes()
+def _gguf(fake_dir):
+    return (fake_dir / "fake-b.gguf").read_bytes()
 
 
-def _mlx(tiny_dir, dst):
-    shutil.copytree(tiny_dir / "mlx/demo-tiny-f16", dst)
+def _mlx(dst):
+    """A small MLX model directory as mlx-lm writes one: config.json and safetensors weights."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    dst.mkdir()
+    (dst / "config.json").write_text(json.dumps({
+        "model_type": "llama", "vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 32,
+        "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "torch_dtype": "float16"}))
+    save_file({"model.embed_tokens.weight": np.zeros((64, 16), np.float16),
+               "model.norm.weight": np.ones(16, np.float16)}, str(dst / "model.safetensors"), metadata={"format": "mlx"})
     return dst
 
 
-def make_case(name, tiny_dir, tmp):
+def make_case(name, fake_dir, tmp):
     """-> (engine, path) of a broken model."""
     g = tmp / "model.gguf"
     if name == "gguf truncated in header":
-        g.write_bytes(_gguf(tiny_dir)[:100])
+        g.write_bytes(_gguf(fake_dir)[:100])
     elif name == "gguf truncated in tensor data":
-        raw = _gguf(tiny_dir)
+        raw = _gguf(fake_dir)
         g.write_bytes(raw[: int(len(raw) * 0.8)])
     elif name == "gguf wrong magic":
-        g.write_bytes(b"GGUX" + _gguf(tiny_dir)[4:])
+        g.write_bytes(b"GGUX" + _gguf(fake_dir)[4:])
     elif name == "gguf unsupported version":
-        raw = _gguf(tiny_dir)
+        raw = _gguf(fake_dir)
         g.write_bytes(raw[:4] + struct.pack("<I", 99) + raw[8:])
     elif name == "gguf zero bytes":
         g.write_bytes(b"")
     elif name == "gguf that is a text file":
         g.write_text("just some notes\n" * 10)
     elif name == "gguf that is a safetensors file":
-        g.write_bytes((tiny_dir / "mlx/demo-tiny-f16/model.safetensors").read_bytes())
+        g.write_bytes((_mlx(tmp / "other") / "model.safetensors").read_bytes())
     else:
-        d = _mlx(tiny_dir, tmp / "mlxmodel")
+        d = _mlx(tmp / "mlxmodel")
         if name == "mlx without config.json":
             (d / "config.json").unlink()
         elif name == "mlx without weights":
@@ -66,38 +76,67 @@ CASES = [
     ("gguf that is a safetensors file", "not a GGUF file"),
     ("mlx without config.json", "mlxmodel: not an MLX model directory (no config.json)"),
     ("mlx without weights", "mlxmodel: no *.safetensors weights"),
-    ("mlx unknown architecture", "mlxmodel: mlx could not load the model: ValueError: Model type no_such_architecture"),
     ("mlx corrupt safetensors header", "corrupt safetensors header"),
 ]
 
 
-@pytest.mark.parametrize("case,message", CASES, ids=[c[0] for c in CASES])
-def test_broken_model(tiny_dir, tmp_path, case, message):
-    engine, path = make_case(case, tiny_dir, tmp_path)
-    cfg = tmp_path / "models.toml"
-    cfg.write_text(f'[[models]]\nname = "broken"\nengine = "{engine}"\npath = "{path}"\n\n'
-                   f'[[models]]\nname = "good"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n')
-    log = tmp_path / "run.json"
+def _run_broken(fake_dir, tmp, cases):
+    """One run of the broken models of ``cases``, then a good one (fake-b): every broken one is
+    refused on its own, and the good one is still measured. -> (run log, process, broken models by case)."""
+    entries = []
+    for i, case in enumerate(cases):
+        (tmp / f"case{i}").mkdir()
+        engine, path = make_case(case, fake_dir, tmp / f"case{i}")
+        entries.append(f'[[models]]\nname = "broken{i}"\nengine = "{engine}"\npath = "{path}"\n')
+    entries.append(f'[[models]]\nname = "good"\nengine = "fake"\npath = "{fake_dir / "fake-b.gguf"}"\n')
+    cfg = tmp / "models.toml"
+    cfg.write_text("\n".join(entries))
+    log = tmp / "run.json"
     proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log))
-    assert "Traceback" not in proc.stdout + proc.stderr
     data = runlog.load(log)
-    broken, good = data.models
-    assert broken.failures, case
+    good = data.models[-1]
+    assert good.identity.name == "good"
+    assert len([r for r in good.phases.warm.requests if r.status == "ok"]) == 4
+    return data, proc, dict(zip(cases, data.models))
+
+
+@pytest.fixture(scope="module")
+def broken_run(fake_dir, tmp_path_factory):
+    """The whole table in one run: macprof refuses all of these before any engine loads them."""
+    return _run_broken(fake_dir, tmp_path_factory.mktemp("broken"), [case for case, _ in CASES])
+
+
+def _check_refused(proc, broken, message):
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert broken.failures, broken.identity.name
     reason = broken.failures[0].reason
     assert message in reason and "\n" not in reason.strip(), reason
-    assert len([r for r in good.phases.warm.requests if r.status == "ok"]) == 4
 
 
-def _two_models(tmp_path, tiny_dir, first="demo-tiny-f16"):
+@pytest.mark.parametrize("case,message", CASES, ids=[c[0] for c in CASES])
+def test_broken_model(broken_run, case, message):
+    _, proc, broken = broken_run
+    _check_refused(proc, broken[case], message)
+
+
+@pytest.mark.slow  # the one case only the engine itself can refuse: the real MLX engine loads it
+def test_broken_model_the_engine_refuses(fake_dir, tmp_path):
+    case = "mlx unknown architecture"
+    _, proc, broken = _run_broken(fake_dir, tmp_path, [case])
+    _check_refused(proc, broken[case], "mlxmodel: mlx could not load the model: ValueError: Model type no_such_architecture")
+
+
+def _two_models(tmp_path, fake_dir):
+    """"first" (fake-a, the larger file), then "good" (fake-b)."""
     cfg = tmp_path / "models.toml"
-    cfg.write_text(f'[[models]]\nname = "first"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf" / (first + ".gguf")}"\n\n'
-                   f'[[models]]\nname = "good"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n')
+    cfg.write_text(f'[[models]]\nname = "first"\nengine = "fake"\npath = "{fake_dir / "fake-a.gguf"}"\n\n'
+                   f'[[models]]\nname = "good"\nengine = "fake"\npath = "{fake_dir / "fake-b.gguf"}"\n')
     return cfg
 
 
-def test_prompt_longer_than_the_context_is_refused(tiny_dir, tmp_path):
+def test_prompt_longer_than_the_context_is_refused(fake_dir, tmp_path):
     cfg = tmp_path / "models.toml"
-    cfg.write_text(f'[[models]]\nname = "long"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n'
+    cfg.write_text(f'[[models]]\nname = "long"\nengine = "fake"\npath = "{fake_dir / "fake-b.gguf"}"\n'
                    f'prompt_tokens = 1100\ngen_tokens = 8\nphases = ["warm"]\n')
     log = tmp_path / "run.json"
     proc = macprof("run", "--config", str(cfg), "--log", str(log), check=False)
@@ -113,16 +152,16 @@ def _runner(cfg, log):
     return lambda: session.measure(models, log, progress=lambda s: None)
 
 
-def test_model_larger_than_memory_is_refused_unless_forced(tiny_dir, tmp_path, monkeypatch):
+def test_model_larger_than_memory_is_refused_unless_forced(fake_dir, tmp_path, monkeypatch):
     import psutil
 
     from macprof.run import orchestrator
 
     real = psutil.virtual_memory()
-    size = (tiny_dir / "gguf/demo-tiny-f16.gguf").stat().st_size
-    fake = real._replace(available=size - 1)  # the F16 file does not fit, the Q8_0 one does
+    size = (fake_dir / "fake-a.gguf").stat().st_size
+    fake = real._replace(available=size - 1)  # fake-a does not fit, the smaller fake-b does
     monkeypatch.setattr(orchestrator.psutil, "virtual_memory", lambda: fake)
-    cfg = _two_models(tmp_path, tiny_dir)
+    cfg = _two_models(tmp_path, fake_dir)
     log = _runner(cfg, tmp_path / "mem.json")()
     big, good = log.models
     (failure,) = big.failures
@@ -130,7 +169,7 @@ def test_model_larger_than_memory_is_refused_unless_forced(tiny_dir, tmp_path, m
     assert not big.phases.warm.requests and len(good.phases.warm.requests) == 4
 
 
-def test_disk_full_while_journaling(tiny_dir, tmp_path, monkeypatch):
+def test_disk_full_while_journaling(fake_dir, tmp_path, monkeypatch):
     import errno
     import os
 
@@ -149,7 +188,7 @@ def test_disk_full_while_journaling(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", filling_up)
     journal = tmp_path / "full.journal.jsonl"
     with pytest.raises(MacprofError) as err:
-        _runner(_two_models(tmp_path, tiny_dir, first="demo-tiny-q4_k_m"), tmp_path / "full.json")()
+        _runner(_two_models(tmp_path, fake_dir), tmp_path / "full.json")()
     monkeypatch.setattr(os, "fsync", real_fsync)
     message = str(err.value)
     assert str(journal) in message and "No space left on device" in message and "what was measured" in message
@@ -160,16 +199,17 @@ def test_disk_full_while_journaling(tiny_dir, tmp_path, monkeypatch):
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != "zombie"]
 
 
-def test_unwritable_log_folder(tiny_dir, tmp_path):
+def test_unwritable_log_folder(fake_dir, tmp_path):
     blocker = tmp_path / "runs"
     blocker.write_text("a file where the runs folder should be")
-    proc = macprof("run", "--config", str(_two_models(tmp_path, tiny_dir)), *FAULT_ARGS,
+    proc = macprof("run", "--config", str(_two_models(tmp_path, fake_dir)), *FAULT_ARGS,
                    "--log", str(blocker / "x.json"), check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "cannot write the journal" in proc.stderr and str(blocker) in proc.stderr
 
 
-def test_sigkill_of_the_parent_at_20_points(tiny_dir, tmp_path):
+@pytest.mark.slow  # a stress test: 22 whole runs, a minute even on the fake engine
+def test_sigkill_of_the_parent_at_20_points(fake_dir, tmp_path):
     """Kill -9 the parent at varying times across a run of two models: the journal always holds
     every request that had completed, and no run log is ever left half-written."""
     import random
@@ -178,7 +218,7 @@ def test_sigkill_of_the_parent_at_20_points(tiny_dir, tmp_path):
     import sys
     import time
 
-    cfg = _two_models(tmp_path, tiny_dir, first="demo-tiny-q4_k_m")
+    cfg = _two_models(tmp_path, fake_dir)
     total = 2 * 201  # requests of a whole run: 2 models x (warm-up + 200)
 
     def start(log):

@@ -5,6 +5,7 @@ import json
 
 import gguf
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from macprof.cli import main
@@ -14,6 +15,7 @@ from macprof.collect.modelinfo import inspect
 SPEC = SPECS["tiny"]
 
 
+@pytest.mark.slow  # the demo models: built with the real engines' quantizers
 def test_f16_demo_bytes_per_token_from_the_weights(tiny_dir):
     w = hf_weights(SPEC)
     emb = w["model.embed_tokens.weight"]
@@ -32,6 +34,7 @@ def test_f16_demo_bytes_per_token_from_the_weights(tiny_dir):
     assert mlx.weight_bytes_per_token == f16_total - emb.nbytes + emb.nbytes // SPEC.vocab_size
 
 
+@pytest.mark.slow  # the demo models: built with the real engines' quantizers
 def test_quantized_demos_read_fewer_bytes(tiny_dir):
     f16 = inspect(tiny_dir / "gguf/demo-tiny-f16.gguf").weight_bytes_per_token
     q8 = inspect(tiny_dir / "gguf/demo-tiny-q8_0.gguf").weight_bytes_per_token
@@ -84,6 +87,7 @@ def test_mixture_of_experts(tmp_path):
     assert info.weight_bytes_per_token == expected
 
 
+@pytest.mark.slow  # the demo models: built with the real engines' quantizers
 def test_inspect_cli(tiny_dir):
     r = CliRunner().invoke(main, ["inspect", str(tiny_dir / "gguf/demo-tiny-q4_k_m.gguf"), "--json"])
     d = json.loads(r.output)

@@ -1,4 +1,5 @@
-"""`macprof run` end to end on the tiny demo models, and the faults it must survive."""
+"""`macprof run` end to end, and the faults it must survive: on the fake engine (the fast tier),
+and the end-to-end assertions again on the real engines with the tiny demo models (slow)."""
 
 import json
 import os
@@ -25,12 +26,23 @@ def macprof(*args, env=None, check=True):
     return proc
 
 
-@pytest.fixture(scope="module")
-def e2e_log(tiny_dir, tmp_path_factory):
+FAKE = ("fake-a", "fake-b")
+REAL = ("demo-tiny-q4_k_m", "demo-tiny-mlx-f16")
+
+
+@pytest.fixture(scope="module", params=["fake", pytest.param("real", marks=pytest.mark.slow)])
+def e2e_log(request, tmp_path_factory):
+    """-> (run log path, the finished process, model names): one run of two models."""
+    root = request.getfixturevalue("fake_dir" if request.param == "fake" else "tiny_build")
+    names = FAKE if request.param == "fake" else REAL
     log = tmp_path_factory.mktemp("run") / "e2e.json"
-    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models",
-                   "demo-tiny-q4_k_m,demo-tiny-mlx-f16", *COMMON, "--log", str(log))
-    return log, proc
+    proc = macprof("run", "--config", str(root / "models.toml"), "--models", ",".join(names), *COMMON,
+                   "--log", str(log))
+    return log, proc, names
+
+
+# what only a real engine shows: the same run, its real-engine instance
+real_engines = pytest.mark.parametrize("e2e_log", [pytest.param("real", marks=pytest.mark.slow)], indirect=True)
 
 
 def all_requests(model):
@@ -44,12 +56,12 @@ def all_requests(model):
 
 
 def test_run_log_validates_and_is_complete(e2e_log):
-    path, proc = e2e_log
+    path, proc, names = e2e_log
     data = json.loads(path.read_text())
     runlog.validate(data)
     assert data["complete"] is True
-    assert [m["identity"]["name"] for m in data["models"]] == ["demo-tiny-q4_k_m", "demo-tiny-mlx-f16"]
-    assert "demo-tiny-q4_k_m" in proc.stdout and str(path) in proc.stdout
+    assert [m["identity"]["name"] for m in data["models"]] == list(names)
+    assert names[0] in proc.stdout and str(path) in proc.stdout
     assert data["definitions"]["decode_tok_s"] == "(n - 1) / (t_n - t_1)"
 
 
@@ -77,7 +89,7 @@ def test_summaries_recompute_from_raw_samples(e2e_log):
         assert warm["summary"]["itl_s"]["max"] == pytest.approx(max(itls))
 
 
-def test_prefix_reuse_is_faster_and_output_unchanged(e2e_log):
+def test_prefix_reuse_output_unchanged(e2e_log):
     data = json.loads(e2e_log[0].read_text())
     for m in data["models"]:
         pref = m["phases"]["prefix"]
@@ -85,9 +97,15 @@ def test_prefix_reuse_is_faster_and_output_unchanged(e2e_log):
             assert pair["reuse"]["reused_tokens"] == 176
             assert pair["noreuse"]["reused_tokens"] == 0
             assert pair["check"]["passed"], pair["check"]
-        s = pref["summary"]
+        assert pref["summary"]["checks"]["failed"] == 0
+
+
+@real_engines
+def test_prefix_reuse_is_faster(e2e_log):
+    """A real engine skips the cached prefix's computation (the fake engine's speed means nothing)."""
+    for m in json.loads(e2e_log[0].read_text())["models"]:
+        s = m["phases"]["prefix"]["summary"]
         assert s["reuse"]["ttft_s"]["median"] < s["noreuse"]["ttft_s"]["median"]
-        assert s["checks"]["failed"] == 0
 
 
 def test_cold_trials_report_residency(e2e_log):
@@ -109,6 +127,11 @@ def test_memory_is_recorded(e2e_log):
         kv = m["memory"]["kv_cache"]
         assert kv["computed_bytes"] == kv["bytes_per_token"] * (192 + GEN)
         assert kv["measured_bytes"] > 0
+
+
+@real_engines
+def test_mlx_memory_is_recorded(e2e_log):
+    data = json.loads(e2e_log[0].read_text())
     mlx = data["models"][1]["phases"]["warm"]["memory"]["engine"]
     assert mlx["mlx_peak_bytes"] >= mlx["mlx_active_bytes"] > 0
     for r in data["models"][1]["phases"]["warm"]["requests"]:  # MLX peak, reset before each request
@@ -117,24 +140,25 @@ def test_memory_is_recorded(e2e_log):
 
 def test_show_renders_the_log(e2e_log):
     out = macprof("show", str(e2e_log[0])).stdout
-    assert "demo-tiny-mlx-f16" in out and "cold trial 1" in out and "prefix TTFT speed-up" in out
+    assert e2e_log[2][1] in out and "cold trial 1" in out and "prefix TTFT speed-up" in out
 
 
 # -- faults: each leaves every other measurement intact --------------------------------------
 FAULT_ARGS = ["--phases", "warm", "--prompt-tokens", "32", "--gen-tokens", "4", "--reps", "3"]
+KILL_REPS = 40
 
 
-def run_with_fault(tiny_dir, tmp_path, fault, timeout="60"):
+def run_with_fault(fake_dir, tmp_path, fault, timeout="60"):
     log = tmp_path / "fault.json"
     env = {"MACPROF_TEST_FAULT": json.dumps(fault)}
-    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models",
-                   "demo-tiny-q8_0,demo-tiny-q4_k_m", *FAULT_ARGS, "--timeout", timeout, "--log", str(log), env=env)
+    proc = macprof("run", "--config", str(fake_dir / "models.toml"), "--models", ",".join(FAKE), *FAULT_ARGS,
+                   "--timeout", timeout, "--log", str(log), env=env)
     return json.loads(log.read_text()), proc
 
 
 @pytest.mark.parametrize("kind,status,signal_name", [("segfault", "crashed", "SIGSEGV"), ("oom", "crashed", "SIGKILL")])
-def test_crashing_engine_is_recorded(tiny_dir, tmp_path, kind, status, signal_name):
-    data, proc = run_with_fault(tiny_dir, tmp_path, {"model": "demo-tiny-q8_0", "kind": kind, "after_requests": 2})
+def test_crashing_engine_is_recorded(fake_dir, tmp_path, kind, status, signal_name):
+    data, proc = run_with_fault(fake_dir, tmp_path, {"model": "fake-a", "kind": kind, "after_requests": 2})
     bad, good = data["models"]
     (failure,) = bad["failures"]
     assert failure["status"] == status and failure["signal"] == signal_name and failure["phase"] == "warm"
@@ -145,22 +169,22 @@ def test_crashing_engine_is_recorded(tiny_dir, tmp_path, kind, status, signal_na
     assert "crashed" in proc.stdout  # the summary's warnings name the failure
 
 
-def test_hanging_engine_times_out(tiny_dir, tmp_path):
+def test_hanging_engine_times_out(fake_dir, tmp_path):
     t = time.monotonic()
-    data, _ = run_with_fault(tiny_dir, tmp_path, {"model": "demo-tiny-q8_0", "kind": "hang", "after_requests": 1},
-                             timeout="3")
+    data, _ = run_with_fault(fake_dir, tmp_path, {"model": "fake-a", "kind": "hang", "after_requests": 1},
+                             timeout="1")
     assert time.monotonic() - t < 120
     bad, good = data["models"]
     (failure,) = bad["failures"]
-    assert failure["status"] == "timeout" and "3 s" in failure["reason"]
+    assert failure["status"] == "timeout" and "1 s" in failure["reason"]
     assert len([r for r in good["phases"]["warm"]["requests"] if r["status"] == "ok"]) == 4
 
 
-def test_killed_parent_journal_is_recovered(tiny_dir, tmp_path):
+def test_killed_parent_journal_is_recovered(fake_dir, tmp_path):
     log = tmp_path / "killed.json"
     journal = tmp_path / "killed.journal.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(tiny_dir / "models.toml"),
-                             "--models", "demo-tiny-q8_0,demo-tiny-q4_k_m", *FAULT_ARGS, "--reps", "40",
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(fake_dir / "models.toml"),
+                             "--models", ",".join(FAKE), *FAULT_ARGS, "--reps", str(KILL_REPS),
                              "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # kill once some requests are journaled
@@ -179,13 +203,13 @@ def test_killed_parent_journal_is_recovered(tiny_dir, tmp_path):
     assert "INCOMPLETE" in out
     # --resume finishes the run: models already measured are kept, the rest measured
     done_before = {m.identity.name for m in recovered.models if m.complete}
-    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q8_0,demo-tiny-q4_k_m",
-            *FAULT_ARGS, "--reps", "40", "--resume", str(journal))
+    macprof("run", "--config", str(fake_dir / "models.toml"), "--models", ",".join(FAKE),
+            *FAULT_ARGS, "--reps", str(KILL_REPS), "--resume", str(journal))
     final = runlog.load(log)
     assert final.complete is True
-    assert [m.identity.name for m in final.models] == ["demo-tiny-q8_0", "demo-tiny-q4_k_m"]
+    assert [m.identity.name for m in final.models] == list(FAKE)
     for m in final.models:
-        assert len(m.phases.warm.requests) == 41
+        assert len(m.phases.warm.requests) == KILL_REPS + 1
     starts = [e.model for e in runlog.read_journal(journal) if e.KIND == "model_start"]
     for name in done_before:
         assert starts.count(name) == 1  # finished before the kill: not measured again
@@ -216,9 +240,9 @@ def test_ceiling_in_every_decode_figure(e2e_log):
     assert "(measured)" in out and "ceiling at" in out
 
 
-def test_drop_cache_makes_a_cold_start_cold(tiny_dir, tmp_path):
+def test_drop_cache_makes_a_cold_start_cold(fake_dir, tmp_path):
     log = tmp_path / "drop.json"
-    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-f16", "--phases", "cold",
+    macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "cold",
             "--cold-trials", "1", "--prompt-tokens", "16", "--gen-tokens", "2", "--drop-cache", "--log", str(log))
     (trial,) = json.loads(log.read_text())["models"][0]["phases"]["cold"]["trials"]
     if sys.platform == "darwin":
@@ -229,11 +253,11 @@ def test_drop_cache_makes_a_cold_start_cold(tiny_dir, tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
-def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path, sig):
+def test_sigterm_writes_an_incomplete_log(fake_dir, tmp_path, sig):
     log = tmp_path / "term.json"
     journal = tmp_path / "term.journal.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(tiny_dir / "models.toml"),
-                             "--models", "demo-tiny-q8_0,demo-tiny-q4_k_m", *FAULT_ARGS, "--reps", "400",
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--config", str(fake_dir / "models.toml"),
+                             "--models", ",".join(FAKE), *FAULT_ARGS, "--reps", "400",
                              "--log", str(log)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -249,12 +273,12 @@ def test_sigterm_writes_an_incomplete_log(tiny_dir, tmp_path, sig):
     assert "incomplete" in out
 
 
-def test_a_file_that_is_not_a_model_is_refused_and_the_run_goes_on(tiny_dir, tmp_path):
+def test_a_file_that_is_not_a_model_is_refused_and_the_run_goes_on(fake_dir, tmp_path):
     bad = tmp_path / "notes.gguf"
     bad.write_text("this is a text file, not a model\n")
     cfg = tmp_path / "models.toml"
     cfg.write_text(f'[[models]]\nname = "bad"\nengine = "llama.cpp"\npath = "{bad}"\n\n'
-                   f'[[models]]\nname = "good"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n')
+                   f'[[models]]\nname = "good"\nengine = "fake"\npath = "{fake_dir / "fake-b.gguf"}"\n')
     log = tmp_path / "bad.json"
     proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log))
     data = runlog.load(log)

@@ -1,5 +1,5 @@
 """Grids, KV-depth sweeps and batch sweeps: the case plan (pure), then `macprof run` with the
-real engines on the tiny demo models."""
+fake engine (fast tier) and with the real engines on the tiny demo models (slow)."""
 
 import json
 from pathlib import Path
@@ -19,10 +19,10 @@ from macprof.render.sweeps import batch_table, tradeoff_line
 from tests.test_run import macprof
 
 GEN = 12
-DEPTHS = (0, 200, 900, 1020)  # the tiny models hold 1024 tokens: 1020 + 1 + GEN does not fit
+DEPTHS = (0, 200, 900, 1020)  # the models hold 1024 tokens: 1020 + 1 + GEN does not fit
 BATCHES = (1, 3)
 REPS = 2
-MODELS = ("demo-tiny-q8_0", "demo-tiny-mlx-f16")
+MODELS = {"fake": ("fake-a", "fake-b"), "real": ("demo-tiny-q8_0", "demo-tiny-mlx-f16")}
 
 
 # -- the plan (pure) --------------------------------------------------------------------------
@@ -135,15 +135,17 @@ def test_a_case_that_cannot_be_set_up_is_that_case_s_error():
     assert b8.status == "failed" and "could not create a context for 8 sequences of 56 tokens" in b8.reason
 
 
-# -- the real engines -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sweep_log(tiny_dir, tmp_path_factory):
+# -- runs: the fake engine, and the real ones -------------------------------------------------
+@pytest.fixture(scope="module", params=["fake", pytest.param("real", marks=pytest.mark.slow)])
+def sweep_log(request, tmp_path_factory):
+    """-> (run log, its path, the finished process, model names)."""
+    root = request.getfixturevalue("fake_dir" if request.param == "fake" else "tiny_build")
     out = tmp_path_factory.mktemp("sweeps")
     log = out / "sweeps.json"
-    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", ",".join(MODELS),
+    proc = macprof("run", "--config", str(root / "models.toml"), "--models", ",".join(MODELS[request.param]),
                    "--prompt-tokens", "24,96", "--gen-tokens", f"{GEN},4", "--depth", ",".join(map(str, DEPTHS)),
                    "--batch", ",".join(map(str, BATCHES)), "--reps", str(REPS), "--timeout", "120", "--log", str(log))
-    return json.loads(log.read_text()), log, proc
+    return json.loads(log.read_text()), log, proc, MODELS[request.param]
 
 
 def _measured(case):
@@ -151,7 +153,7 @@ def _measured(case):
 
 
 def test_sweeps_alone_run_only_the_sweeps(sweep_log):
-    data, log, _ = sweep_log
+    data, log, _, _ = sweep_log
     runlog.load(log)  # valid against the schema
     for m in data["models"]:
         assert list(m["phases"]) == ["grid", "depth", "batch"]
@@ -204,7 +206,7 @@ def test_depth_ceilings_fall_with_depth_and_match_estimate(sweep_log):
                 c["summary"]["decode_tok_s"]["median"] / e["ceiling_tok_s"])
 
 
-def test_batch_sequences_equal_one_at_a_time(sweep_log, tiny_dir):
+def test_batch_sequences_equal_one_at_a_time(sweep_log):
     """Every sequence of every batch has exactly GEN tokens, and the first measured batch's
     tokens are those of the same prompts run alone: checked by macprof in the run, and here
     again, independently, by this test with the engine in-process."""
@@ -264,7 +266,7 @@ def test_batch_predictions_match_estimate(sweep_log):
 
 
 def test_show_and_plot_present_the_sweeps(sweep_log, tmp_path):
-    _, log, proc = sweep_log
+    _, log, proc, _ = sweep_log
     for out in (proc.stdout, macprof("show", str(log)).stdout):
         assert "grid (warm protocol per case" in out and "p96-g4" in out
         assert "decode after d tokens already in the KV cache" in out and "REFUSED" in out
@@ -283,26 +285,26 @@ def test_compare_a_sweep_case_across_models(sweep_log):
     from macprof.analyse import compare as cmp
     from macprof.cli import main
 
-    data, log, _ = sweep_log
+    data, log, _, models = sweep_log
     rows = cmp.rows_from(runlog.load(log), "run", cmp.parse_case("depth:d200"))
-    assert [r["model"] for r in rows] == list(MODELS)
+    assert [r["model"] for r in rows] == list(models)
     for r, m in zip(rows, data["models"]):
         case = m["phases"]["depth"]["cases"][1]
         assert r["decode_tok_s"] == case["summary"]["decode_tok_s"]["median"] and r["conditions"]["lengths"] == (201, GEN)
         assert sorted(r["samples"]["decode"]) == sorted(q["decode_tok_s"] for q in _measured(case))
     out = CliRunner().invoke(main, ["compare", str(log), "--case", "batch:b3", "--format", "csv"])
-    assert out.exit_code == 0 and "case_ttft_s" in out.output and len(out.output.strip().splitlines()) == 1 + len(MODELS)
+    assert out.exit_code == 0 and "case_ttft_s" in out.output and len(out.output.strip().splitlines()) == 1 + len(models)
     for bad, message in (("depth:d999", "no model in these logs has the case 'depth:d999'"),
                          ("cold:x", "expected PHASE:ID with PHASE grid, depth or batch")):
         out = CliRunner().invoke(main, ["compare", str(log), "--case", bad])
         assert out.exit_code == 2 and message in out.output and out.output.count("\n") == 1
 
 
-def test_a_crash_in_a_sweep_loses_one_case(tiny_dir, tmp_path):
+def test_a_crash_in_a_sweep_loses_one_case(fake_dir, tmp_path):
     """The worker segfaults in case d50: it is recorded, and a fresh worker goes on with d100."""
     log = tmp_path / "crash.json"
-    fault = {"model": "demo-tiny-q8_0", "kind": "segfault", "after_requests": 3}  # d0: 2 requests, d50: 1
-    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q8_0", "--depth", "0,50,100",
+    fault = {"model": "fake-a", "kind": "segfault", "after_requests": 3}  # d0: 2 requests, d50: 1
+    macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--depth", "0,50,100",
             "--gen-tokens", "4", "--reps", "1", "--log", str(log), env={"MACPROF_TEST_FAULT": json.dumps(fault)})
     data = json.loads(log.read_text())
     d0, d50, d100 = data["models"][0]["phases"]["depth"]["cases"]

@@ -19,6 +19,7 @@ import random
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from macprof.engines.base import EngineSettings
 from macprof.measure.significance import median_interval
@@ -66,15 +67,19 @@ def mlx_reference(model, tokenizer, ids: list[int], n: int) -> float:
     response = None
     for response in stream_generate(model, tokenizer, ids, max_tokens=n):
         pass
-    return response.generation_tps * (n - 1) / n  # mlx-lm counts n tokens over n - 1 intervals
+    return response.generation_tps * (n - 1) / n  # type: ignore[union-attr]  # n >= 2 responses; mlx-lm counts n tokens over n - 1 intervals
 
 
 def measure(engine_name: str, path: Path, n: int, depth: int, pairs: int, threads: int | None,
             llama_bench: Path | None = None, progress=lambda s: None) -> dict:
     from macprof import engines
+    from macprof.errors import MacprofError
     from macprof.run.prompts import PromptBuilder
 
-    engine = engines.create(engine_name)
+    if engine_name not in ("llama.cpp", "mlx"):  # the fake engine has no loop of its own to compare with
+        raise MacprofError(f"{path}: overhead compares macprof's decode loop with the engine's own; "
+                           f"engine {engine_name!r} has none")
+    engine: Any = engines.create(engine_name)  # the reference loops reach into the adapter (ctx, threads, model)
     engine.load_model(path, EngineSettings(n_ctx=depth + n + 16, threads=threads))
     engine.load_tokenizer()
     ids = list(PromptBuilder(engine, seed=1).prompt("overhead", depth).ids)

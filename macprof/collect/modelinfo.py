@@ -45,7 +45,7 @@ class ModelInfo:
     @property
     def kv_bytes_per_token(self) -> int | None:
         """2 (K and V) x layers x kv heads x head dim x bytes per element."""
-        if None in (self.n_layers, self.n_kv_heads, self.head_dim):
+        if self.n_layers is None or self.n_kv_heads is None or self.head_dim is None:
             return None
         return int(kv_bytes_per_token(self.n_layers, self.n_kv_heads, self.head_dim, self.kv_bytes_per_element))
 
@@ -224,7 +224,7 @@ def _inspect_mlx(path: Path) -> ModelInfo:
             expert_params += n
     n_heads, hidden = cfg.count("num_attention_heads"), cfg.count("hidden_size")
     bits = cfg.count("bits", "quantization", positive=True)
-    quant = f"{bits}bit" if bits else (cfg.string("torch_dtype") or by_type and max(by_type, key=by_type.get))
+    quant = f"{bits}bit" if bits else (cfg.string("torch_dtype") or (max(by_type, key=by_type.__getitem__) if by_type else None))
     return ModelInfo(
         format="mlx", architecture=cfg.string("model_type"), quant=quant, n_params=n_params,
         tensor_bytes=tensor_bytes, file_bytes=sum(f.stat().st_size for f in files), bytes_by_type=by_type,

@@ -125,8 +125,8 @@ def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5
         import numpy as np
 
         n = n or 2048
-        a = np.ones((n, n), dtype=np.float32)
-        matmul = lambda: a @ a  # noqa: E731
+        a = np.ones((n, n), dtype=np.float32)  # type: ignore[assignment]  # the other branch's array: each is used alone
+        matmul = lambda: a @ a  # type: ignore[assignment]  # noqa: E731
         method = f"numpy float32 matmul {n}x{n} (BLAS, all cores)"
     matmul()  # warm-up: kernel compilation (MLX), BLAS threads starting (numpy)
     rates = []

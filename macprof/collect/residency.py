@@ -47,7 +47,7 @@ def file_residency(path: Path) -> tuple[int, int]:
             vec = (ctypes.c_ubyte * pages)()
             if libc.mincore(addr, size, vec) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore failed for {path}")
-            resident = int((np.frombuffer(vec, dtype=np.uint8) & 1).sum())
+            resident = int((np.frombuffer(vec, dtype=np.uint8) & 1).sum())  # type: ignore[call-overload]  # ctypes arrays export the buffer protocol
         finally:
             libc.munmap(addr, size)
     finally:

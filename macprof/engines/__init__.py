@@ -5,14 +5,30 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from macprof.errors import EngineMissing
+
+if TYPE_CHECKING:  # mypy checks every adapter against the protocol; nothing is imported at run time
+    from macprof.engines.base import Engine
+    from macprof.engines.fake import FakeEngine
+    from macprof.engines.llama_cpp import LlamaCppEngine
+    from macprof.engines.mlx import MlxEngine
+
+    # an instance, not the class: mypy then names each member that does not match
+    _llama_cpp: Engine = LlamaCppEngine()
+    _mlx: Engine = MlxEngine()
+    _fake: Engine = FakeEngine()
 
 # engine name -> (adapter module, Python module it needs, pip package to install)
 ENGINES = {
     "llama.cpp": ("macprof.engines.llama_cpp", "llama_cpp", 'llama-cpp-python (on Linux: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python)'),
     "mlx": ("macprof.engines.mlx", "mlx_lm", "mlx-lm (with mlx, or mlx[cpu] on Linux)"),
+    # deterministic, no inference library: the fast test tier (macprof/engines/fake.py)
+    "fake": ("macprof.engines.fake", "gguf", "gguf"),
 }
+# what a model path must be for each engine: one GGUF file, or an MLX model directory
+MODEL_FORMAT = {"llama.cpp": "gguf", "mlx": "mlx", "fake": "gguf"}
 
 
 def names() -> list[str]:
@@ -34,7 +50,7 @@ def require(name: str) -> ModuleType:
         raise EngineMissing(f"engine {name!r} is not installed ({exc}): pip install {package}") from None
 
 
-def create(name: str):
+def create(name: str) -> Engine:
     """A fresh, unloaded engine adapter."""
     if name not in ENGINES:
         raise EngineMissing(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")

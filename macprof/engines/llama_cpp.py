@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import llama_cpp as lc
 import numpy as np
@@ -51,7 +51,7 @@ class LlamaCppEngine:
         self.model = None
         self.ctx = None
         self.vocab = None
-        self._logits_t = None
+        self._logits_t: Any = None  # ctypes pointer type to the logits row, set by load_model
         self.threads = 0
         self.n_batch = 0
         self._history: list[int] = []
@@ -170,7 +170,7 @@ class LlamaCppEngine:
                     raise MacprofError(f"llama_decode failed with code {rc} at generated token {i + 1}")
 
     # -- batched generation ----------------------------------------------------------------
-    batch_unsupported = None
+    batch_unsupported: str | None = None
 
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
         self.close_batch()

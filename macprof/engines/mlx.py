@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -29,14 +29,14 @@ class MlxEngine:
     name = "mlx"
 
     def __init__(self) -> None:
-        self.model = None
+        self.model: Any = None
         self.config: dict = {}
-        self.tokenizer = None
+        self.tokenizer: Any = None
         self._path: Path | None = None
-        self._cache = None
+        self._cache: Any = None
         self._history: list[int] = []  # tokens fed so far; the cache holds its first `offset`
         self._reused = 0
-        self._stream = None
+        self._stream: Any = None
         self._prefill_step = 2048
 
     # -- loading -------------------------------------------------------------------------
@@ -112,7 +112,7 @@ class MlxEngine:
                 if i + 1 < n:
                     next_y = step(y)
                     mx.async_eval(next_y)
-                token = y.item()
+                token: int = y.item()  # type: ignore[assignment]  # the argmax: an int
                 history.append(token)
                 yield token
                 if i % _CLEAR_EVERY == 0:
@@ -121,7 +121,7 @@ class MlxEngine:
                     y = next_y
 
     # -- batched generation ----------------------------------------------------------------
-    batch_unsupported = None
+    batch_unsupported: str | None = None
 
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
         """Nothing to prepare: BatchGenerator allocates each sequence's cache as it goes."""
@@ -179,7 +179,8 @@ class MlxEngine:
     def versions(self) -> dict:
         import mlx_lm
 
-        return {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__, "device": str(mx.default_device())}
+        return {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__,  # type: ignore[attr-defined]  # set at import, not in the stubs
+                "device": str(mx.default_device())}
 
     def close(self) -> None:
         self.close_batch()

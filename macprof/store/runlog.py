@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -57,11 +58,24 @@ def schema() -> dict:
     return json.loads((Path(__file__).parent / "schema" / "runlog.schema.json").read_text())
 
 
+@functools.cache
+def _validator():
+    """The schema checked and compiled once per process (jsonschema.validate redoes both per call)."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema())
+    cls.check_schema(schema())
+    return cls(schema())
+
+
 def validate(log: dict, where: str = "run log") -> None:
     import jsonschema
 
     try:
-        jsonschema.validate(log, schema())
+        # as jsonschema.validate: the most relevant of all errors
+        error = jsonschema.exceptions.best_match(_validator().iter_errors(log))
+        if error is not None:
+            raise error
     except jsonschema.ValidationError as exc:
         loc = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
         raise MacprofError(f"{where}: does not match the run-log schema at {loc}: {exc.message[:200]}") from None

@@ -42,18 +42,19 @@ def run_depth(ctx: PhaseContext) -> None:
     def one_case(case: dict) -> None:
         d, tags = case["depth"], {"case": case["id"]}
         engine.reset()
-        t_start = t_end = None
+        t_start = t_end = fill_s = None
         if d > 0:
             context = builder.prompt(f"depth:{d}", d)
             t_start = clock()
             for _ in engine.generate(list(context.ids), 1):  # computes exactly the d context tokens
                 pass
             t_end = clock()
+            fill_s = (t_end - t_start) / 1e9
             prompts = [builder.prefixed(context, f"depth:{d}:{i}", d + 1) for i in range(s.reps + 1)]
         else:
             prompts = [builder.prompt(f"depth:0:{i}", 1) for i in range(s.reps + 1)]
         emit(ev.DepthFill(phase="depth", **tags, depth=d, t_start=t_start, t_end=t_end,
-                          fill_s=(t_end - t_start) / 1e9 if d > 0 else None, cached_tokens=engine.cached_tokens(),
+                          fill_s=fill_s, cached_tokens=engine.cached_tokens(),
                           kv_cache_bytes=engine.kv_cache_bytes()))
         for i, prompt in enumerate(prompts):
             _pause(s)

@@ -1,0 +1,280 @@
+"""A deterministic fake engine for the fast test tier: the whole run path (workers, journal,
+phases, run log, reports) exercised in seconds, with no inference library loaded.
+
+Its model file is an ordinary GGUF (``write_model`` writes a tiny one), so macprof inspects,
+hashes, caches and refuses it exactly as it does a real model; the engine reads its vocabulary
+size and KV shape from that header (and refuses a GGUF without them). Its "logits" are a pure
+function of the token ids: a 64-bit state folded over the context one token at a time, the
+next token read off the state (EOS one time in 16, which generation must go past). So a cached
+prefix and a recomputed one give the same tokens exactly, batched decoding equals one
+sequence at a time, and no output is ever a near-tie. It never sleeps: its speed is whatever
+Python manages, and no test may assert one.
+
+Vocabulary: 0 is BOS (added by ``tokenize``), 1 is EOS (never stops generation), 2..257 are the
+256 byte values (so any text round-trips), and every id from 258 is a space plus a fixed-length
+lowercase word (the words ``PromptBuilder`` builds prompts from).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix
+from macprof.errors import MacprofError
+
+ARCH = "macprof-fake"
+BOS, EOS = 0, 1
+_BYTE0 = 2  # ids 2..257: the byte values
+_WORD0 = _BYTE0 + 256  # ids from here: " " + a word of _word_len(vocab) letters
+_MASK = (1 << 64) - 1
+_SEED = 0x6D616370726F66  # "macprof"
+
+
+def _mix(state: int, token: int) -> int:
+    """splitmix64 of the state and the next token: the state after one more token."""
+    x = (state + (token + 1) * 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def _word_len(vocab: int) -> int:
+    n = 2  # at least two letters: PromptBuilder wants words of 3+ characters with the space
+    while 26 ** n < vocab - _WORD0:
+        n += 1
+    return n
+
+
+class FakeEngine:
+    name = "fake"
+    separate_tokenizer = False  # the vocabulary comes with the model file
+    batch_unsupported: str | None = None
+
+    def __init__(self) -> None:
+        self.vocab = 0
+        self.n_ctx = 0
+        self.kv_bytes_per_token = 0
+        self._letters = 2
+        self._word_re: re.Pattern[str] = re.compile("")
+        self._history: list[int] = []  # ids fed so far; the cache holds the first len(_states)
+        self._states: list[int] = []  # the state after each cached token: the fake's KV cache
+        self._reused = 0
+        self._batch = (0, 0)  # (sequences, tokens per sequence) of the open batch
+
+    # -- loading -------------------------------------------------------------------------
+    def load_model(self, path: Path, settings: EngineSettings) -> None:
+        meta = read_header(Path(path))
+        self.vocab, self.n_ctx = meta["vocab_size"], settings.n_ctx
+        self.kv_bytes_per_token = 2 * meta["block_count"] * meta["head_count_kv"] * meta["head_dim"] * 2  # K, V in f16
+        self._letters = _word_len(self.vocab)
+        self._word_re = re.compile(rf" [a-z]{{{self._letters}}}(?![a-z])")
+        Path(path).read_bytes()  # a real load reads every weight: the file's pages end up cached the same way
+
+    def load_tokenizer(self) -> None:
+        """The vocabulary is computed from the header's size: nothing to load."""
+
+    # -- tokens --------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        ids, pos = [BOS], 0
+        for m in self._word_re.finditer(text):
+            ids += _bytes(text[pos:m.start()])
+            word = self._word_id(m.group()[1:])
+            ids += [word] if word is not None else _bytes(m.group())
+            pos = m.end()
+        return ids + _bytes(text[pos:])
+
+    def _word_id(self, letters: str) -> int | None:
+        n = 0
+        for c in letters:
+            n = n * 26 + ord(c) - ord("a")
+        return _WORD0 + n if _WORD0 + n < self.vocab else None
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        out = bytearray()
+        for t in ids:
+            if _BYTE0 <= t < _WORD0:
+                out.append(t - _BYTE0)
+            elif t >= _WORD0:
+                n, letters = t - _WORD0, []
+                for _ in range(self._letters):
+                    n, r = divmod(n, 26)
+                    letters.append(chr(ord("a") + r))
+                out += (" " + "".join(reversed(letters))).encode()
+        return out.decode("utf-8", errors="replace")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return {EOS}
+
+    # -- cache ---------------------------------------------------------------------------
+    def reset(self) -> None:
+        self._history, self._states = [], []
+
+    def truncate(self, n_tokens: int) -> None:
+        del self._states[n_tokens:]
+        del self._history[n_tokens:]
+
+    def cached_tokens(self) -> int:
+        return len(self._states)
+
+    @property
+    def reused_tokens(self) -> int:
+        return self._reused
+
+    def _next(self, state: int) -> int:
+        # EOS one time in 16, as the demo models' head favours it: generation must go on past it
+        return EOS if (state >> 32) % 16 == 0 else state % self.vocab
+
+    # -- generation ----------------------------------------------------------------------
+    def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
+        keep = self._reused = max(0, reusable_prefix(self._history[: len(self._states)], ids))
+        del self._states[keep:]
+        self._history = history = list(ids)
+        if n <= 0:
+            return
+        _feed(self._states, ids[keep:], self.n_ctx)
+        for i in range(n):
+            token = self._next(self._states[-1])
+            history.append(token)
+            yield token
+            if i + 1 < n:
+                _feed(self._states, [token], self.n_ctx)
+
+    # -- batched generation ----------------------------------------------------------------
+    def open_batch(self, size: int, tokens_per_seq: int) -> None:
+        self._batch = (size, tokens_per_seq)
+
+    def close_batch(self) -> None:
+        self._batch = (0, 0)
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
+        size, per_seq = self._batch
+        if len(prompts) > size:
+            raise MacprofError(f"{len(prompts)} sequences for a batch opened for {size}")
+        caches: list[list[int]] = [[] for _ in prompts]
+        for cache, ids in zip(caches, prompts):
+            _feed(cache, ids, per_seq)
+        for step in range(n):
+            tokens = [self._next(cache[-1]) for cache in caches]
+            yield tokens
+            if step + 1 < n:
+                for cache, token in zip(caches, tokens):
+                    _feed(cache, [token], per_seq)
+
+    def top2(self, ids: Sequence[int]) -> TopTwo:
+        """The generated token first; a distinct runner-up at least 1.0 below: never a near-tie."""
+        self.reset()
+        states: list[int] = []
+        _feed(states, ids, max(self.n_ctx, len(ids)))
+        state = states[-1]
+        first = self._next(state)
+        logit = 8.0 + (state >> 40 & 0xFF) / 256
+        return TopTwo(first, logit, (first + 1) % self.vocab, logit - 1.0 - (state >> 48 & 0xFF) / 256)
+
+    # -- memory and facts ----------------------------------------------------------------
+    def kv_cache_bytes(self) -> int | None:
+        """What a real cache of this shape would hold for the cached tokens."""
+        return len(self._states) * self.kv_bytes_per_token
+
+    def memory(self) -> dict:
+        return {}
+
+    def reset_peak_memory(self) -> None:
+        """No engine-side memory counters: process RSS covers it."""
+
+    def versions(self) -> dict:
+        from macprof import __version__
+
+        return {"fake": __version__}
+
+    def close(self) -> None:
+        self.close_batch()
+        self.reset()
+
+
+def _bytes(text: str) -> list[int]:
+    return [_BYTE0 + b for b in text.encode("utf-8")]
+
+
+def _feed(states: list[int], ids: Sequence[int], capacity: int) -> None:
+    """Append the state after each of ``ids``; like llama_decode, fail when the context is full."""
+    if len(states) + len(ids) > capacity:
+        raise MacprofError(f"fake engine: {len(states)} + {len(ids)} tokens exceed the context of {capacity}")
+    state = states[-1] if states else _SEED
+    for t in ids:
+        state = _mix(state, int(t))
+        states.append(state)
+
+
+# -- the model file ----------------------------------------------------------------------------
+_KEYS = ("vocab_size", "context_length", "block_count", "head_count_kv", "head_dim")
+
+
+def read_header(path: Path) -> dict[str, int]:
+    """The few numbers the fake engine needs, from a GGUF header (``write_model``'s keys)."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path), "r")
+    except Exception as exc:  # noqa: BLE001 - the gguf package raises many kinds
+        raise MacprofError(f"{path}: the fake engine cannot read this GGUF file: {type(exc).__name__}: {exc}") from None
+
+    def field(key: str) -> Any:
+        f = reader.fields.get(key)
+        return None if f is None else f.contents()
+
+    meta = {"vocab_size": field(f"{ARCH}.vocab_size"), "context_length": field(f"{ARCH}.context_length"),
+            "block_count": field(f"{ARCH}.block_count"), "head_count_kv": field(f"{ARCH}.attention.head_count_kv"),
+            "head_dim": field(f"{ARCH}.attention.key_length")}
+    missing = [k for k in _KEYS if not isinstance(meta[k], int)]
+    if missing:
+        raise MacprofError(f"{path}: not a fake-engine model (no {ARCH}.{missing[0]} in the GGUF header)")
+    if meta["vocab_size"] < _WORD0 + 16:
+        raise MacprofError(f"{path}: vocabulary of {meta['vocab_size']} ids; the fake engine needs at least {_WORD0 + 16}")
+    return meta
+
+
+def write_model(path: Path, vocab_size: int = 4096, context_length: int = 1024, layers: int = 2, hidden: int = 32,
+                heads: int = 2, kv_heads: int = 2, ffn: int = 64) -> Path:
+    """A tiny GGUF the fake engine (and macprof's inspector) reads: llama-shaped f16 tensors of
+    zeros, so its shape, bytes and roofline figures are those of a real model of this size."""
+    import gguf
+    import numpy as np
+
+    head_dim = hidden // heads
+    w = gguf.GGUFWriter(str(path), ARCH)
+    w.add_vocab_size(vocab_size)
+    w.add_context_length(context_length)
+    w.add_block_count(layers)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    shapes = {"token_embd.weight": (vocab_size, hidden), "output_norm.weight": (hidden,),
+              "output.weight": (vocab_size, hidden)}
+    for i in range(layers):
+        shapes |= {f"blk.{i}.attn_norm.weight": (hidden,), f"blk.{i}.attn_q.weight": (hidden, hidden),
+                   f"blk.{i}.attn_k.weight": (kv_heads * head_dim, hidden),
+                   f"blk.{i}.attn_v.weight": (kv_heads * head_dim, hidden),
+                   f"blk.{i}.attn_output.weight": (hidden, hidden), f"blk.{i}.ffn_norm.weight": (hidden,),
+                   f"blk.{i}.ffn_gate.weight": (ffn, hidden), f"blk.{i}.ffn_up.weight": (ffn, hidden),
+                   f"blk.{i}.ffn_down.weight": (hidden, ffn)}
+    for name, shape in shapes.items():
+        w.add_tensor(name, np.zeros(shape, dtype=np.float32 if len(shape) == 1 else np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+ENGINE = FakeEngine
