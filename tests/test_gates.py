@@ -80,10 +80,11 @@ def test_fail_if_memory_needs_the_figure_on_both_sides(tmp_path):
 
 
 # -- 13. a run that measured nothing -----------------------------------------------------------
-def _config(tmp_path, *models):
+def _config(tmp_path, *models, engine="llama.cpp"):
+    """Every model but the first (the broken one) on ``engine``."""
     cfg = tmp_path / "models.toml"
-    cfg.write_text("".join(f'[[models]]\nname = "{name}"\nengine = "llama.cpp"\npath = "{path}"\n\n'
-                           for name, path in models))
+    cfg.write_text("".join(f'[[models]]\nname = "{name}"\nengine = "{engine if i else "llama.cpp"}"\npath = "{path}"\n\n'
+                           for i, (name, path) in enumerate(models)))
     return cfg
 
 
@@ -99,22 +100,22 @@ def test_a_run_where_every_model_was_refused_exits_3(tmp_path, cache_root):
     assert error == (f"macprof: error: the run measured nothing: every model was refused or failed (the warnings "
                      f"above say why); the run log is written: {log}")
     data = runlog.load(log)  # the log is still written, with why
-    assert [m["failures"][0]["status"] for m in data["models"]] == ["refused", "refused"]
+    assert [m.failures[0].status for m in data.models] == ["refused", "refused"]
     assert "notes: load failed (refused)" in proc.stdout
 
 
-def test_a_run_whose_only_measurable_model_crashed_after_its_warm_up_exits_3(tiny_dir, tmp_path):
+def test_a_run_whose_only_measurable_model_crashed_after_its_warm_up_exits_3(fake_dir, tmp_path):
     """A warm-up is not a measurement: the model loaded and warmed up, then every measured
     request was lost to the crash."""
     (tmp_path / "notes.gguf").write_text("not a model\n")
-    cfg = _config(tmp_path, ("notes", tmp_path / "notes.gguf"), ("crashes", tiny_dir / "gguf/demo-tiny-q8_0.gguf"))
+    cfg = _config(tmp_path, ("notes", tmp_path / "notes.gguf"), ("crashes", fake_dir / "fake-a.gguf"), engine="fake")
     log = tmp_path / "crashed.json"
     fault = {"MACPROF_TEST_FAULT": json.dumps({"model": "crashes", "kind": "segfault", "after_requests": 1})}
     proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log), env=fault, check=False)
     assert proc.returncode == 3, proc.stderr
-    crashed = runlog.load(log)["models"][1]
-    assert crashed["failures"][0]["status"] == "crashed"
-    assert [r["kind"] for r in crashed["phases"]["warm"]["requests"] if r["status"] == "ok"] == ["warmup"]
+    crashed = runlog.load(log).models[1]
+    assert crashed.failures[0].status == "crashed"
+    assert [r.kind for r in crashed.phases.warm.requests if r.status == "ok"] == ["warmup"]
 
 
 # -- 15. folders of logs -----------------------------------------------------------------------

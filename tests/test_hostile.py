@@ -71,7 +71,8 @@ def test_share_leaks_nothing_and_redacts_only_whole_tokens(tmp_path, monkeypatch
     src = _identified(tmp_path, user, host, home)
     r = run("share", src)
     assert r.exit_code == 0, r.output
-    shared = runlog.load(tmp_path / "mine.shared.json")
+    runlog.load(tmp_path / "mine.shared.json")  # a valid run log
+    shared = json.loads((tmp_path / "mine.shared.json").read_text())
     user_word = re.compile(rf"(?<![^\W_]){re.escape(user)}(?![^\W_])")
     host_word = re.compile(rf"(?<![^\W_]){re.escape(host.split('.')[0])}(?![^\W_])", re.IGNORECASE)
     printed = r.output.split("\n")[1:]  # after "wrote PATH": the user's own path, on their own terminal

@@ -180,6 +180,7 @@ def test_vocabulary_crossing_buffer_boundaries(tmp_path, monkeypatch):
     assert header.array_length("tokenizer.ggml.tokens") == 70_000
 
 
+@pytest.mark.slow
 def test_demo_figures_at_every_buffer_size(tiny_dir, monkeypatch):
     path = tiny_dir / "gguf/demo-tiny-q4_k_m.gguf"
     expected = modelinfo.inspect(path).to_dict()
@@ -347,7 +348,7 @@ def test_a_file_that_became_a_fifo_after_the_config_was_read(tmp_path, monkeypat
     p.unlink()
     os.mkfifo(p)
     start = facts.model_start_event(model)
-    assert start["files_error"] == f"{p}: not a regular file (a FIFO)" and start["shape"] is None
+    assert start.files_error == f"{p}: not a regular file (a FIFO)" and start.shape is None
     with pytest.raises(MacprofError, match="not a regular file"):
         fileid.cached_sha256(p)
 
@@ -361,7 +362,7 @@ def test_open_never_blocks_on_a_fifo_that_slipped_past_the_stat(tmp_path, monkey
 
 
 # -- 3. end to end: a bad model is the model's recorded refusal, the good one is measured ----
-def test_run_refuses_badly_typed_models_and_measures_the_good_one(tiny_dir, tmp_path):
+def test_run_refuses_badly_typed_models_and_measures_the_good_one(fake_dir, tmp_path):
     from macprof.store import runlog
     from tests.test_run import FAULT_ARGS, macprof
 
@@ -370,7 +371,7 @@ def test_run_refuses_badly_typed_models_and_measures_the_good_one(tiny_dir, tmp_
     cfg = tmp_path / "models.toml"
     cfg.write_text(f'[[models]]\nname = "bad-gguf"\nengine = "llama.cpp"\npath = "{bad_gguf}"\n\n'
                    f'[[models]]\nname = "bad-mlx"\nengine = "mlx"\npath = "{bad_mlx}"\n\n'
-                   f'[[models]]\nname = "good"\nengine = "llama.cpp"\npath = "{tiny_dir / "gguf/demo-tiny-q8_0.gguf"}"\n')
+                   f'[[models]]\nname = "good"\nengine = "fake"\npath = "{fake_dir / "fake-a.gguf"}"\n')
     log = tmp_path / "run.json"
     proc = macprof("run", "--config", str(cfg), *FAULT_ARGS, "--log", str(log))
     assert "Traceback" not in proc.stdout + proc.stderr

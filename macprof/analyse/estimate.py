@@ -17,7 +17,8 @@ LIMITS: dict[str, tuple[str, bool, float, float]] = {
     "tflops": ("--tflops", False, 1e-6, 1e6), "kv_bits": ("--kv-bits", False, 0.01, 64),
     "gpu_cores": ("--gpu-cores", True, 1, 1024), "layers": ("--layers", True, 1, 1e6),
     "kv_heads": ("--kv-heads", True, 1, 1e6), "head_dim": ("--head-dim", True, 1, 1e6),
-    "context": ("--context", True, 0, 1e9), "batches": ("--batch", True, 1, 1e6),
+    "context": ("--context", False, 0, 1e9),  # a mean decode context (prompt + gen / 2) can be fractional
+    "batches": ("--batch", True, 1, 1e6),
 }
 
 
