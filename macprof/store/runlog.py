@@ -87,19 +87,31 @@ def load(path: Path) -> RunLog:
     if path.name.endswith(".jsonl"):
         return build(read_journal(path))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read ({exc.strerror})") from None
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:  # not UTF-8
         raise MacprofError(f"{path}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
+    return _parsed(str(path), text)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(where: str, text: str) -> RunLog:
+    """The typed log of a file's text. Validating a large log against the schema takes a good part
+    of a second; a RunLog is immutable, so one process reading the same text again (compare and
+    plot of one folder, the test suite) reuses it."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise MacprofError(f"{where}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
     if not isinstance(data, dict) or "schema_version" not in data:
-        raise MacprofError(f"{path}: not a macprof run log (no schema_version)")
+        raise MacprofError(f"{where}: not a macprof run log (no schema_version)")
     if not isinstance(data["schema_version"], int) or data["schema_version"] > SCHEMA_VERSION:
-        raise MacprofError(f"{path}: schema_version {data['schema_version']!r} is newer than this macprof "
+        raise MacprofError(f"{where}: schema_version {data['schema_version']!r} is newer than this macprof "
                            f"understands ({SCHEMA_VERSION}): upgrade macprof")
     data = migrate(data)
-    validate(data, str(path))
-    return RunLog.from_json(data, str(path))
+    validate(data, where)
+    return RunLog.from_json(data, where)
 
 
 def migrate(data: dict) -> dict:
