@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 
 
 class Group(click.Group):
-    """Turns the project's errors into one line on stderr and exit code 2, never a traceback.
-    An error's text may quote a log (a model name): it is sanitised like everything printed."""
+    """Turns the project's errors into one line on stderr and the error's exit code (2; 3 for
+    NothingMeasured), never a traceback; any other exception into one line and exit 1, and a
+    closed pipe into a quiet exit 141. An error's text may quote a log (a model name): it is
+    sanitised like everything printed."""
 
     def invoke(self, ctx):
         try:
