@@ -103,6 +103,7 @@ LENGTHS = {  # case -> (key/values, tensors, other header fields), what the one 
     "long architecture": (([_kv("general.architecture", 8, _s("x" * 70_000))], []), {},
                           ["GGUF key general.architecture holds a string of more than 65536 bytes"]),
     "key not utf-8": (([ARCH, _s(b"\xff\xfe\xfd") + struct.pack("<II", 4, 0)], []), {}, ["key #1 is not UTF-8 text"]),
+    "long key": (([ARCH, _u32("x" * 70_000, 0)], []), {}, ["key #1 is longer than 65536 bytes"]),
 }
 
 

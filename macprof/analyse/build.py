@@ -20,7 +20,7 @@ from macprof.model.log import Bandwidth, KvCache, ModelMemory, ModelResult, Phas
 from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, ColdSummary, ColdTrial, DepthFill, Failure, Itl,
                                   Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
                                   Request, Summary, Sweep, SweepCase, WarmPhase)
-from macprof.model.records import record_fields
+from macprof.model.records import ABSENT
 
 Roof = Callable[[Metrics], Ceiling]  # a phase's summary -> its ceiling at the phase's context
 
@@ -166,7 +166,7 @@ def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.E
     at its own context; a case refused, unsupported or never reached says so."""
     built = tuple(_sweep_case(phase, case, events, failures, shape, file_bytes, bw) for case in cases)
     return Sweep(cases=built, failures=tuple(f for f in failures if f.case is None),
-                 memory=_phase_memory(events, phase), **({"tradeoff": batch_tradeoff(built)} if phase == "batch" else {}))
+                 memory=_phase_memory(events, phase), tradeoff=batch_tradeoff(built) if phase == "batch" else ABSENT)
 
 
 def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failures: list[Failure],
@@ -186,6 +186,7 @@ def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failu
         extra["fill"] = fill and DepthFill(t_start=fill.t_start, t_end=fill.t_end, fill_s=fill.fill_s,
                                            cached_tokens=fill.cached_tokens, kv_cache_bytes=fill.kv_cache_bytes)
     if phase == "batch":
+        assert case.batch is not None, "a planned batch case has its batch size"
         extra["prediction"] = batch_prediction(shape, case.context_tokens, case.batch, bw)
         check = next(iter(of(ev.BatchCheck)), None)
         extra["check"] = check and BatchCheck(**_counts(check.sequences), sequences=check.sequences)
@@ -218,6 +219,7 @@ def batch_record(e: ev.Request) -> Request:
     the per-sequence rate."""
     rec = request_record(e)
     b = e.batch
+    assert b is not None, "a batch request has its batch size"
     return rec.replace(aggregate_decode_tok_s=b * rec.decode_tok_s if rec.decode_tok_s else None,
                        aggregate_e2e_tok_s=b * rec.e2e_tok_s if rec.e2e_tok_s else None)
 
@@ -240,9 +242,18 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
 def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
     trials = [_cold_trial(e, workers, failures) for e in events if isinstance(e, ev.ColdTrial)]
     ok = [t for t in trials if t.status == "ok"]
+
+    def summary(values: list[float | None]) -> Summary:
+        return summarized(values, failures=len(trials) - len(ok))
+
     return ColdPhase(trials=tuple(trials), failures=tuple(_phase_failures(failures, "cold")),
-                     summary=ColdSummary(**{f.name: summarized([getattr(t, f.name) for t in ok], failures=len(trials) - len(ok))
-                                            for f in record_fields(ColdSummary)}))
+                     summary=ColdSummary(interpreter_s=summary([t.interpreter_s for t in ok]),
+                                         import_s=summary([t.import_s for t in ok]),
+                                         model_load_s=summary([t.model_load_s for t in ok]),
+                                         tokenizer_load_s=summary([t.tokenizer_load_s for t in ok]),
+                                         ready_s=summary([t.ready_s for t in ok]),
+                                         first_request_extra_s=summary([t.first_request_extra_s for t in ok]),
+                                         time_to_first_token_s=summary([t.time_to_first_token_s for t in ok])))
 
 
 def _span(a: int | None, b: int | None) -> float | None:
@@ -251,11 +262,10 @@ def _span(a: int | None, b: int | None) -> float | None:
 
 def _cold_trial(trial: ev.ColdTrial, workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdTrial:
     """One cold trial: the phases of its fresh worker's start-up from their timestamps."""
-    base = dict(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache)
     w = next((w for w in workers.values() if isinstance(w[0], ev.WorkerSpawn) and w[0].phases == ("cold",)
               and w[0].trial == trial.index), None)
-    if w is None:
-        return ColdTrial(**base, status="failed")
+    if w is None or not isinstance(w[0], ev.WorkerSpawn):
+        return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed")
     spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)
     loaded = next((e for e in w if isinstance(e, ev.Loaded)), None)
     reqs = {e.kind: request_record(e) for e in w if isinstance(e, ev.Request)}
@@ -263,23 +273,24 @@ def _cold_trial(trial: ev.ColdTrial, workers: dict[str, list[ev.Event]], failure
     t_main = started.t_main if started else None
     t_imported, t_model, t_tokenizer = (loaded.t_imported, loaded.t_model, loaded.t_tokenizer) if loaded else (None,) * 3
     ready = _span(spawn.t_spawn, t_tokenizer)
-    timing: dict = dict(
+    # an engine that reads the vocabulary with the model has no tokenizer load of its own
+    joint = bool(loaded and loaded.tokenizer_separate is False)
+    fails = [f for f in failures if f.worker == spawn.worker]
+    failed = bool(fails) or not (first and second and first.status == second.status == "ok")
+    return ColdTrial(
+        index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed" if failed else "ok",
         interpreter_s=_span(spawn.t_spawn, t_main), import_s=_span(t_main, t_imported),
-        model_load_s=_span(t_imported, t_model), tokenizer_load_s=_span(t_model, t_tokenizer), ready_s=ready,
-        first_request=first, second_request=second,
+        model_load_s=_span(t_imported, t_model), tokenizer_load_s=None if joint else _span(t_model, t_tokenizer),
+        ready_s=ready, first_request=first, second_request=second,
         first_request_extra_s=first.total_s - second.total_s
         if first and second and first.total_s is not None and second.total_s is not None else None,
         # spawn -> ready, then the first request's own TTFT: macprof's prompt preparation
         # between the two (prompt_build_s) is not the engine's cold start
         time_to_first_token_s=ready + first.ttft_s if first and first.ttft_s is not None and ready is not None else None,
-        prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None)
-    if loaded and loaded.tokenizer_separate is False:
-        timing.update(tokenizer_load_s=None, tokenizer_note="the engine reads the vocabulary with the model: "
-                                                             "tokenizer load is inside model_load_s")
-    fails = [f for f in failures if f.worker == spawn.worker]
-    if fails or not (first and second and first.status == second.status == "ok"):
-        return ColdTrial(**base, status="failed", **timing, failure=fails[0] if fails else None)
-    return ColdTrial(**base, status="ok", **timing)
+        prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None,
+        tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
+        if joint else ABSENT,
+        failure=(fails[0] if fails else None) if failed else ABSENT)
 
 
 def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -> PrefixPhase:

@@ -24,11 +24,11 @@ ROOFLINE_DEFINITIONS = {
 def _roofline(shape: dict, bw: Bandwidth | None, which: str) -> tuple[Roofline | None, str | None]:
     """(Roofline, None) for the spec or measured bandwidth, or (None, reason)."""
     side = (bw.spec if which == "spec" else bw.measured) if bw else None
-    if not side or not side.gbs:
+    if bw is None or not side or not side.gbs:
         return None, (side.reason if side else None) or "unknown"
     # compute: Apple's published figure beside the published bandwidth; the matmul probe's
     # beside the measured one (absent from logs before it existed: compute unknown)
-    tflops = bw.tflops if which == "spec" else bw.measured.tflops
+    tflops = bw.tflops if which == "spec" else bw.measured.tflops if bw.measured else None
     return Roofline(shape["weight_bytes_per_token"], side.gbs * 1e9, shape.get("active_params"),
                     tflops * 1e12 if tflops else None, shape.get("kv_bytes_per_token") or 0), None
 
@@ -39,23 +39,24 @@ def roofline_for(summary: Metrics, shape: dict | None, context: float, bw: Bandw
     if not shape or not shape.get("weight_bytes_per_token"):
         return Ceiling(reason="model shape unknown")
     decode, prefill = summary.decode_tok_s.median, summary.prefill_tok_s.median
-    sides = {}
-    for which in ("spec", "measured"):
+
+    def side(which: str) -> CeilingSide:
         r, reason = _roofline(shape, bw, which)
         if r is None:
-            sides[which] = CeilingSide(bandwidth_gbs=None, reason=reason)
-            continue
+            return CeilingSide(bandwidth_gbs=None, reason=reason)
         gbs = r.bandwidth / 1e9
         ceiling = r.ceiling_tok_s(context)
         pre = r.prefill_ceiling_tok_s()
-        sides[which] = CeilingSide(
+        return CeilingSide(
             bandwidth_gbs=gbs, ceiling_tok_s=ceiling, efficiency=efficiency(decode, ceiling), bound=r.bound(context),
             file_size_ceiling_tok_s=gbs * 1e9 / file_bytes if file_bytes else None,
             prefill_compute_ceiling_tok_s=pre, prefill_efficiency=efficiency(prefill, pre),
             prefill_reason=None if pre else ("no published peak FLOP figure for this chip" if which == "spec"
                                              else "no measured matmul throughput in this log"))
+
     return Ceiling(context_tokens=context, weight_bytes_per_token=shape["weight_bytes_per_token"],
-                   kv_bytes_per_token=shape.get("kv_bytes_per_token"), decode_tok_s=decode, **sides)
+                   kv_bytes_per_token=shape.get("kv_bytes_per_token"), decode_tok_s=decode,
+                   spec=side("spec"), measured=side("measured"))
 
 
 def batch_prediction(shape: dict | None, context: float, batch: int, bw: Bandwidth | None) -> Prediction:
@@ -63,12 +64,13 @@ def batch_prediction(shape: dict | None, context: float, batch: int, bw: Bandwid
     per-user ITL = step(B), aggregate = B / step(B), for spec and measured bandwidth."""
     if not shape or not shape.get("weight_bytes_per_token"):
         return Prediction(reason="model shape unknown")
-    sides = {}
-    for which in ("spec", "measured"):
+
+    def side(which: str) -> PredictionSide:
         r, reason = _roofline(shape, bw, which)
-        sides[which] = PredictionSide(bandwidth_gbs=None, reason=reason) if r is None else \
+        return PredictionSide(bandwidth_gbs=None, reason=reason) if r is None else \
             PredictionSide(bandwidth_gbs=r.bandwidth / 1e9, **r.batch_row(batch, context))
-    return Prediction(**sides)
+
+    return Prediction(spec=side("spec"), measured=side("measured"))
 
 
 def batch_tradeoff(cases: Sequence[SweepCase]) -> tuple[TradeoffRow, ...]:
@@ -90,6 +92,7 @@ def _measured_and_predicted(c: SweepCase) -> TradeoffRow:
     measured, spec = (c.prediction.measured, c.prediction.spec) if c.prediction else (None, None)
     which, pred = ("measured", measured) if measured and measured.itl_s else ("spec", spec)
     aggregate = c.summary.aggregate_decode_tok_s
+    assert c.batch is not None, "a batch case has its batch size"
     return TradeoffRow(batch=c.batch, aggregate_tok_s=aggregate.median if aggregate else None,
                        itl_p50_s=c.summary.itl_s.median, itl_p99_s=c.summary.itl_s.p99,
                        predicted_with=which if pred and pred.itl_s else None,

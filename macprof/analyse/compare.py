@@ -18,6 +18,7 @@ from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, med
 from macprof.measure import stats
 from macprof.analyse.headline import headline, measured_efficiency
 from macprof.model.log import Machine, ModelResult, RunLog
+from macprof.model.phases import SweepCase, WarmPhase
 
 # metric -> (what, higher is better)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak RSS", False)}
@@ -46,16 +47,17 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
     rows = []
     for m in log.models:
         s = m.settings
-        head, block, lengths = headline(m), m.phases.warm, (s.prompt_tokens, s.gen_tokens)
+        head, lengths = headline(m), (s.prompt_tokens, s.gen_tokens)
+        block: WarmPhase | SweepCase | None = m.phases.warm
         if case:
             sweep = m.phases.sweep(case[0])
-            block = next((c for c in sweep.cases if c.id == case[1]), None) if sweep else None
-            if block is None:
+            found = next((c for c in sweep.cases if c.id == case[1]), None) if sweep else None
+            if sweep is None or found is None:
                 continue
-            head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=block.summary.ttft_s.median,
-                        decode_tok_s=block.summary.decode_tok_s.median, efficiency=measured_efficiency(block.roofline),
+            head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=found.summary.ttft_s.median,
+                        decode_tok_s=found.summary.decode_tok_s.median, efficiency=measured_efficiency(found.roofline),
                         peak_rss_bytes=sweep.memory.peak_rss_bytes if sweep.memory else None)
-            lengths = (block.prompt_tokens, block.gen_tokens)
+            block, lengths = found, (found.prompt_tokens, found.gen_tokens)
         ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
         rows.append({
             "source": source,
@@ -97,9 +99,10 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
         row["ratios"], row["calls"], row["intervals"] = _against(r, base)
         # the same model in the baseline's run: what --fail-if judges (did this model regress?)
         twin = next((t for t in rows if t["source"] == base["source"] and t["model"] == r["model"]), None)
-        row["same_model_baseline"] = None if twin is None or twin is r else f"{twin['model']}@{twin['source']}"
-        row["same_model"] = None if row["same_model_baseline"] is None else \
-            dict(zip(("ratios", "calls", "intervals"), _against(r, twin)))
+        if twin is r:
+            twin = None
+        row["same_model_baseline"] = None if twin is None else f"{twin['model']}@{twin['source']}"
+        row["same_model"] = None if twin is None else dict(zip(("ratios", "calls", "intervals"), _against(r, twin)))
         out.append(row)
     return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
             "interval": f"{CONFIDENCE:.0%} percentile bootstrap of the ratio of medians, {RESAMPLES} resamples per side, "

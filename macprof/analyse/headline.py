@@ -8,8 +8,8 @@ from macprof.model.phases import Ceiling
 
 def peak_rss(model: ModelResult) -> int | None:
     ph = model.phases
-    peaks = [p.memory.peak_rss_bytes for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch) if p and p.memory]
-    peaks = [p for p in peaks if p]
+    peaks = [p.memory.peak_rss_bytes for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch)
+             if p and p.memory and p.memory.peak_rss_bytes]
     return max(peaks) if peaks else None
 
 

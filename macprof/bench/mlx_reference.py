@@ -16,7 +16,8 @@ def main(argv: list[str]) -> None:
     from macprof.measure.stats import summarize
 
     path, n, depth, reps = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
-    model, tokenizer = load(str(path))
+    # typed as a 2- or 3-tuple (the config too with return_config=True, not asked for here)
+    model, tokenizer = load(str(path))[:2]
     ids = [int(t) for t in (tokenizer.encode(" hello world" * depth)[:depth] or [0])]
     mlx_reference(model, tokenizer, ids, n)  # warm-up
     rates = [mlx_reference(model, tokenizer, ids, n) for _ in range(reps)]

@@ -66,8 +66,8 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
         model=model.name, utc=utc_now(),
         identity=Identity(
             name=model.name, engine=model.engine, path=str(model.path),
-            quant_label=model.quant, quant_declared=info and info["quant"],
-            architecture=info and info["architecture"], n_params=info and info["n_params"],
+            quant_label=model.quant, quant_declared=info["quant"] if info else None,
+            architecture=info["architecture"] if info else None, n_params=info["n_params"] if info else None,
             total_bytes=sum(f["bytes"] for f in files), files=tuple(ModelFile(**f) for f in files),
         ),
         shape=info, shape_error=info_error, files_error=files_error,

@@ -51,10 +51,13 @@ class Array:
     values: tuple | None  # numeric values when asked for and short enough, else None
 
 
+Scalar = int | float | bool  # what struct unpacks for the SCALARS
+
+
 @dataclass(frozen=True)
 class Value:
     vtype: int
-    value: object  # a number, a str (strings asked for), None (strings skipped) or an Array
+    value: Scalar | str | Array | None  # a number, a str (strings asked for), None (strings skipped) or an Array
 
 
 class TensorInfo(NamedTuple):  # a tuple: 200,000 of them are built in well under a second
@@ -79,10 +82,10 @@ class Header:
         v = self.kv.get(key)
         if v is None:
             return None
-        if v.vtype == STRING and v.value is None:  # skipped: longer than any name (MAX_TEXT)
-            raise MacprofError(f"{self.path}: GGUF key {show_key(key)} holds a string of more than {MAX_TEXT} bytes")
         if v.vtype != STRING:
             raise self._wrong(key, "a string")
+        if not isinstance(v.value, str):  # skipped: longer than any name (MAX_TEXT)
+            raise MacprofError(f"{self.path}: GGUF key {show_key(key)} holds a string of more than {MAX_TEXT} bytes")
         return v.value
 
     def count(self, key: str) -> int | None:
@@ -96,7 +99,7 @@ class Header:
             if any(x < 0 for x in values):
                 raise self._wrong(key, "an array of non-negative integers")
             return values[0] if values and len(set(values)) == 1 else None
-        if v.vtype not in INTEGERS or v.value < 0:
+        if v.vtype not in INTEGERS or not isinstance(v.value, int) or v.value < 0:
             raise self._wrong(key, "a non-negative integer")
         return v.value
 
@@ -113,7 +116,7 @@ def describe(v: Value) -> str:
     if isinstance(v.value, Array):
         return f"an array of {show(v.value.count)} {type_name(v.value.elem_type)}"
     if v.vtype == STRING:
-        return "a string" + (f" ({v.value[:40]!r})" if v.value is not None else "")
+        return "a string" + (f" ({v.value[:40]!r})" if isinstance(v.value, str) else "")
     return f"{type_name(v.vtype)} {v.value!r}"
 
 
@@ -250,6 +253,8 @@ def read_header(path: Path | str, wanted: Callable[[str], bool]) -> Header:
         kv: dict[str, Value] = {}
         for i in range(n_kv):
             key = cur.text(f"key #{i}")
+            if key is None:  # kept text is at most MAX_TEXT bytes: no key is that long
+                raise cur.fail(f"key #{i} is longer than {MAX_TEXT} bytes")
             if key in kv:
                 raise cur.fail(f"key {show_key(key)} appears twice")
             (vtype,) = cur.unpack(_U32, f"the value type at key {show_key(key)}")
@@ -322,7 +327,7 @@ def _alignment(cur: _Cursor, kv: dict[str, Value]) -> int:
     v = kv.get("general.alignment")
     if v is None:
         return 32
-    if v.vtype != 4:  # llama.cpp reads it as a u32 and aborts on any other type
+    if v.vtype != 4 or not isinstance(v.value, int):  # llama.cpp reads it as a u32 and aborts on any other type
         raise cur.fail(f"key general.alignment must be UINT32, not {describe(v)}")
     if v.value == 0 or v.value & (v.value - 1):
         raise cur.fail(f"key general.alignment must be a power of two, not {v.value}")

@@ -73,7 +73,7 @@ def comparison(result: dict) -> Table:
               "decode_sizes", "decode_min_reps_per_side", "decode_ci_low", "decode_ci_high", "ttft_vs_base", "ttft_call",
               "ttft_why", "ttft_p", "ttft_sizes", "ttft_min_reps_per_side", "ttft_ci_low", "ttft_ci_high", "memory_vs_base",
               "same_model_baseline", "not_comparable")
-    notes = (f"baseline: {result['baseline']}", f"significance: {result['test']}", f"CI: {result['interval']}")
+    notes: tuple[str, ...] = (f"baseline: {result['baseline']}", f"significance: {result['test']}", f"CI: {result['interval']}")
     if case:
         notes += (f"TTFT, decode and memory are those of the sweep case {case} (decode per sequence in a batch case)",)
     return Table("macprof compare", columns, tuple(compare_rows(result)), fields, notes,

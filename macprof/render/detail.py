@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from macprof.model.log import Machine, RunLog
-from macprof.model.phases import Metrics
+from macprof.model.phases import Metrics, PrefixSummary
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s
 
 
@@ -37,15 +37,17 @@ def render_detail(log: RunLog) -> str:
         for phase, ph in (("warm", m.phases.warm), ("prefix", m.phases.prefix)):
             if not ph:
                 continue
-            summ = ph.summary if phase == "warm" else ph.summary.reuse
-            lines.append(f"   {phase}: " + _metrics_line(summ))
-            if phase == "prefix":
-                lines.append("   prefix without reuse: " + _metrics_line(ph.summary.noreuse))
-                c = ph.summary.checks
-                sp = ph.summary.ttft_speedup
-                lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {ph.summary.reused_tokens.median}; "
+            summ = ph.summary
+            if isinstance(summ, PrefixSummary):  # the prefix phase: with reuse, then without
+                lines.append(f"   {phase}: " + _metrics_line(summ.reuse))
+                lines.append("   prefix without reuse: " + _metrics_line(summ.noreuse))
+                c = summ.checks
+                sp = summ.ttft_speedup
+                lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {summ.reused_tokens.median}; "
                              f"output checks: {c.identical}/{c.n} identical, {c.near_ties} near-ties, {c.failed} failed"
                              if sp else "   prefix: no speed-up figure (missing samples)")
+            else:
+                lines.append(f"   {phase}: " + _metrics_line(summ))
             roof = ph.roofline
             if roof and not roof.reason:
                 bound = (roof.measured.bound if roof.measured else None) or (roof.spec.bound if roof.spec else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from macprof.model.log import RunLog
 from macprof.render.detail import render_detail
 from macprof.render.exporters import export, md_escape, to_markdown
 from macprof.render.summary import render_summary, summary_table, warnings
@@ -12,7 +13,7 @@ from macprof.render.sweeps import sweep_sections
 from macprof.render.text import fmt_bytes
 
 
-def render_show(log: dict, fmt: str = "text") -> str:
+def render_show(log: RunLog, fmt: str = "text") -> str:
     if fmt == "text":
         return render_detail(log) + "\n\n" + render_summary(log)
     if fmt == "markdown":
@@ -23,7 +24,7 @@ def render_show(log: dict, fmt: str = "text") -> str:
     return export(table, fmt)
 
 
-def render_markdown(log: dict) -> str:
+def render_markdown(log: RunLog) -> str:
     """The summary table, the sweep tables when present, and the warnings."""
     a = _about(log)
     m = a["machine"]
@@ -38,7 +39,7 @@ def render_markdown(log: dict) -> str:
     return "\n\n".join(parts)
 
 
-def _about(log: dict) -> dict:
+def _about(log: RunLog) -> dict:
     """Which run this is: tool, time, completeness, machine (raw values)."""
     mach = log.machine
     return {"tool_version": log.tool_version, "started_utc": log.started_utc, "complete": bool(log.complete),

@@ -108,17 +108,18 @@ def warnings(log: RunLog) -> list[str]:
                 out.append(f"{name}: batched decoding changed the output beyond a near-tie in {', '.join(checks)}")
         reqs = [r for r in (ph.warm.requests if ph.warm else ()) if r.kind == "measured" and r.status == "ok"]
         if len(reqs) >= 3:
-            med = median(r.total_s for r in reqs[1:])
-            if med and reqs[0].total_s > FIRST_SLOW * med:
-                out.append(f"{name}: the first measured warm request was {reqs[0].total_s / med:.1f}x slower "
+            first, rest = reqs[0].total_s, [r.total_s for r in reqs[1:] if r.total_s is not None]
+            med = median(rest) if rest else None
+            if med and first is not None and first > FIRST_SLOW * med:
+                out.append(f"{name}: the first measured warm request was {first / med:.1f}x slower "
                            f"than the others: warm-up did not fully warm")
         drops = [t.drop_cache for t in (ph.cold.trials if ph.cold else ()) if t.drop_cache]
         if any(not d.dropped for d in drops):
             out.append(f"{name}: --drop-cache could not evict the model from the page cache ({drops[0].reason}): "
                        f"cold trials are labelled by their measured residency instead")
-        checks = ph.prefix.summary.checks if ph.prefix else None
-        if checks and checks.failed:
-            out.append(f"{name}: prefix reuse changed the output in {checks.failed} of {checks.n} requests "
+        prefix_checks = ph.prefix.summary.checks if ph.prefix else None
+        if prefix_checks and prefix_checks.failed:
+            out.append(f"{name}: prefix reuse changed the output in {prefix_checks.failed} of {prefix_checks.n} requests "
                        f"beyond a floating-point near-tie: the cached path is not equivalent")
         for f in m.failures:
             out.append(f"{name}: {f.phase or 'load'} failed ({f.status}): {f.reason}")

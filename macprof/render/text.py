@@ -32,7 +32,7 @@ def fmt_x(ratio: float | None) -> str:
     return "-" if ratio is None else f"x{ratio:.2f}"
 
 
-def fmt_bytes(x: int | None) -> str:
+def fmt_bytes(x: float | None) -> str:
     if x is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

@@ -53,7 +53,7 @@ class Runner:
     # -- the run ---------------------------------------------------------------------------
     def run(self, resume_events: list[ev.Event] | None = None) -> list[ev.Event]:
         journal = Journal(self.journal_path)
-        done_models: set[str] = set()
+        done_models: set[str | None] = set()
         if resume_events:
             journal.events.extend(resume_events)
             done_models = {e.model for e in resume_events if isinstance(e, ev.ModelEnd)}

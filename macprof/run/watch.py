@@ -47,7 +47,7 @@ class _State:
     peak: int = 0
     samples: int = 0
     done_phases: list[str] = field(default_factory=list)
-    failure: tuple[str, str] | None = None  # (status, reason)
+    failure: tuple[str, str | None] | None = None  # (status, reason)
     finished: bool = False
     loaded: bool = False
 
@@ -142,8 +142,8 @@ def failure_record(model: ModelSpec, worker_id: str, state: _State, rc: int | No
         model=model.name, worker=worker_id, status=failure[0], reason=failure[1],
         # a worker that died before the model loaded failed the load, not a phase
         phase=(request.phase if request else None) or state.phase if state.loaded else None,
-        index=request and request.index, kind=request and request.kind, case=request and request.case,
-        mode=request and request.mode, exit_code=rc,
+        index=request.index if request else None, kind=request.kind if request else None,
+        case=request.case if request else None, mode=request.mode if request else None, exit_code=rc,
         signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None, stderr_tail=_tail(stderr))
 
 

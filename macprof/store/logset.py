@@ -83,7 +83,8 @@ def _run_key(raw: dict | None) -> tuple | None:
     a model's name may not)."""
     if not isinstance(raw, dict) or not raw.get("started_utc"):
         return None
-    mach = raw.get("machine") if isinstance(raw.get("machine"), dict) else {}
+    machine = raw.get("machine")
+    mach = machine if isinstance(machine, dict) else {}
     models = []
     for m in raw.get("models") or []:
         ident = (m or {}).get("identity") or {}

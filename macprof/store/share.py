@@ -74,6 +74,7 @@ class _Scrubber:
 
     def text(self, value: str, count: bool = True) -> str:
         def sub(m: re.Match) -> str:
+            assert m.lastgroup is not None  # every alternative is a named group g<i>
             label = self.labels[int(m.lastgroup[1:])]
             if count:
                 self.hits[label] = self.hits.get(label, 0) + 1

@@ -93,10 +93,10 @@ def run_batch(ctx: PhaseContext) -> None:
     _sweep(engine, "batch", cases, emit, one_case)
 
 
-def _batch_check(engine, prompts: list[Prompt], batched: tuple[list[int], ...], n: int) -> list[OutputCheck]:
+def _batch_check(engine, prompts: list[Prompt], batched: tuple[list[int], ...], n: int) -> tuple[OutputCheck, ...]:
     out = []
     for prompt, tokens in zip(prompts, batched):
         engine.reset()
         alone = list(engine.generate(list(prompt.ids), n))
         out.append(compare_outputs(engine, prompt, alone, tokens))
-    return out
+    return tuple(out)
