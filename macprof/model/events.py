@@ -211,18 +211,13 @@ class Request(_RequestHead):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrefixCheck(Event):
-    """The reuse and noreuse outputs of one prompt compared (the fields of an OutputCheck)."""
+class PrefixCheck(Event, OutputCheck):
+    """The reuse and noreuse outputs of one prompt compared: an OutputCheck, journaled."""
 
     KIND = "prefix_check"
     phase: str
     index: int
     kind: str
-    identical_fraction: float | None = None
-    first_divergence: int | None = None
-    margin: float | None = None
-    near_tie: bool | None = None
-    passed: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
