@@ -12,6 +12,7 @@ import click
 
 from macprof import __version__
 from macprof.errors import MacprofError, NothingMeasured
+from macprof.run.signals import Interrupted
 from macprof.sanitise import clean
 
 # A reader that went away (`macprof show LOG | head -1`) ends the command as SIGPIPE ends a
@@ -38,6 +39,9 @@ class Group(click.Group):
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except (KeyboardInterrupt, Interrupted):  # before a run's journal held anything: nothing is lost
+            _echo_err("macprof: interrupted")
+            ctx.exit(130)
         except Exception as exc:  # a bug of ours: still one line, the traceback on request
             if os.environ.get("MACPROF_DEBUG") == "1":
                 raise
@@ -108,16 +112,16 @@ def main() -> None:
 @click.option("--log", "log_path", type=click.Path(path_type=Path),
               help="Run log path [runs/<UTC time>-<host id>.json].")
 @click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="Continue an interrupted run from its journal (models already measured are kept).")
+              help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
+@click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
 def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens, reps,
-        cold_trials, threads, timeout, delay, drop_cache, force, log_path, resume) -> None:
+        cold_trials, threads, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
     """Measure every model of the config: cold start, warm residence, prefix reuse; and, when
     asked, a grid of lengths (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep
     (--depth) and a batch sweep (--batch). Sweep options alone run only the sweeps."""
     from macprof import config, session
     from macprof.render.summary import render_summary
-    from macprof.run import progress
-    from macprof.store import runlog
+    from macprof.run import progress, signals
 
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
@@ -125,24 +129,20 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
         "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force,
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
     }
-    cfg = config.load(config_path, overrides)
-    selected = cfg.select([n.strip() for name in names for n in name.split(",") if n.strip()])
-    _ensure_demo_models(selected)
-    resume_events = None
-    if resume:
-        resume_events = runlog.read_journal(resume)
-        log_path = Path(str(resume).removesuffix(".journal.jsonl") + ".json")
-    log_path = log_path or session.default_log_path(Path("runs"))
-    if log_path.suffix != ".json":
-        raise MacprofError(f"{log_path}: the run log must be a .json file")
-    display = progress.to_stream(sys.stderr)
-    try:
-        log = session.measure(selected, log_path, display, resume_events)
-    finally:
-        display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
-    click.echo(render_summary(log, str(log_path)))
-    if not log.complete:
-        sys.exit(130)
+    with signals.guard() as guard:  # from here to the summary: a signal is answered in one line
+        cfg = config.load(config_path, overrides)
+        selected = cfg.select([n.strip() for name in names for n in name.split(",") if n.strip()])
+        _ensure_demo_models(selected)
+        log_path = session.log_path_for(log_path, resume)
+        display = progress.to_stream(sys.stderr)
+        try:
+            log = session.measure(selected, log_path, display, resume=resume is not None, overwrite=force_overwrite)
+        finally:
+            display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
+        click.echo(render_summary(log, str(log_path)))
+        if guard.received or not log.complete:
+            _echo_err(clean(session.interrupted_note(log, log_path)))
+            sys.exit(130)
     if not session.measured_anything(log_path):  # a run that measured nothing must not read as a success
         raise NothingMeasured(f"the run measured nothing: every model was refused or failed (the warnings above "
                               f"say why); the run log is written: {log_path}")
