@@ -98,7 +98,9 @@ def test_two_runs_started_in_the_same_second_keep_both(fake_dir, tmp_path):
 def test_a_second_run_on_a_journal_being_written_is_refused(fake_dir, tmp_path):
     log = tmp_path / "x.json"
     journal = tmp_path / "x.journal.jsonl"
-    first = subprocess.Popen([sys.executable, "-m", "macprof", *run_args(fake_dir / "models.toml", "--reps", "400"),
+    # --delay paces the requests: the run is still going (a minute at least) when the others try
+    first = subprocess.Popen([sys.executable, "-m", "macprof", *run_args(fake_dir / "models.toml", "--reps", "400",
+                                                                         "--delay", "0.1"),
                               "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (journal.exists() and len(requests_in(journal)) >= 3):
@@ -108,7 +110,8 @@ def test_a_second_run_on_a_journal_being_written_is_refused(fake_dir, tmp_path):
         assert same.returncode == 2 and "--force-overwrite" in one_line(same.stderr)
         forced = macprof(*run_args(fake_dir / "models.toml"), "--log", str(log), "--force-overwrite", check=False)
         assert forced.returncode == 2 and "another macprof run is writing" in one_line(forced.stderr)
-        resumed = macprof(*run_args(fake_dir / "models.toml", "--reps", "400"), "--resume", str(journal), check=False)
+        resumed = macprof(*run_args(fake_dir / "models.toml", "--reps", "400", "--delay", "0.1"), "--resume",
+                          str(journal), check=False)
         assert resumed.returncode == 2 and "another macprof run is writing" in one_line(resumed.stderr)
     finally:
         first.send_signal(signal.SIGTERM)
@@ -172,6 +175,32 @@ def test_resume_after_a_line_cut_mid_write(fake_dir, whole, tmp_path):
     again = macprof(*run_args(fake_dir / "models.toml"), "--resume", str(journal), check=False)
     assert again.returncode == 2 and "finished" in one_line(again.stderr)
     assert runlog.load(tmp_path / "r.json") == final
+
+
+SWEEPS = ["run", "--models", "fake-b", "--prompt-tokens", "16,24", "--gen-tokens", "4", "--depth", "0,16",
+          "--batch", "1,2", "--reps", "2", "--timeout", "60"]
+
+
+def _sweep_requests(log) -> set[tuple]:
+    return {(p, c.id, r.kind, r.index, r.t0) for m in log.models for p in ("grid", "depth", "batch")
+            for c in m.phases.sweep(p).cases for r in c.requests}
+
+
+def test_resume_continues_a_sweep_case_where_it_was_cut(fake_dir, tmp_path):
+    cfg = ["--config", str(fake_dir / "models.toml")]
+    macprof(*SWEEPS, *cfg, "--log", str(tmp_path / "w.json"))
+    raw = (tmp_path / "w.journal.jsonl").read_bytes()
+    for n in (4, 9, 14):  # inside the grid's second case, the depth's first, the batch's first
+        journal = tmp_path / f"r{n}.journal.jsonl"
+        journal.write_bytes(cut_after(raw, n, torn=True))
+        before = {(e.phase, e.case, e.kind, e.index, e.t0) for e in runlog.read_journal(journal) if e.KIND == "request"}
+        macprof(*SWEEPS, *cfg, "--resume", str(journal))
+        final = runlog.load(tmp_path / f"r{n}.json")
+        assert final.complete and before <= _sweep_requests(final), n
+        for phase in ("grid", "depth", "batch"):
+            for case in final.models[0].phases.sweep(phase).cases:  # each request once, and the batch check
+                assert case.status == "ok" and [r.index for r in case.requests] == [-1, 0, 1], (n, phase, case.id)
+                assert phase != "batch" or case.check is not None, (n, case.id)
 
 
 def test_duplicated_and_reordered_lines_read_as_written(whole, tmp_path):
@@ -282,7 +311,8 @@ def test_a_signal_after_the_run_ended_still_leaves_the_log(fake_dir, tmp_path, m
 def test_a_second_signal_2ms_later(fake_dir, tmp_path, first, second):
     log = tmp_path / "two.json"
     journal = tmp_path / "two.journal.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "macprof", *run_args(fake_dir / "models.toml", "--reps", "400"),
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", *run_args(fake_dir / "models.toml", "--reps", "400",
+                                                                        "--delay", "0.1"),
                              "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (journal.exists() and len(requests_in(journal)) >= 5):

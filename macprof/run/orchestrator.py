@@ -187,9 +187,11 @@ class Runner:
         s = model.settings
         cases = cases or {}
         # one sequence's context: the longest request of the phases this worker runs (batch
-        # cases get a context of their own, sized for their sequences)
+        # cases get a context of their own for the batch, but check it one sequence at a time
+        # in this one: a worker that runs only the batch phase, after a failure or a resume,
+        # needs it too)
         need = [0 if p in sweeps.SWEEP_PHASES else s.prompt_tokens + s.gen_tokens for p in phases]
-        need += [sweeps.tokens_per_sequence(c) for p in ("grid", "depth") if p in phases for c in cases.get(p, [])]
+        need += [sweeps.tokens_per_sequence(c) for p in sweeps.SWEEP_PHASES if p in phases for c in cases.get(p, [])]
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
                "cases": cases, "done": done or []}
