@@ -12,6 +12,8 @@ import click
 
 from macprof import __version__
 from macprof.errors import MacprofError, NothingMeasured
+from macprof.run.signals import Interrupted
+from macprof.options import csv_ints, number, sweep_overrides
 from macprof.sanitise import clean
 
 # A reader that went away (`macprof show LOG | head -1`) ends the command as SIGPIPE ends a
@@ -40,6 +42,9 @@ class Group(click.Group):
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except (KeyboardInterrupt, Interrupted):  # before a run's journal held anything: nothing is lost
+            _echo_err("macprof: interrupted")
+            ctx.exit(130)
         except Exception as exc:  # a bug of ours: still one line, the traceback on request
             if os.environ.get("MACPROF_DEBUG") == "1":
                 raise
@@ -67,16 +72,6 @@ def _reader_gone() -> None:
     os.close(devnull)
 
 
-def _csv_ints(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        out = [int(v) for v in str(value).split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected an integer, got {value!r}") from None
-    return out
-
-
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="macprof")
 def main() -> None:
@@ -90,14 +85,14 @@ def main() -> None:
 @click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
 @click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch "
                                 "[cold,warm,prefix; with sweep options, just the sweeps].")
-@click.option("--prompt-tokens", callback=_csv_ints,
+@click.option("--prompt-tokens", callback=csv_ints,
               help="Prompt length in tokens [512]; a list (128,512,2048) makes a grid with --gen-tokens.")
-@click.option("--gen-tokens", callback=_csv_ints,
+@click.option("--gen-tokens", callback=csv_ints,
               help="Generated tokens per request, EOS ignored [128]; a list (16,256) makes a grid.")
 @click.option("--shape", "shapes", help="Named workload shapes for the grid: rag, chat, code (comma-separated).")
-@click.option("--depth", "depths", callback=_csv_ints,
+@click.option("--depth", "depths", callback=csv_ints,
               help="KV-cache depths: decode after the cache already holds d tokens, e.g. 0,1024,4096.")
-@click.option("--batch", "batches", callback=_csv_ints, help="Batch sizes decoded together, e.g. 1,2,4,8.")
+@click.option("--batch", "batches", callback=csv_ints, help="Batch sizes decoded together, e.g. 1,2,4,8.")
 @click.option("--prefix-tokens", type=int, help="Shared prefix length for the prefix phase [448].")
 @click.option("--reps", type=int, help="Measured requests per phase (per case in a sweep) [5].")
 @click.option("--cold-trials", type=int, help="Fresh-process cold starts per model [3].")
@@ -110,16 +105,16 @@ def main() -> None:
 @click.option("--log", "log_path", type=click.Path(path_type=Path),
               help="Run log path [runs/<UTC time>-<host id>.json].")
 @click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="Continue an interrupted run from its journal (models already measured are kept).")
+              help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
+@click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
 def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens, reps,
-        cold_trials, threads, timeout, delay, drop_cache, force, log_path, resume) -> None:
+        cold_trials, threads, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
     """Measure every model of the config: cold start, warm residence, prefix reuse; and, when
     asked, a grid of lengths (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep
     (--depth) and a batch sweep (--batch). Sweep options alone run only the sweeps."""
     from macprof import config, session
     from macprof.render.summary import render_summary
-    from macprof.run import progress
-    from macprof.store import runlog
+    from macprof.run import progress, signals
 
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
@@ -127,44 +122,23 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
         "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force,
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
     }
-    cfg = config.load(config_path, overrides)
-    selected = cfg.select([n.strip() for name in names for n in name.split(",") if n.strip()])
-    _ensure_demo_models(selected)
-    resume_events = None
-    if resume:
-        resume_events = runlog.read_journal(resume)
-        log_path = Path(str(resume).removesuffix(".journal.jsonl") + ".json")
-    log_path = log_path or session.default_log_path(Path("runs"))
-    if log_path.suffix != ".json":
-        raise MacprofError(f"{log_path}: the run log must be a .json file")
-    display = progress.to_stream(sys.stderr)
-    try:
-        log = session.measure(selected, log_path, display, resume_events)
-    finally:
-        display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
-    click.echo(render_summary(log, str(log_path)))
-    if not log.complete:
-        sys.exit(130)
+    with signals.guard() as guard:  # from here to the summary: a signal is answered in one line
+        cfg = config.load(config_path, overrides)
+        selected = cfg.select([n.strip() for name in names for n in name.split(",") if n.strip()])
+        _ensure_demo_models(selected)
+        log_path = session.log_path_for(log_path, resume)
+        display = progress.to_stream(sys.stderr)
+        try:
+            log = session.measure(selected, log_path, display, resume=resume is not None, overwrite=force_overwrite)
+        finally:
+            display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
+        click.echo(render_summary(log, str(log_path)))
+        if guard.received or not log.complete:
+            _echo_err(clean(session.interrupted_note(log, log_path)))
+            sys.exit(130)
     if not session.measured_anything(log_path):  # a run that measured nothing must not read as a success
         raise NothingMeasured(f"the run measured nothing: every model was refused or failed (the warnings above "
                               f"say why); the run log is written: {log_path}")
-
-
-def sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given: bool) -> dict:
-    """Command-line lengths and sweeps -> settings. A list of lengths is a grid (its first value
-    is also the length every other phase uses); without --phases, sweep options run only
-    the sweeps they ask for, as llama-bench runs only its tests."""
-    out: dict = {"prompt_tokens": prompt_tokens[0] if prompt_tokens else None,
-                 "gen_tokens": gen_tokens[0] if gen_tokens else None,
-                 "prompt_grid": prompt_tokens if prompt_tokens and len(prompt_tokens) > 1 else None,
-                 "gen_grid": gen_tokens if gen_tokens and len(gen_tokens) > 1 else None,
-                 "shapes": [x.strip() for x in shapes.split(",") if x.strip()] if shapes else None,
-                 "depths": depths or None, "batches": batches or None}
-    sweeps = [phase for phase, wanted in (("grid", out["prompt_grid"] or out["gen_grid"] or out["shapes"]),
-                                           ("depth", out["depths"]), ("batch", out["batches"])) if wanted]
-    if sweeps and not phases_given:
-        out["phases"] = sweeps
-    return out
 
 
 def _ensure_demo_models(models) -> None:
@@ -273,22 +247,10 @@ def plot(paths, output) -> None:
     click.echo(str(pl.plot(_load_logs(paths), output)))
 
 
-def _number(ctx, param, value):
-    """Accepts 8e9, 8000000000, 8B, 70b, 1.5M, 500k."""
-    if value is None:
-        return None
-    text = str(value).strip().replace("_", "")
-    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}.get(text[-1:].lower(), 1)
-    try:
-        return float(text[:-1] if mult != 1 else text) * mult
-    except ValueError:
-        raise click.BadParameter(f"expected a number such as 8e9 or 8B, got {value!r}") from None
-
-
 @main.command()
 @click.argument("model", required=False, type=click.Path(path_type=Path))
-@click.option("--params", callback=_number, help="Parameters (8e9, 8B).")
-@click.option("--active-params", callback=_number, help="Active parameters per token (MoE).")
+@click.option("--params", callback=number, help="Parameters (8e9, 8B).")
+@click.option("--active-params", callback=number, help="Active parameters per token (MoE).")
 @click.option("--bits", type=float, help="Bits per weight (16, 8, 4.5...).")
 @click.option("--bytes-per-param", type=float, help="Bytes per weight (2 for BF16).")
 @click.option("--file-size", type=float, help="Weights read per token, GB (the 'file size' convention).")
@@ -301,7 +263,7 @@ def _number(ctx, param, value):
 @click.option("--head-dim", type=int)
 @click.option("--kv-bits", type=float, default=16, show_default=True)
 @click.option("--context", type=int, default=0, show_default=True, help="Tokens of context per sequence.")
-@click.option("--batch", "batches", callback=_csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
+@click.option("--batch", "batches", callback=csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
 @click.option("--json", "as_json", is_flag=True)
 def estimate(model, params, active_params, bits, bytes_per_param, file_size, bandwidth, chip, gpu_cores, tflops,
              layers, kv_heads, head_dim, kv_bits, context, batches, as_json) -> None:
@@ -383,7 +345,7 @@ def overhead(config_path, names, which, gen_tokens, depth, pairs, reps, threads,
 
     from macprof import config
     from macprof.bench import fullpath, loop
-    from macprof.render.text import fmt_x, render_table
+    from macprof.bench.fullpath import table as bench_table
 
     cfg = config.load(config_path)
     selected = cfg.select([n.strip() for n in names.split(",") if n.strip()])
@@ -397,25 +359,12 @@ def overhead(config_path, names, which, gen_tokens, depth, pairs, reps, threads,
             if m.engine == "llama.cpp" and llama_bench is None:
                 say(f"{m.name}: full path skipped: its reference is llama-bench (pass --llama-bench PATH)")
                 continue
-            results.append(fullpath.measure(m, Path(config_path), gen_tokens, depth, pairs, _threads(m, threads),
+            results.append(fullpath.measure(m, Path(config_path), gen_tokens, depth, pairs, fullpath.threads_for(m, threads),
                                             reps, llama_bench, progress=say))
     if as_json:
         click.echo(_json.dumps(results, indent=1))
         return
-    rows = [[r["model"], r["path"], r["reference"], f"{r['macprof_median']:.1f}", f"{r['reference_median']:.1f}",
-             f"{r['median_ratio']:.3f}", "-" if not r.get("ratio_ci95") else
-             f"{fmt_x(r['ratio_ci95'][0])}..{fmt_x(r['ratio_ci95'][1])}", str(r["pairs"])] for r in results]
-    click.echo(render_table(["model", "path", "reference", "macprof tok/s p50", "reference tok/s p50",
-                             "median paired ratio", "95% CI", "pairs"], rows))
-
-
-def _threads(model, threads: int | None) -> int:
-    """The full path gives both sides the same thread count; llama-bench needs a number."""
-    if threads or model.engine != "llama.cpp":
-        return threads or 0
-    from macprof.engines.llama_cpp import default_threads
-
-    return default_threads()
+    click.echo(bench_table(results))
 
 
 if __name__ == "__main__":

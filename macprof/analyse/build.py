@@ -240,11 +240,14 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
 
 
 def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
-    trials = [_cold_trial(e, workers, failures) for e in events if isinstance(e, ev.ColdTrial)]
+    trials = [_cold_trial(e, worker, failures) for e, worker in _cold_attempts(events, workers)]
     ok = [t for t in trials if t.status == "ok"]
+    # a trial interrupted and measured again after a resume is listed (its requests are kept)
+    # but is no failure: the trial it stood for succeeded
+    failed = [t for t in trials if t.status != "ok" and t.index not in {o.index for o in ok}]
 
     def summary(values: list[float | None]) -> Summary:
-        return summarized(values, failures=len(trials) - len(ok))
+        return summarized(values, failures=len(failed))
 
     return ColdPhase(trials=tuple(trials), failures=tuple(_phase_failures(failures, "cold")),
                      summary=ColdSummary(interpreter_s=summary([t.interpreter_s for t in ok]),
@@ -256,14 +259,22 @@ def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], fail
                                          time_to_first_token_s=summary([t.time_to_first_token_s for t in ok])))
 
 
+def _cold_attempts(events: list[ev.Event], workers: dict[str, list[ev.Event]]):
+    """Each cold_trial event with the events of the worker spawned for it: the next cold worker
+    of that trial (a resumed run can try a trial again)."""
+    for k, e in enumerate(events):
+        if isinstance(e, ev.ColdTrial):
+            spawn = next((x for x in events[k + 1:] if isinstance(x, ev.WorkerSpawn) and tuple(x.phases) == ("cold",)
+                          and x.trial == e.index), None)
+            yield e, workers.get(spawn.worker or "") if spawn else None
+
+
 def _span(a: int | None, b: int | None) -> float | None:
     return (b - a) / 1e9 if a is not None and b is not None else None
 
 
-def _cold_trial(trial: ev.ColdTrial, workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdTrial:
+def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure]) -> ColdTrial:
     """One cold trial: the phases of its fresh worker's start-up from their timestamps."""
-    w = next((w for w in workers.values() if isinstance(w[0], ev.WorkerSpawn) and w[0].phases == ("cold",)
-              and w[0].trial == trial.index), None)
     if w is None or not isinstance(w[0], ev.WorkerSpawn):
         return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed")
     spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)

@@ -101,3 +101,23 @@ def measure(model, config: Path, n: int, depth: int, pairs: int, threads: int, r
             "reference_tok_s": refs, "ratios": ratios, "median_ratio": summarize(ratios)["median"],
             "ratio_ci95": [low, high], "macprof_median": summarize(ours)["median"],
             "reference_median": summarize(refs)["median"]}
+
+
+def threads_for(model, threads: int | None) -> int:
+    """The full path gives both sides the same thread count; llama-bench needs a number."""
+    if threads or model.engine != "llama.cpp":
+        return threads or 0
+    from macprof.engines.llama_cpp import default_threads
+
+    return default_threads()
+
+
+def table(results: list[dict]) -> str:
+    """`macprof overhead`'s results, loop and full path alike, one row each."""
+    from macprof.render.text import fmt_x, render_table
+
+    rows = [[r["model"], r["path"], r["reference"], f"{r['macprof_median']:.1f}", f"{r['reference_median']:.1f}",
+             f"{r['median_ratio']:.3f}", "-" if not r.get("ratio_ci95") or r["ratio_ci95"][0] is None else
+             f"{fmt_x(r['ratio_ci95'][0])}..{fmt_x(r['ratio_ci95'][1])}", str(r["pairs"])] for r in results]
+    return render_table(["model", "path", "reference", "macprof tok/s p50", "reference tok/s p50",
+                         "median paired ratio", "95% CI", "pairs"], rows)

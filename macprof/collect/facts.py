@@ -47,13 +47,19 @@ def machine_bandwidth(mach: dict) -> Bandwidth:
                      tflops=chips.spec_tflops(mach.get("chip"), mach.get("gpu_cores")))
 
 
+def model_files(model) -> list[dict]:
+    """Name, size and sha256 of each of the model's files (checked again here: a file can have
+    become a FIFO or a device since models.toml was read)."""
+    return [{"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
+             "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in filekind.model_files(model.path)]
+
+
 def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
 
     files: list[dict] = []
     if not files_error:
-        try:  # checked again here: a file can have become a FIFO or a device since models.toml was read
-            files = [{"name": str(f.relative_to(model.path)) if model.path.is_dir() else f.name,
-                      "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in filekind.model_files(model.path)]
+        try:
+            files = model_files(model)
         except MacprofError as exc:
             files_error = str(exc)
     info, info_error = None, None

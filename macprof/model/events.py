@@ -19,6 +19,7 @@ class Event(Record):
 
     model: str | None = ABSENT
     worker: str | None = ABSENT
+    seq: int | None = ABSENT  # its number in the journal (run/journal.py); a worker's events have none
 
     def to_json(self) -> dict:
         return {"event": self.KIND, **super().to_json()}
@@ -35,6 +36,9 @@ class RunStart(Event):
     software: dict[str, Any] | None = None
     bandwidth: Bandwidth | None = None
     memory: SystemMemory | None = None
+    # what the run measures, so `--resume` can refuse a command that asks for something else:
+    # per model its name, engine, resolved path and settings (journals before it lack it)
+    models: tuple[dict[str, Any], ...] | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)

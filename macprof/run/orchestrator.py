@@ -5,7 +5,8 @@ flushed before anything else happens, so a crash of the parent loses nothing tha
 measured. A worker that segfaults, hangs past the timeout or is killed by the OS becomes a
 recorded failure and the run goes on. On Ctrl-C / SIGTERM the journal ends with an
 ``interrupted`` event and an incomplete ``run_end``; the later stages build and save the run
-log from it (macprof/session.py).
+log from it (macprof/session.py). A signal is handled once (macprof/run/signals.py): a second
+Ctrl-C cannot cut the journaling of the first.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 
@@ -25,7 +25,7 @@ from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.model import events as ev
 from macprof.model.phases import DropCache, PlannedCase, Residency
-from macprof.run import watch
+from macprof.run import resume, signals, watch
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
@@ -33,49 +33,27 @@ from macprof.run.watch import WorkerResult
 
 
 
-class Interrupted(BaseException):
-    """SIGTERM: stop now, write what was measured. A BaseException, like KeyboardInterrupt, so
-    that no `except Exception` on the way (a model-file reader, an engine adapter) can swallow it."""
-
-
 class Runner:
     """Runs every model's phases in worker processes and journals every event; returns the
-    journal's events (building and saving the run log from them is the later stages' job)."""
+    journal's events (building and saving the run log from them is the later stages' job).
+    A journal that already holds events (``--resume``) is continued: only what it lacks is
+    measured (macprof/run/resume.py)."""
 
-    def __init__(self, models: tuple[ModelSpec, ...], journal_path: Path, progress: Display | None,
+    def __init__(self, models: tuple[ModelSpec, ...], journal: Journal, progress: Display | None,
                  python: str = sys.executable) -> None:
         self.models = models
-        self.journal_path = journal_path
+        self.journal = journal
         self.progress = as_display(progress)
         self.python = python
         self._proc: subprocess.Popen | None = None
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self, resume_events: list[ev.Event] | None = None) -> list[ev.Event]:
-        journal = Journal(self.journal_path)
-        done_models: set[str | None] = set()
-        if resume_events:
-            journal.events.extend(resume_events)
-            done_models = {e.model for e in resume_events if isinstance(e, ev.ModelEnd)}
-        else:
-            self.progress.note("reading machine facts; measuring memory bandwidth (once a day)")
-            journal.write(facts.run_start_event())
-        todo = [m for m in self.models if m.name not in done_models]
-        self.progress.plan(sum(planned_requests(m.settings) for m in todo))
-        units = 0  # planned units of the models measured so far
-        old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
-        complete = False
+    def run(self) -> list[ev.Event]:
+        journal = self.journal
         try:
-            try:
-                for model in self.models:
-                    if model.name in done_models:
-                        self.progress.note(f"{model.name}: already measured (resumed)")
-                        continue
-                    self._run_model(model, journal)
-                    units += planned_requests(model.settings)
-                    self.progress.reach(units)  # what a failure or a refusal left unrun
-                complete = True
-            except (KeyboardInterrupt, Interrupted):
+            complete = self._measure(journal)
+            # from here on a signal is recorded, not raised: the run's end is journaled whole
+            if not complete:
                 self._kill_worker()
                 journal.write(ev.Interrupted(utc=utc_now()))
                 self.progress.note("interrupted: writing the run log from what was measured")
@@ -84,11 +62,55 @@ class Runner:
             self._kill_worker()
             raise
         finally:
-            signal.signal(signal.SIGTERM, old_term)
             journal.close()
         return journal.events
 
-    def _run_model(self, model: ModelSpec, journal: Journal) -> None:
+    def _measure(self, journal: Journal) -> bool:
+        """Every model measured: True; Ctrl-C or SIGTERM: False, the guard then disarmed."""
+        with signals.guard():
+            try:
+                try:
+                    self._models(journal)
+                finally:
+                    signals.disarm()
+            except (KeyboardInterrupt, signals.Interrupted):
+                if not journal.events:  # before run_start: nothing to write a log from
+                    raise
+                return False
+        return True
+
+    def _models(self, journal: Journal) -> None:
+        journaled = list(journal.events)
+        if not journaled:
+            self.progress.note("reading machine facts; measuring memory bandwidth (once a day)")
+            journal.write(facts.run_start_event().replace(models=resume.plan_of(self.models)))
+        pasts = {m.name: resume.past(journaled, m.name) for m in self.models}
+        self.progress.plan(sum(_units_left(m, pasts[m.name]) for m in self.models))
+        units = 0  # planned units of the models measured so far
+        for model in self.models:
+            past = pasts[model.name]
+            if past.finished:
+                self.progress.note(f"{model.name}: already measured (resumed)")
+                continue
+            self._run_model(model, journal, past if past.measuring else None)
+            units += _units_left(model, past)
+            self.progress.reach(units)  # what a failure or a refusal left unrun
+
+    def _run_model(self, model: ModelSpec, journal: Journal, past: resume.ModelPast | None) -> None:
+        if past is None:
+            plan = self._open_model(model, journal)
+            if plan is None:
+                return  # refused
+            past = resume.ModelPast()
+        else:
+            self.progress.note(f"{model.name}: measuring what the journal lacks (resumed)")
+            plan = {phase: past.cases_left(phase, cases) for phase, cases in sweeps.plan(model.settings).items()}
+        self._cold(model, journal, past)
+        self._phases(model, journal, plan, past)
+        journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
+
+    def _open_model(self, model: ModelSpec, journal: Journal) -> dict[str, list[dict]] | None:
+        """Journal the model's identity and plan; refuse it (None) or the cases it cannot hold."""
         s = model.settings
         self.progress.note(f"{model.name}: identifying ({model.engine}, {model.path.name})")
         try:
@@ -110,7 +132,7 @@ class Runner:
             journal.write(ev.Failure(model=model.name, phase=None, status="refused", reason=refusal))
             self.progress.note(f"{model.name}: skipped: {refusal}")
             journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
-            return
+            return None
         for phase, cases in plan.items():
             for case in list(cases):
                 if context and sweeps.tokens_per_sequence(case) > context:  # this case only: the others run
@@ -119,21 +141,34 @@ class Runner:
                         model=model.name, phase=phase, case=case["id"], status="refused",
                         reason=f"{model.path}: case {case['id']} needs {sweeps.tokens_per_sequence(case)} tokens of "
                                f"context per sequence; the model holds {context}"))
-        if "cold" in s.phases:
-            for trial in range(s.cold_trials):
-                if s.delay > 0:
-                    time.sleep(s.delay)
-                drop = residency.drop_cache(model.files) if s.drop_cache else None
-                before = residency.residency(model.files)
-                journal.write(ev.ColdTrial(model=model.name, index=trial, drop_cache=drop and DropCache(**drop),
-                                           residency=Residency(**before)))
-                self.progress.note(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
-                self._worker(model, ["cold"], journal, trial=trial)
-        remaining = [p for p in s.phases if p != "cold" and (p not in plan or plan[p])]
+        return plan
+
+    def _cold(self, model: ModelSpec, journal: Journal, past: resume.ModelPast) -> None:
+        s = model.settings
+        if "cold" not in s.phases:
+            return
+        for trial in range(s.cold_trials):
+            if trial in past.cold_done:
+                continue
+            if s.delay > 0:
+                time.sleep(s.delay)
+            drop = residency.drop_cache(model.files) if s.drop_cache else None
+            before = residency.residency(model.files)
+            journal.write(ev.ColdTrial(model=model.name, index=trial, drop_cache=DropCache(**drop) if drop else None,
+                                       residency=Residency(**before)))
+            self.progress.note(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
+            self._worker(model, ["cold"], journal, trial=trial)
+
+    def _phases(self, model: ModelSpec, journal: Journal, plan: dict[str, list[dict]],
+                past: resume.ModelPast) -> None:
+        s = model.settings
+        if past.load_failed:
+            return  # as in the run itself: a model that did not load is not tried again
+        remaining = [p for p in s.phases if p != "cold" and p not in past.phases_done and (p not in plan or plan[p])]
         attempts = 0
         while remaining and attempts < len(s.phases) + sum(len(c) for c in plan.values()):
             attempts += 1
-            result = self._worker(model, remaining, journal, cases=plan)
+            result = self._worker(model, remaining, journal, cases=plan, done=past.requests)
             remaining = [p for p in remaining if p not in result.phases_done]
             if not result.failure or not result.loaded:
                 break
@@ -145,24 +180,25 @@ class Runner:
                     continue
             if phase in remaining:
                 remaining.remove(phase)  # that phase failed; go on with the next
-        journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
 
     # -- one worker --------------------------------------------------------------------------
     def _worker(self, model: ModelSpec, phases: list[str], journal: Journal, trial: int = 0,
-                cases: dict | None = None) -> WorkerResult:
+                cases: dict | None = None, done: list[dict] | None = None) -> WorkerResult:
         s = model.settings
         cases = cases or {}
         # one sequence's context: the longest request of the phases this worker runs (batch
-        # cases get a context of their own, sized for their sequences)
+        # cases get a context of their own for the batch, but check it one sequence at a time
+        # in this one: a worker that runs only the batch phase, after a failure or a resume,
+        # needs it too)
         need = [0 if p in sweeps.SWEEP_PHASES else s.prompt_tokens + s.gen_tokens for p in phases]
-        need += [sweeps.tokens_per_sequence(c) for p in ("grid", "depth") if p in phases for c in cases.get(p, [])]
+        need += [sweeps.tokens_per_sequence(c) for p in sweeps.SWEEP_PHASES if p in phases for c in cases.get(p, [])]
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
-               "cases": cases}
+               "cases": cases, "done": done or []}
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         proc, stderr, t_spawn = watch.spawn(self.python, job)
         self._proc = proc
-        journal.write(ev.WorkerSpawn(model=model.name, worker=worker_id, phases=phases, trial=trial, t_spawn=t_spawn,
+        journal.write(ev.WorkerSpawn(model=model.name, worker=worker_id, phases=tuple(phases), trial=trial, t_spawn=t_spawn,
                                      pid=proc.pid))
         state = watch.watch(proc, s.timeout, lambda e: journal.write(e.replace(model=model.name, worker=worker_id)),
                             lambda e: self.progress.advance(_request_line(model.name, e, s)), self._kill_worker)
@@ -211,18 +247,12 @@ def memory_refusal(model: ModelSpec) -> str | None:
     return None
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted()
-
-
-
-
-
-
-
-
-
-
+def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
+    """The progress units (request events) a model still has to measure."""
+    if past.finished:
+        return 0
+    done = [r for r in past.requests if r["mode"] != "check"]
+    return max(0, planned_requests(model.settings) - len(done) - 2 * len(past.cold_done))
 
 
 def _request_line(name: str, e: ev.Request, s) -> str:

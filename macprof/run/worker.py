@@ -69,6 +69,7 @@ def run(job: dict, emit) -> None:
                    tokenizer_separate=getattr(engine, "separate_tokenizer", True)))
 
     from macprof.run.phases import PHASES, PhaseContext
+    from macprof.run.phases.common import done_requests
     from macprof.run.prompts import PromptBuilder
 
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
@@ -78,7 +79,7 @@ def run(job: dict, emit) -> None:
         emit(ev.PhaseStart(phase=phase, rss_bytes=_rss()))
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
-                                   trial=job.get("trial", 0)))
+                                   trial=job.get("trial", 0), done=done_requests(job.get("done", []))))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope))
     engine.close()

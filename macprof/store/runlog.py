@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from macprof.analyse.build import build
@@ -15,43 +17,99 @@ from macprof.model.log import RunLog
 
 
 # -- files ---------------------------------------------------------------------------------
-def save(log: RunLog, path: Path) -> None:
-    """Atomic: a temp file in the same folder, fsynced, then renamed over the target."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+def save(log: RunLog, path: Path, replace: bool = True) -> None:
+    """Atomic: a temp file in the same folder, fsynced, then renamed over the target. With
+    ``replace=False`` a file already at ``path`` is never replaced: the temp file is hard-linked
+    to the name, which fails if anything took it meanwhile (another run, the user)."""
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise MacprofError(f"{path}: could not write the run log ({exc.strerror}); {_kept(path)}") from None
+    tmp = Path(name)
+    try:
+        with open(fd, "w", encoding="utf-8") as fh:
             json.dump(log.to_json(), fh, indent=1)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        _publish(tmp, path, replace)
     except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise MacprofError(f"{path}: could not write the run log ({exc.strerror}); "
-                           f"the journal {path.with_suffix('.journal.jsonl')} keeps every measurement") from None
+        raise MacprofError(f"{path}: could not write the run log ({exc.strerror}); {_kept(path)}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _publish(tmp: Path, path: Path, replace: bool) -> None:
+    if replace:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise MacprofError(f"{path}: a file appeared there during the run and is not overwritten; "
+                           f"{_kept(path)}") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if path.exists():  # a file system without hard links: check, then rename
+            raise MacprofError(f"{path}: a file appeared there during the run and is not overwritten; "
+                               f"{_kept(path)}") from None
+        os.replace(tmp, path)
+
+
+def _kept(path: Path) -> str:
+    journal = path.with_suffix(".journal.jsonl")
+    return f"the journal {journal} keeps every measurement (`macprof show {journal}`)"
 
 
 def read_journal(path: Path) -> list[Event]:
-    """The journal's events; a line that is not an event, or of a kind this macprof does not
-    know, is passed over; an event with a missing or malformed field is refused, naming it."""
-    events = []
+    """The journal's events in the order they were written. A line that is not an event, or of
+    a kind this macprof does not know, is passed over, and so is a last line cut mid-write (a
+    crash, a full disk); an event with a missing or malformed field is refused, naming it.
+    Events carry their number in the journal (``seq``): a line written twice is read once,
+    lines out of order are put back in order."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a crash mid-write: everything before it stands
-                event = parse_event(data, f"{path}: line {number}")
-                if event is not None:
-                    events.append(event)
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read journal ({exc.strerror})") from None
-    return events
+    lines = raw.split(b"\n")
+    events = []
+    for number, line in enumerate(lines, 1):
+        data = _json_line(line)
+        event = parse_event(data, f"{path}: line {number}") if data is not None else None
+        if event is not None:
+            events.append(event)
+    return in_order(events, path)
+
+
+def _json_line(line: bytes):
+    """A line's JSON; None for a cut line. A line that an older macprof appended to a cut one
+    (the two glued together) gives the event it ends with: each line starts with its kind."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        glued = line.rfind(b'{"event":')
+        if glued > 0:
+            return _json_line(line[glued:])
+        return None
+
+
+def in_order(events: list[Event], where: Path | str) -> list[Event]:
+    """Duplicates (same ``seq``) dropped, the rest sorted by ``seq``. An event without one (a
+    journal of a macprof before numbering) counts by its place, as the resumed run numbers on."""
+    seen: dict[int, Event] = {}
+    keyed = []
+    for place, e in enumerate(events):
+        if e.seq is not None:
+            if e.seq in seen:
+                if seen[e.seq].to_json() != e.to_json():
+                    raise MacprofError(f"{where}: two different events numbered {e.seq}: the journal was edited "
+                                       f"or two runs wrote to it; it cannot be read as one run")
+                continue
+            seen[e.seq] = e
+        keyed.append((e.seq if e.seq is not None else place, place, e))
+    return [e for _, _, e in sorted(keyed, key=lambda k: k[:2])]
 
 
 def schema() -> dict:

@@ -24,7 +24,8 @@ Clock = Callable[[], int]
 @dataclass
 class PhaseContext:
     """Everything a protocol needs: the loaded engine, prompts, settings, where events go, the
-    sweep cases (for grid / depth / batch), the cold trial's number, and the clock."""
+    sweep cases (for grid / depth / batch), the cold trial's number, the clock, and the requests
+    a resumed run recorded before (``request_key`` -> their tokens), which are not measured again."""
 
     engine: Any
     builder: PromptBuilder
@@ -33,6 +34,17 @@ class PhaseContext:
     cases: list[dict] = field(default_factory=list)
     trial: int = 0
     clock: Clock = time.perf_counter_ns
+    done: dict[tuple, tuple] = field(default_factory=dict)
+
+
+def request_key(head: dict) -> tuple:
+    """What names a request within a model's run: phase, case, mode, kind, index."""
+    return (head["phase"], head.get("case"), head.get("mode"), head["kind"], head["index"])
+
+
+def done_requests(items: list[dict]) -> dict[tuple, tuple]:
+    """A worker job's ``done`` list (macprof/run/resume.py) as PhaseContext.done."""
+    return {request_key(d): tuple(d.get("tokens") or ()) for d in items}
 
 
 def _stamped(engine, texts: list[str], generate, clock: Clock) -> dict:
@@ -83,13 +95,39 @@ def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_
             "computed_prompt_tokens": sum(len(x) for x in ids), "engine_memory": engine.memory() or None}
 
 
-def announced(emit: Emit, head: dict, measure: Callable[[], dict]) -> ev.Request:
+def announced(emit: Emit, head: dict, measure: Callable[[], dict], record: bool = True) -> ev.Request:
     """``request_start`` before the measurement (the parent's per-request timeout runs from
-    it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...)."""
+    it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...).
+    ``record=False``: a warm-up a resumed run recorded before, run again but not recorded twice."""
     emit(ev.RequestStart(**head))
     rec = ev.Request(**{**head, **measure()})
-    emit(rec)
+    if record:
+        emit(rec)
     return rec
+
+
+def todo(ctx: PhaseContext, heads: list[dict]) -> list[bool]:
+    """Per request of a case (a warm-up first, then the measured ones): whether to run it and
+    record it (False: recorded before a resume); an empty list when nothing is left. The
+    protocols run a recorded warm-up again, unrecorded, when requests after it are left."""
+    left = [request_key(h) not in ctx.done for h in heads]
+    if not any(left):
+        return []
+    return left
+
+
+def _warm_case(ctx: PhaseContext, phase: str, key: str, prompt_tokens: int, gen_tokens: int, tags: dict) -> None:
+    """One warm-up request (discarded), then ``reps`` measured ones, the cache emptied before each."""
+    engine, s = ctx.engine, ctx.settings
+    prompts = [ctx.builder.prompt(f"{key}:{i}", prompt_tokens) for i in range(s.reps + 1)]
+    heads = [{"phase": phase, "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)]
+    left = todo(ctx, heads)
+    for i, (prompt, head) in enumerate(zip(prompts, heads)):
+        if not left or not (left[i] or i == 0):
+            continue
+        _pause(s)
+        engine.reset()
+        announced(ctx.emit, head, lambda: timed_request(engine, prompt, gen_tokens, ctx.clock), record=left[i])
 
 
 def _pause(settings: Settings) -> None:
@@ -99,17 +137,6 @@ def _pause(settings: Settings) -> None:
 
 def _kind(i: int) -> str:
     return "warmup" if i == 0 else "measured"
-
-
-def _warm_case(engine, builder: PromptBuilder, s: Settings, emit: Emit, clock: Clock, phase: str, key: str,
-               prompt_tokens: int, gen_tokens: int, tags: dict) -> None:
-    """One warm-up request (discarded), then ``reps`` measured ones, the cache emptied before each."""
-    prompts = [builder.prompt(f"{key}:{i}", prompt_tokens) for i in range(s.reps + 1)]
-    for i, prompt in enumerate(prompts):
-        _pause(s)
-        engine.reset()
-        announced(emit, {"phase": phase, "index": i - 1, "kind": _kind(i), **tags},
-                  lambda: timed_request(engine, prompt, gen_tokens, clock))
 
 
 def compare_outputs(engine, prompt: Prompt, reference: Sequence[int], other: Sequence[int]) -> OutputCheck:

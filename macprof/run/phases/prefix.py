@@ -5,28 +5,45 @@ compared token by token."""
 from __future__ import annotations
 
 from macprof.model import events as ev
-from macprof.run.phases.common import PhaseContext, _kind, _pause, announced, compare_outputs, timed_request
+from macprof.run.phases.common import (PhaseContext, _kind, _pause, announced, compare_outputs, request_key,
+                                       timed_request)
+from macprof.run.prompts import Prompt
 
 
 def run_prefix(ctx: PhaseContext) -> None:
-    engine, builder, s, emit, clock = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock
+    engine, builder, s = ctx.engine, ctx.builder, ctx.settings
     prefix = builder.prompt("prefix:shared", s.prefix_tokens)
     prompts = [builder.prefixed(prefix, f"prefix:{i}", s.prompt_tokens) for i in range(s.reps + 1)]
+    heads = [{mode: {"phase": "prefix", "index": i - 1, "kind": _kind(i), "mode": mode}
+              for mode in ("reuse", "noreuse", "check")} for i in range(s.reps + 1)]
+    # a pair is left while a half or its check is; the warm-up pair runs again, unrecorded, for those after it
+    left = [any(request_key(h) not in ctx.done for h in pair.values()) for pair in heads]
     engine.reset_peak_memory()
     for i, prompt in enumerate(prompts):
-        index = i - 1  # the first pair warms up both paths and is discarded
-        kind = _kind(i)
-        outputs: dict[str, tuple[int, ...]] = {}
-        order = ("reuse", "noreuse") if i % 2 == 0 else ("noreuse", "reuse")
-        for mode in order:
-            _pause(s)
-            engine.reset()
-            if mode == "reuse":  # put exactly the prefix in the cache, untimed
-                for _ in engine.generate(list(prefix.ids), 1):
-                    pass
-            rec = announced(emit, {"phase": "prefix", "index": index, "kind": kind, "mode": mode},
-                            lambda: timed_request(engine, prompt, s.gen_tokens, clock))
-            outputs[mode] = rec.tokens
+        if any(left) and (left[i] or i == 0):
+            _pair(ctx, prefix, prompt, i, heads[i], record=left[i])
+    ctx.emit(ev.PhaseMemory(phase="prefix", engine_memory=engine.memory()))
+
+
+def _pair(ctx: PhaseContext, prefix: Prompt, prompt: Prompt, i: int, heads: dict[str, dict], record: bool) -> None:
+    """One prompt with the prefix cached and without, alternating which goes first (the first
+    pair warms up both paths and is discarded); a half recorded before a resume is not run
+    again, its tokens are compared with the other half's."""
+    engine, s = ctx.engine, ctx.settings
+    outputs: dict[str, tuple[int, ...]] = {}
+    for mode in ("reuse", "noreuse") if i % 2 == 0 else ("noreuse", "reuse"):
+        key = request_key(heads[mode])
+        if record and key in ctx.done:
+            outputs[mode] = ctx.done[key]
+            continue
+        _pause(s)
+        engine.reset()
+        if mode == "reuse":  # put exactly the prefix in the cache, untimed
+            for _ in engine.generate(list(prefix.ids), 1):
+                pass
+        rec = announced(ctx.emit, heads[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock),
+                        record=record)
+        outputs[mode] = rec.tokens
+    if record and request_key(heads["check"]) not in ctx.done:
         check = compare_outputs(engine, prompt, outputs["noreuse"], outputs["reuse"])
-        emit(ev.PrefixCheck(phase="prefix", index=index, kind=kind, **check.to_json()))
-    emit(ev.PhaseMemory(phase="prefix", engine_memory=engine.memory()))
+        ctx.emit(ev.PrefixCheck(phase="prefix", index=i - 1, kind=_kind(i), **check.to_json()))

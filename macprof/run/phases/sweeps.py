@@ -10,7 +10,7 @@ from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import OutputCheck
 from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_case, announced, compare_outputs,
-                                       timed_batch, timed_request)
+                                       request_key, timed_batch, timed_request, todo)
 from macprof.run.prompts import Prompt
 
 
@@ -27,12 +27,10 @@ def _sweep(engine, phase: str, cases: list[dict], emit: Emit, one_case: Callable
 
 
 def run_grid(ctx: PhaseContext) -> None:
-    engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
     def one_case(case: dict) -> None:
-        _warm_case(engine, builder, s, emit, clock, "grid", f"grid:{case['id']}", case["prompt_tokens"],
-                   case["gen_tokens"], {"case": case["id"]})
+        _warm_case(ctx, "grid", f"grid:{case['id']}", case["prompt_tokens"], case["gen_tokens"], {"case": case["id"]})
 
-    _sweep(engine, "grid", cases, emit, one_case)
+    _sweep(ctx.engine, "grid", ctx.cases, ctx.emit, one_case)
 
 
 def run_depth(ctx: PhaseContext) -> None:
@@ -41,6 +39,9 @@ def run_depth(ctx: PhaseContext) -> None:
     engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
     def one_case(case: dict) -> None:
         d, tags = case["depth"], {"case": case["id"]}
+        left = todo(ctx, [{"phase": "depth", "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)])
+        if not left:
+            return  # measured before a resume
         engine.reset()
         t_start = t_end = fill_s = None
         if d > 0:
@@ -57,11 +58,13 @@ def run_depth(ctx: PhaseContext) -> None:
                           fill_s=fill_s, cached_tokens=engine.cached_tokens(),
                           kv_cache_bytes=engine.kv_cache_bytes()))
         for i, prompt in enumerate(prompts):
+            if not (left[i] or i == 0):
+                continue
             _pause(s)
             engine.truncate(d)  # restore the filled cache: drop what the previous request added
             announced(emit, {"phase": "depth", "index": i - 1, "kind": _kind(i), **tags,
                              "cached_tokens_before": engine.cached_tokens()},
-                      lambda: timed_request(engine, prompt, case["gen_tokens"], clock))
+                      lambda: timed_request(engine, prompt, case["gen_tokens"], clock), record=left[i])
 
     _sweep(engine, "depth", cases, emit, one_case)
 
@@ -75,18 +78,25 @@ def run_batch(ctx: PhaseContext) -> None:
         if engine.batch_unsupported:
             emit(ev.CaseUnsupported(phase="batch", **tags, reason=engine.batch_unsupported))
             return
+        heads = [{"phase": "batch", "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)]
+        left = todo(ctx, heads) or [False] * len(heads)
+        check = request_key({**heads[1], "mode": "check"})
+        if not any(left) and check in ctx.done:
+            return  # measured before a resume
         engine.reset()
         engine.open_batch(size, tokens_per_sequence(case) + CONTEXT_MARGIN)
         try:
-            for i in range(s.reps + 1):
+            for i, head in enumerate(heads):
                 prompts = [builder.prompt(f"batch:{size}:{i}:{j}", case["prompt_tokens"]) for j in range(size)]
-                _pause(s)
-                engine.reset()
-                rec = announced(emit, {"phase": "batch", "index": i - 1, "kind": _kind(i), **tags},
-                                lambda: timed_batch(engine, prompts, n, clock))
-                if i == 1 and rec.status == "ok":
-                    emit(ev.BatchCheck(phase="batch", **tags, index=0,
-                                       sequences=_batch_check(engine, prompts, rec.tokens, n)))
+                if left[i] or i == 0 and any(left):
+                    _pause(s)
+                    engine.reset()
+                    rec = announced(emit, head, lambda: timed_batch(engine, prompts, n, clock), record=left[i])
+                    tokens = rec.tokens if rec.status == "ok" else None
+                else:  # recorded before a resume: its check, if that is what is missing, from its tokens
+                    tokens = ctx.done.get(request_key(head))
+                if i == 1 and tokens and check not in ctx.done:
+                    emit(ev.BatchCheck(phase="batch", **tags, index=0, sequences=_batch_check(engine, prompts, tokens, n)))
         finally:
             engine.close_batch()
 

@@ -8,7 +8,6 @@ from macprof.run.phases.common import PhaseContext, _warm_case
 
 
 def run_warm(ctx: PhaseContext) -> None:
-    engine, builder, s, emit, clock = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock
-    engine.reset_peak_memory()
-    _warm_case(engine, builder, s, emit, clock, "warm", "warm", s.prompt_tokens, s.gen_tokens, {})
-    emit(ev.PhaseMemory(phase="warm", engine_memory=engine.memory()))
+    ctx.engine.reset_peak_memory()
+    _warm_case(ctx, "warm", "warm", ctx.settings.prompt_tokens, ctx.settings.gen_tokens, {})
+    ctx.emit(ev.PhaseMemory(phase="warm", engine_memory=ctx.engine.memory()))

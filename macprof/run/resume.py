@@ -1,0 +1,174 @@
+"""`macprof run --resume JOURNAL`: whether this command may continue that journal, and what the
+journal already holds of each model, so that the resumed run measures only what is missing and
+every request measured before the interruption stays in the run log.
+
+A journal is continued only by the command that began it: the same models (names, engines,
+files with the same sha256) and the same settings, recorded in its run_start and model_start
+events. Anything else would give one "complete" log that mixes two runs.
+
+What counts as done, per model (the orchestrator and the protocols skip it):
+- a model with a model_end: the whole model;
+- a cold trial whose worker recorded its second request, a failure or its end;
+- a phase a worker ended, or that failed (as in the run itself, a failed phase is not retried;
+  a failed sweep case is skipped with the cases before it, a case that could not be set up or
+  is unsupported is skipped);
+- each request and output check recorded (the worker gets them as ``done``; a warm-up is run
+  again, unrecorded, when measured requests remain after it; a prefix pair's missing half, or
+  a missing check, is compared with the recorded tokens).
+A model whose measuring had not begun (no cold trial, no worker) is started afresh.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from macprof.collect import facts
+from macprof.config import ModelSpec, settings_dict
+from macprof.errors import MacprofError
+from macprof.model import events as ev
+
+SUFFIX = ".journal.jsonl"
+
+
+def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
+    """What a run measures, as its run_start records it."""
+    return tuple({"name": m.name, "engine": m.engine, "path": str(Path(m.path).resolve()),
+                  "settings": settings_dict(m.settings)} for m in models)
+
+
+def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> None:
+    """Refuse, in one line, a journal this command cannot continue."""
+    if not path.name.endswith(SUFFIX):
+        raise MacprofError(f"{path}: not a journal (a journal's name ends in {SUFFIX}: the one beside the run log)")
+    if not events:
+        raise MacprofError(f"{path}: empty journal: there is nothing to resume; start a new run")
+    start = next((e for e in events if isinstance(e, ev.RunStart)), None)
+    if start is None:
+        raise MacprofError(f"{path}: no run_start event: not the journal of a macprof run")
+    end = next((e for e in reversed(events) if isinstance(e, ev.RunEnd)), None)
+    if end is not None and end.complete:
+        raise MacprofError(f"{path}: that run finished (its log is complete): there is nothing to resume")
+    other = _difference(start, events, models)
+    if other:
+        raise MacprofError(f"{path}: recorded {other}; resume with the config and options of that run")
+    changed = _changed_files(events, models)
+    if changed:
+        raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix two models: start a new run")
+
+
+def _plain(value):
+    return json.loads(json.dumps(value))  # tuples as lists, as a journal line reads back
+
+
+def _difference(start: ev.RunStart, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> str | None:
+    now = {m["name"]: m for m in _plain(plan_of(models))}
+    if start.models is not None:
+        then = _plain(start.models)
+        if [t["name"] for t in then] != list(now):
+            return f"the models {', '.join(t['name'] for t in then)}, not {', '.join(now) or 'none'}"
+    else:  # a journal from before run_start named its models: the ones it started
+        then = [{"name": e.model, "settings": e.settings.to_json()} for e in events if isinstance(e, ev.ModelStart)]
+        missing = [t["name"] for t in then if t["name"] not in now]
+        if missing:
+            return f"the model {missing[0]}, which this command does not measure"
+    for t in then:
+        n = now[t["name"]]
+        for key in ("engine", "path"):
+            if key in t and t[key] != n[key]:
+                return f"{t['name']} with {key} {t[key]}, not {n[key]}"
+        for key, value in t["settings"].items():
+            if n["settings"].get(key) != value:
+                return f"{t['name']} with {key} = {value}, not {n['settings'].get(key)}"
+    return None
+
+
+def _changed_files(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> str | None:
+    starts = {e.model: e for e in events if isinstance(e, ev.ModelStart)}
+    for m in models:
+        start = starts.get(m.name)
+        if start is None or start.files_error:  # nothing was measured from those files
+            continue
+        try:
+            files = facts.model_files(m)
+        except (MacprofError, OSError) as exc:
+            return f"the files of model {m.name} changed ({exc})"
+        then = {(f.name, f.bytes, f.sha256) for f in start.identity.files}
+        now = {(f["name"], f["bytes"], f["sha256"]) for f in files}
+        if then != now:
+            which = sorted({x[0] for x in then ^ now})
+            return f"the files of model {m.name} changed ({', '.join(which)}: other bytes or sha256)"
+    return None
+
+
+@dataclass
+class ModelPast:
+    """What the journal holds of one model (see the module's docstring)."""
+
+    finished: bool = False
+    measuring: bool = False
+    cold_done: set[int] = field(default_factory=set)
+    phases_done: set[str] = field(default_factory=set)
+    skip_cases: dict[str, set[str]] = field(default_factory=dict)
+    failed_case: dict[str, str] = field(default_factory=dict)
+    load_failed: bool = False
+    requests: list[dict] = field(default_factory=list)
+
+    def cases_left(self, phase: str, cases: list[dict]) -> list[dict]:
+        """A sweep's cases still to run: the ones after its last failed case, less those skipped."""
+        if phase in self.failed_case:
+            ids = [c["id"] for c in cases]
+            failed = self.failed_case[phase]
+            cases = cases[ids.index(failed) + 1:] if failed in ids else []
+        return [c for c in cases if c["id"] not in self.skip_cases.get(phase, set())]
+
+
+def past(events: Sequence[ev.Event], name: str) -> ModelPast:
+    """The model ``name``'s events since its last model_start, read as what is done."""
+    first = max((i for i, e in enumerate(events) if isinstance(e, ev.ModelStart) and e.model == name), default=None)
+    out = ModelPast()
+    if first is None:
+        return out
+    spawns: dict[str, ev.WorkerSpawn] = {}
+    for e in events[first:]:
+        if e.model != name:
+            continue
+        if isinstance(e, ev.WorkerSpawn):
+            spawns[e.worker or ""] = e
+        out.finished |= isinstance(e, ev.ModelEnd)
+        out.measuring |= isinstance(e, (ev.ColdTrial, ev.WorkerSpawn))
+        _read(out, e, spawns.get(e.worker or ""))
+    return out
+
+
+def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
+    cold = spawn is not None and tuple(spawn.phases) == ("cold",)
+    if isinstance(e, ev.Failure):
+        if spawn is None:  # the orchestrator's own: a refused case
+            if e.case:
+                out.skip_cases.setdefault(e.phase or "", set()).add(e.case)
+        elif cold:
+            out.cold_done.add(spawn.trial)
+        elif e.phase is None:
+            out.load_failed = True
+        elif e.case:
+            out.failed_case[e.phase] = e.case
+        else:
+            out.phases_done.add(e.phase)
+    elif cold and (isinstance(e, ev.Done) or isinstance(e, ev.Request) and e.kind == "second"):
+        out.cold_done.add(spawn.trial)  # type: ignore[union-attr]
+    elif spawn is None or cold:
+        return
+    elif isinstance(e, ev.PhaseEnd):
+        out.phases_done.add(e.phase)
+    elif isinstance(e, (ev.CaseError, ev.CaseUnsupported)):
+        out.skip_cases.setdefault(e.phase, set()).add(e.case)
+    elif isinstance(e, ev.Request):  # a prefix pair's and a batch's tokens: its output check needs them
+        key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
+        tokens = list(e.tokens) if e.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one
+        out.requests.append({**key, "tokens": tokens} if e.phase in ("prefix", "batch") else key)
+    elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck)):  # a check is named as a request of mode "check"
+        out.requests.append({"phase": e.phase, "case": getattr(e, "case", None), "mode": "check",
+                             "kind": "measured" if isinstance(e, ev.BatchCheck) else e.kind, "index": e.index})
