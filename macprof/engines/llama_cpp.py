@@ -66,7 +66,9 @@ class LlamaCppEngine:
         mparams = lc.llama_model_default_params()
         model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
-            raise MacprofError(f"{path}: llama.cpp could not load this model (see the engine's log above)")
+            # llama.cpp says why on the worker's stderr, which the parent keeps with the failure
+            raise MacprofError(f"{path}: llama.cpp could not load this model (its own message, if it printed one, "
+                               f"is the failure's stderr_tail in the run log; MACPROF_ENGINE_VERBOSE=1 logs more)")
         self.model = model
         self.vocab = lc.llama_model_get_vocab(model)
         self.threads = settings.threads or default_threads()
