@@ -326,3 +326,22 @@ def test_sweep_warnings():
     assert "m: depth decode tok/s varies by more than 10% of its median in d4096: close other programs, add --reps or --delay" in out
     assert "m: batched decoding changed the output beyond a near-tie in b8" in out
     assert not any("d0" in w or "b1" in w for w in out)
+
+
+def test_recorded_sweep_log_reads_renders_and_compares():
+    """tests/fixtures/runlogs/tiny-sweeps.json: a real run of today's schema with every sweep
+    (recorded by tests/fixtures/runlogs/make.sh), read back by the readers of today."""
+    from click.testing import CliRunner
+
+    from macprof.cli import main
+
+    path = Path(__file__).parent / "fixtures" / "runlogs" / "tiny-sweeps.json"
+    log = runlog.load(path)
+    for m in log.models:
+        assert m.phases.grid and m.phases.depth and m.phases.batch
+        assert {c.id for c in m.phases.grid.cases} >= {"chat"} and [c.depth for c in m.phases.depth.cases] == [0, 64, 256]
+        assert [c.batch for c in m.phases.batch.cases] == [1, 2, 4] and m.phases.batch.tradeoff
+    out = CliRunner().invoke(main, ["show", str(path)])
+    assert out.exit_code == 0 and "decode after d tokens" in out.output and "batched decoding" in out.output
+    rows = CliRunner().invoke(main, ["compare", str(path), "--case", "depth:d256", "--format", "json"])
+    assert rows.exit_code == 0 and len(json.loads(rows.output)["rows"]) == len(log.models)
