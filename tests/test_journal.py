@@ -362,3 +362,20 @@ def test_a_full_disk_is_the_message_not_the_close(fake_dir, tmp_path, monkeypatc
     message = str(err.value)
     assert message.startswith(f"{tmp_path / 'full.journal.jsonl'}: writing the journal failed (No space left on device)")
     assert "what was measured until now is in it" in message and not (tmp_path / "full.json").exists()
+
+
+def test_a_sigterm_while_a_header_is_read_is_not_a_corrupt_model(fake_dir, monkeypatch):
+    """Row 3 of the hostile-user table: the SIGTERM handler's exception raised inside a model
+    reader's `except Exception` was recorded as "truncated or corrupt" and the run went on. It is
+    a BaseException now: it leaves the reader and the model's facts untouched, to the runner."""
+    from macprof import config
+    from macprof.collect import facts, ggufheader
+    from macprof.run.signals import Interrupted
+
+    def interrupted(*args, **kwargs):
+        raise Interrupted()
+
+    monkeypatch.setattr(ggufheader, "read_header", interrupted)
+    (model,) = config.load(fake_dir / "models.toml").select(["fake-a"])
+    with pytest.raises(Interrupted):
+        facts.model_start_event(model)
