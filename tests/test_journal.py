@@ -379,3 +379,17 @@ def test_a_sigterm_while_a_header_is_read_is_not_a_corrupt_model(fake_dir, monke
     (model,) = config.load(fake_dir / "models.toml").select(["fake-a"])
     with pytest.raises(Interrupted):
         facts.model_start_event(model)
+
+
+def test_a_sigterm_during_the_bandwidth_probe_is_not_a_failed_probe(monkeypatch):
+    """The probe's `except Exception` turns a failure into "measured bandwidth unknown": a SIGTERM
+    raised in it must not become one (it did while Interrupted was an Exception)."""
+    from macprof.collect import facts, probes
+    from macprof.run.signals import Interrupted
+
+    def interrupted(*args, **kwargs):
+        raise Interrupted()
+
+    monkeypatch.setattr(probes, "cached", interrupted)
+    with pytest.raises(Interrupted):
+        facts.machine_bandwidth({"chip": None, "gpu_cores": None})
