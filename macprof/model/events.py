@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
+from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
 from macprof.model.records import ABSENT, Record
 
@@ -225,16 +226,13 @@ class PrefixCheck(Event, OutputCheck):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DepthFill(Event):
+class DepthFill(Event, Fill):
+    """A depth case's cache filled once (a phases.DepthFill, journaled with its case)."""
+
     KIND = "depth_fill"
     phase: str
     case: str
     depth: int
-    t_start: int | None = None
-    t_end: int | None = None
-    fill_s: float | None = None
-    cached_tokens: int | None = None
-    kv_cache_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
