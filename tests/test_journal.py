@@ -36,6 +36,18 @@ def requests_in(journal: Path) -> set[tuple]:
             out.add((e["model"], e["phase"], e["kind"], e["index"], e.get("mode"), e["t0"]))
     return out
 
+def paced_run(fake_dir: Path, log: Path, journal: Path, measured: int) -> subprocess.Popen:
+    """A run paced by --delay (a minute at least), returned once its journal holds ``measured``
+    requests: still going when the test acts on it."""
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", *run_args(fake_dir / "models.toml", "--reps", "400",
+                                                                        "--delay", "0.1"),
+                             "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (journal.exists() and len(requests_in(journal)) >= measured):
+        time.sleep(0.05)
+    return proc
+
+
 
 def requests_of(log) -> set[tuple]:
     out = set()
@@ -99,12 +111,7 @@ def test_a_second_run_on_a_journal_being_written_is_refused(fake_dir, tmp_path):
     log = tmp_path / "x.json"
     journal = tmp_path / "x.journal.jsonl"
     # --delay paces the requests: the run is still going (a minute at least) when the others try
-    first = subprocess.Popen([sys.executable, "-m", "macprof", *run_args(fake_dir / "models.toml", "--reps", "400",
-                                                                         "--delay", "0.1"),
-                              "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (journal.exists() and len(requests_in(journal)) >= 3):
-        time.sleep(0.05)
+    first = paced_run(fake_dir, log, journal, measured=3)
     try:
         same = macprof(*run_args(fake_dir / "models.toml"), "--log", str(log), check=False)
         assert same.returncode == 2 and "--force-overwrite" in one_line(same.stderr)
@@ -311,12 +318,7 @@ def test_a_signal_after_the_run_ended_still_leaves_the_log(fake_dir, tmp_path, m
 def test_a_second_signal_2ms_later(fake_dir, tmp_path, first, second):
     log = tmp_path / "two.json"
     journal = tmp_path / "two.journal.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "macprof", *run_args(fake_dir / "models.toml", "--reps", "400",
-                                                                        "--delay", "0.1"),
-                             "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (journal.exists() and len(requests_in(journal)) >= 5):
-        time.sleep(0.05)
+    proc = paced_run(fake_dir, log, journal, measured=5)
     proc.send_signal(first)
     time.sleep(0.002)
     proc.send_signal(second)
