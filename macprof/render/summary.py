@@ -10,7 +10,7 @@ from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
-from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, safe_lines
+from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, clean_lines
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
 FIRST_SLOW = 1.5  # first measured request this much slower than the median of the others
@@ -136,6 +136,6 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
         parts.append("\nWarnings:\n" + "\n".join(f"  ! {w}" for w in warns))
     if path:
         parts.append(f"\nrun log: {path}")
-    return safe_lines("\n".join(parts))
+    return clean_lines("\n".join(parts))
 
 

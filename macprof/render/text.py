@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from macprof.model.phases import Ceiling
-from macprof.sanitise import clean, clean_lines  # noqa: F401 - clean is re-exported: every renderer's sanitiser
+from macprof.sanitise import clean, clean_lines  # noqa: F401 - re-exported: every renderer's sanitisers
 
 
 def fmt_s(x: float | None) -> str:
@@ -46,12 +46,6 @@ def render_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
-def safe_lines(text: str) -> str:
-    """Everything printed from a log goes through here (or through ``clean``, its one-line form,
-    macprof/sanitise.py): no escape sequence reaches the terminal."""
-    return clean_lines(text)
 
 
 def ceiling_text(roof: Ceiling | None) -> str:
