@@ -182,3 +182,14 @@ def test_compare_formats_show_the_same_raw_values(extra):
                  fmt_bytes(j["peak_rss_bytes"])]
         assert all(x in t for x in cells), (t, cells)
         assert ("baseline" in t) if j["baseline"] else f"{fmt_x(j['decode_vs_base'])} {j['decode_call']}" in t
+
+
+def test_a_negative_duration_keeps_its_unit_and_sign():
+    """A first request quicker than the warm median reads -117.2 ms, never '+-117198 µs'."""
+    from macprof.render.text import fmt_s, fmt_signed_s
+
+    assert fmt_s(-0.1172) == "-117.2 ms"
+    assert fmt_signed_s(-0.1172) == "-117.2 ms"
+    assert fmt_signed_s(0.0939) == "+93.9 ms"
+    assert fmt_signed_s(-2e-5) == "-20 µs"
+    assert fmt_signed_s(None) == "-"

@@ -7,13 +7,21 @@ from macprof.sanitise import clean, clean_lines  # noqa: F401 - re-exported: eve
 
 
 def fmt_s(x: float | None) -> str:
+    """A duration; the unit follows its magnitude, so a negative one (a first request that was
+    quicker than the warm median) reads -117.2 ms, not -117198 µs."""
     if x is None:
         return "-"
+    sign, x = ("-", -x) if x < 0 else ("", x)
     if x < 1e-3:
-        return f"{x * 1e6:.0f} µs"
+        return f"{sign}{x * 1e6:.0f} µs"
     if x < 1:
-        return f"{x * 1e3:.1f} ms"
-    return f"{x:.2f} s"
+        return f"{sign}{x * 1e3:.1f} ms"
+    return f"{sign}{x:.2f} s"
+
+
+def fmt_signed_s(x: float | None) -> str:
+    """A difference of durations: always signed (+93.9 ms, -117.2 ms)."""
+    return "-" if x is None else ("+" if x >= 0 else "") + fmt_s(x)
 
 
 def fmt_rate(x: float | None) -> str:
