@@ -16,9 +16,29 @@ settings.register_profile("full", max_examples=150)
 settings.register_profile("fast", max_examples=20)
 
 
+FAST_TIER_WORKERS = 4  # at most; fewer on a machine with fewer cores
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The fast tier (-m "not slow") runs on every core, up to FAST_TIER_WORKERS, through
+    pytest-xdist (the test extra installs it): its tests mostly wait on short-lived worker
+    processes, so one pytest process leaves the other cores idle. The whole suite stays serial
+    (two real engines side by side would compete for the same cores), and an explicit -n, or
+    -p no:xdist, wins."""
+    if not _fast_tier(config) or os.environ.get("PYTEST_XDIST_WORKER") or not config.pluginmanager.hasplugin("xdist"):
+        return
+    if not config.option.numprocesses and not config.getoption("usepdb", False):
+        config.option.numprocesses = max(1, min(FAST_TIER_WORKERS, os.cpu_count() or 1))
+
+
+def _fast_tier(config) -> bool:
+    return (config.getoption("markexpr", "") or "").replace(" ", "") == "notslow"
+
+
 def pytest_configure(config):
     if config.getoption("hypothesis_profile", None) is None:  # an explicit --hypothesis-profile wins
-        settings.load_profile("fast" if "not slow" in (config.getoption("markexpr") or "") else "full")
+        settings.load_profile("fast" if _fast_tier(config) else "full")
 
 
 @pytest.fixture(scope="session")
