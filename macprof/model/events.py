@@ -129,6 +129,7 @@ class Started(Event):
 @dataclass(frozen=True, kw_only=True)
 class Loaded(Event):
     KIND = "loaded"
+    t_import_start: int | None = ABSENT  # macprof's own start-up in the worker ends (absent in older journals)
     t_imported: int | None = None
     t_model: int | None = None
     t_tokenizer: int | None = None

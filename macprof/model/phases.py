@@ -235,6 +235,7 @@ class ColdTrial(Record):
     drop_cache: DropCache | None = None
     status: str = "ok"
     interpreter_s: float | None = ABSENT
+    harness_s: float | None = ABSENT  # macprof's own start-up in the worker: not in ready_s
     import_s: float | None = ABSENT
     model_load_s: float | None = ABSENT
     tokenizer_load_s: float | None = ABSENT

@@ -33,7 +33,8 @@ def render_detail(log: RunLog) -> str:
                     f"   cold trial {t.index + 1} [{label}]: ready {fmt_s(t.ready_s)} = "
                     f"interpreter {fmt_s(t.interpreter_s)} + import {fmt_s(t.import_s)} + load "
                     f"{fmt_s(t.model_load_s)} + tokenizer {fmt_s(t.tokenizer_load_s)}; first request "
-                    f"{fmt_signed_s(t.first_request_extra_s)} over a warm one; first token at {fmt_s(t.time_to_first_token_s)}")
+                    f"{fmt_signed_s(t.first_request_extra_s)} over a warm one; first token at {fmt_s(t.time_to_first_token_s)}"
+                    + (f" (macprof's own start-up, {fmt_s(t.harness_s)}, not counted)" if t.harness_s else ""))
         for phase, ph in (("warm", m.phases.warm), ("prefix", m.phases.prefix)):
             if not ph:
                 continue
