@@ -166,7 +166,7 @@ def test_llama_load_facts(monkeypatch):
     monkeypatch.setattr(adapter.lc, "llama_model_n_layer", lambda model: 32)
     monkeypatch.setattr(adapter.lc, "llama_supports_gpu_offload", lambda: True)
     monkeypatch.setattr(adapter.lc, "llama_supports_mmap", lambda: True)
-    mparams = types.SimpleNamespace(n_gpu_layers=-1, use_mmap=True, use_mlock=False)
+    mparams = types.SimpleNamespace(n_gpu_layers=-1, use_mmap=True, use_mlock=False)  # llama.cpp before load_mode
     cparams = types.SimpleNamespace(flash_attn_type=-1)
     metal = [{"name": "MTL0", "description": "Apple M4 Max", "type": 1, "total_bytes": 55662788608}]
     facts = adapter.load_facts(None, mparams, cparams, devices=metal)
@@ -174,6 +174,9 @@ def test_llama_load_facts(monkeypatch):
     assert facts["flash_attn"] == "auto" and facts["devices"] == metal
     cpu = adapter.load_facts(None, mparams, cparams, devices=[{"name": "CPU", "type": 0, "total_bytes": 1}])
     assert cpu["offloaded_layers"] == 0 and not cpu["gpu_offload"]
+    now = types.SimpleNamespace(n_gpu_layers=10, load_mode=adapter.lc.LLAMA_LOAD_MODE_MMAP)  # llama.cpp with load_mode
+    facts = adapter.load_facts(None, now, cparams, devices=metal)
+    assert facts["load_mode"] == adapter.lc.llama_load_mode_name(1).decode() and facts["offloaded_layers"] == 10
 
 
 # -- MLX: the wired limit and the batch API --------------------------------------------------

@@ -318,12 +318,24 @@ def load_facts(model, mparams, cparams, devices=None) -> dict:
     # llama.cpp's load_tensors puts min(n_gpu_layers, n_layer + 1) layers (the output layer
     # counts as one) on the GPU, all of them for a negative value
     offloaded = (n_layer + 1 if asked < 0 else min(asked, n_layer + 1)) if offload else 0
-    fa = int(cparams.flash_attn_type)
-    fa_name = lc.llama_flash_attn_type_name(fa)
     return {"devices": devices, "gpu_offload": offload, "n_gpu_layers": asked, "n_layer": n_layer,
-            "offloaded_layers": offloaded, "flash_attn": fa_name.decode() if fa_name else str(fa),
-            "use_mmap": bool(mparams.use_mmap) and bool(lc.llama_supports_mmap()), "use_mlock": bool(mparams.use_mlock),
-            "load_mode": "mlock" if mparams.use_mlock else "mmap" if mparams.use_mmap and lc.llama_supports_mmap() else "read"}
+            "offloaded_layers": offloaded, "flash_attn": _enum_name(lc, "llama_flash_attn_type_name", cparams.flash_attn_type),
+            "load_mode": _load_mode(mparams)}
+
+
+def _enum_name(module, fn: str, value: int) -> str:
+    name = getattr(module, fn, lambda v: None)(int(value))
+    return name.decode() if name else str(int(value))
+
+
+def _load_mode(mparams) -> str:
+    """The load mode passed: llama.cpp's own name for its load_mode enum (auto, none, mmap,
+    mlock, mmap+mlock, direct_io; "auto" is resolved inside llama.cpp, which does not report
+    its choice), or from use_mmap / use_mlock in the llama.cpp of before that enum."""
+    if hasattr(mparams, "load_mode"):
+        return _enum_name(lc, "llama_load_mode_name", mparams.load_mode)
+    mmap = bool(mparams.use_mmap) and bool(lc.llama_supports_mmap())
+    return "+".join([m for m, on in (("mmap", mmap), ("mlock", bool(mparams.use_mlock))) if on]) or "none"
 
 
 def _fill(batch, entries, last: dict | None) -> list[tuple[int, int]]:
