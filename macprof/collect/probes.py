@@ -1,7 +1,8 @@
 """Measured memory bandwidth: the probe behind `macprof bandwidth` and the run's ceiling.
 
 On Apple Silicon the engines read weights on the GPU, so the probe uses MLX there (large
-arrays, sum reductions and copies, each synchronised with mx.eval). Elsewhere it reads with
+arrays, sum reductions and copies, each synchronised with mx.eval), in a child process: MLX
+keeps the buffers it frees cached for the life of the process. Elsewhere it reads with
 numpy on the CPU: one thread per core, each reducing its own slice of a buffer many times the
 last-level cache (numpy releases the GIL in reductions, so the threads run in parallel). The
 reduction is a maximum: one SIMD compare per element, so the cores wait on memory, not on
