@@ -140,3 +140,17 @@ def test_batch_equals_one_at_a_time(loaded):
         together = [step[j] for step in steps]
         check = compare_outputs(loaded, prompt, alone, together)
         assert check.passed, (j, alone, together, check)
+
+
+def test_versions_record_how_the_model_was_loaded(loaded):
+    """What two logs need to be compared: llama.cpp's devices, offload, flash attention, load
+    mode and thread source; MLX's wired limit (none on a machine without Metal, with why)."""
+    v = loaded.versions()
+    if loaded.name == "llama.cpp":
+        load = v["load"]
+        assert load["n_layer"] > 0 and load["devices"] and load["load_mode"] and load["flash_attn"]
+        assert load["offloaded_layers"] == 0 and not load["gpu_offload"]  # this CPU-only build
+        assert v["threads"] > 0 and v["threads_source"]
+    elif loaded.name == "mlx":
+        assert "wired_limit_bytes" in v and (v["wired_limit_bytes"] or v["wired_reason"])
+        assert loaded.batch_unsupported is None

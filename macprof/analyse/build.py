@@ -146,6 +146,7 @@ def _model_memory(events: list[ev.Event], head: ev.ModelStart, warm_measured: li
     return ModelMemory(
         rss_before_load_bytes=started.rss_bytes if started else None,
         rss_after_load_bytes=loaded.rss_bytes if loaded else None,
+        footprint_after_load_bytes=loaded.footprint_bytes if loaded and loaded.has("footprint_bytes") else ABSENT,
         engine_after_load=loaded.engine_memory if loaded else None,
         kv_cache=KvCache(
             bytes_per_token=kv_tok, context_tokens=context, computed_bytes=kv_tok * context if kv_tok else None,
@@ -234,9 +235,15 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
     end = next((e for e in events if isinstance(e, ev.PhaseEnd) and e.phase == phase), None)
     start = next((e for e in events if isinstance(e, ev.PhaseStart) and e.phase == phase), None)
     eng = next((e for e in events if isinstance(e, ev.PhaseMemory) and e.phase == phase), None)
-    return PhaseMemory(rss_start_bytes=start.rss_bytes if start else None, rss_end_bytes=end.rss_bytes if end else None,
-                       peak_rss_bytes=end.peak_rss_bytes if end else None, rss_samples=end.rss_samples if end else None,
-                       engine=eng.engine_memory if eng else None)
+    memory = PhaseMemory(rss_start_bytes=start.rss_bytes if start else None, rss_end_bytes=end.rss_bytes if end else None,
+                         peak_rss_bytes=end.peak_rss_bytes if end else None, rss_samples=end.rss_samples if end else None,
+                         engine=eng.engine_memory if eng else None)
+    if (start and start.has("footprint_bytes")) or (end and end.has("footprint_bytes")):  # macOS workers only
+        memory = memory.replace(footprint_start_bytes=start.footprint_bytes if start else None,
+                                footprint_end_bytes=end.footprint_bytes if end else None,
+                                peak_footprint_bytes=end.peak_footprint_bytes if end else None,
+                                footprint_samples=end.footprint_samples if end else None)
+    return memory
 
 
 def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:

@@ -109,7 +109,7 @@ def threads_for(model, threads: int | None) -> int:
         return threads or 0
     from macprof.engines.llama_cpp import default_threads
 
-    return default_threads()
+    return default_threads()[0]
 
 
 def table(results: list[dict]) -> str:

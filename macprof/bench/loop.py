@@ -35,20 +35,26 @@ def _ours(engine, ids: list[int], n: int) -> float:
 
 
 def _llama_tg(engine, ids: list[int], n: int) -> float:
-    """llama-bench's tg: prefill to depth, then n decodes of one (random) token, no sampling."""
+    """llama-bench's tg: prefill to depth, then n decodes of one (random) token, no sampling,
+    each followed by llama_synchronize as llama-bench's test_gen does: a Metal (or any GPU)
+    decode returns before the device has finished, so without it the loop times the queueing.
+    (macprof's own loop needs no call of its own: llama_get_logits_ith synchronizes first.)"""
     import llama_cpp as lc
 
     engine.reset()
     engine._decode(ids)
     rng = random.Random(0)
     one = (lc.llama_token * 1)()
-    ctx, decode, get_one = engine.ctx, lc.llama_decode, lc.llama_batch_get_one
+    ctx, decode, get_one, sync = engine.ctx, lc.llama_decode, lc.llama_batch_get_one, lc.llama_synchronize
+    sync(ctx)  # the prefill is done before the first token's decode starts
     one[0] = rng.randrange(engine.vocab_size)
     decode(ctx, get_one(one, 1))  # the first token: t_1 in our definition
+    sync(ctx)
     t1 = time.perf_counter_ns()
     for _ in range(n - 1):
         one[0] = rng.randrange(engine.vocab_size)
         decode(ctx, get_one(one, 1))
+        sync(ctx)
     return (n - 1) * 1e9 / (time.perf_counter_ns() - t1)
 
 

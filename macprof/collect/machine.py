@@ -15,7 +15,7 @@ from importlib import metadata
 
 import psutil
 
-from macprof.collect import chips
+from macprof.collect import chips, macos
 from macprof.collect.system import host_id, run_command
 
 
@@ -27,24 +27,9 @@ def parse_pmset_batt(text: str) -> str | None:
 
 
 def parse_pmset_low_power(text: str) -> bool | None:
-    """`pmset -g`: `lowpowermode N` (older macOS) or `powermode N` (0 auto, 1 low, 2 high)."""
-    for line in (text or "").splitlines():
-        m = re.match(r"\W*(lowpowermode|powermode)\s+(\d+)", line.strip().strip("*"))
-        if m:
-            return int(m.group(2)) == 1
-    return None
-
-
-def parse_pmset_therm(text: str) -> str | None:
-    """`pmset -g therm`: Apple Silicon normally prints only 'No ... recorded' notes = nominal."""
-    if not text:
-        return None
-    m = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
-    if m:
-        return "nominal" if int(m.group(1)) >= 100 else f"throttled (CPU speed limit {m.group(1)}%)"
-    if "No thermal warning level has been recorded" in text:
-        return "nominal"
-    return None
+    """Low Power Mode on or off, from the power mode `pmset -g` prints (macos.parse_power_mode)."""
+    mode = macos.parse_power_mode(text)
+    return None if mode is None else mode == "low"
 
 
 # -- collection --------------------------------------------------------------------------
@@ -83,7 +68,7 @@ def collect_machine() -> dict:
     vm = psutil.virtual_memory()
     info: dict = {
         "os": platform.system(),
-        "os_version": platform.mac_ver()[0] if sys.platform == "darwin" else platform.release(),
+        "os_version": platform.release(),
         "arch": platform.machine(),
         "cpu_model": cpu_model(),
         "cores_logical": psutil.cpu_count(logical=True),
@@ -97,26 +82,49 @@ def collect_machine() -> dict:
         "power_source": None,
         "low_power_mode": None,
         "thermal_state": None,
+        "power_mode": None,
+        "gpu_working_set_bytes": None,
         "unknown": {},
+        "sources": {},
     }
     if sys.platform == "darwin":
-
-        hw = chips.detect()
-        info["unknown"].update(hw.pop("unknown"))
-        info.update(hw)
-        info["power_source"] = parse_pmset_batt(run_command(["pmset", "-g", "batt"]) or "")
-        info["low_power_mode"] = parse_pmset_low_power(run_command(["pmset", "-g"]) or "")
-        info["thermal_state"] = parse_pmset_therm(run_command(["pmset", "-g", "therm"]) or "")
+        _darwin_facts(info)
     else:
         info["power_source"] = _linux_power_source()
         info["unknown"]["chip"] = "not Apple Silicon"
         info["unknown"]["gpu_cores"] = "no GPU used by the engines on this OS"
         info["unknown"]["low_power_mode"] = "not read on this OS"
         info["unknown"]["thermal_state"] = "not read on this OS"
+        info["unknown"]["power_mode"] = "not read on this OS"
+        info["unknown"]["gpu_working_set_bytes"] = "no GPU used by the engines on this OS"
         info["unknown"]["cores_performance"] = "not a heterogeneous Apple core layout"
         if info["power_source"] is None:
             info["unknown"]["power_source"] = "no mains supply reported in /sys/class/power_supply"
     return info
+
+
+def _darwin_facts(info: dict) -> None:
+    """The Mac's own facts, each with its source in ``sources`` or its reason in ``unknown``."""
+    hw = chips.detect()
+    info["unknown"].update(hw.pop("unknown"))
+    info.update(hw)
+    if hw.get("cores_performance") is not None:
+        info["sources"]["cores_performance"] = "sysctl hw.perflevel0.physicalcpu"
+    info["os_version"], info["sources"]["os_version"] = macos.os_version()
+    info["power_source"] = parse_pmset_batt(run_command(["pmset", "-g", "batt"]) or "")
+    pmset = run_command(["pmset", "-g"]) or ""
+    info["power_mode"] = macos.parse_power_mode(pmset)
+    info["low_power_mode"] = parse_pmset_low_power(pmset)
+    if info["power_mode"] is None:
+        info["unknown"]["power_mode"] = info["unknown"]["low_power_mode"] = "pmset -g printed no powermode line"
+    else:
+        info["sources"]["power_mode"] = "pmset -g"
+    state, why = macos.thermal_state()
+    info["thermal_state"] = state
+    (info["sources"] if state else info["unknown"])["thermal_state"] = why
+    size, why = macos.gpu_working_set()
+    info["gpu_working_set_bytes"] = size
+    (info["sources"] if size else info["unknown"])["gpu_working_set_bytes"] = why
 
 
 def _version(dist: str) -> str | None:

@@ -1,7 +1,8 @@
 """Measured memory bandwidth: the probe behind `macprof bandwidth` and the run's ceiling.
 
 On Apple Silicon the engines read weights on the GPU, so the probe uses MLX there (large
-arrays, sum reductions and copies, each synchronised with mx.eval). Elsewhere it reads with
+arrays, sum reductions and copies, each synchronised with mx.eval), in a child process: MLX
+keeps the buffers it frees cached for the life of the process. Elsewhere it reads with
 numpy on the CPU: one thread per core, each reducing its own slice of a buffer many times the
 last-level cache (numpy releases the GIL in reductions, so the threads run in parallel). The
 reduction is a maximum: one SIMD compare per element, so the cores wait on memory, not on
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -79,9 +81,25 @@ def _mlx_probe(size_bytes: int, reps: int) -> tuple[list[float], list[float]]:
     return reads, copies
 
 
+def isolated(name: str, **kwargs) -> dict:
+    """Run the probe ``name`` (measure, measure_flops) in a fresh interpreter and return its
+    result. MLX keeps the buffers a probe frees in its cache for the life of the process (GiBs
+    here): in the parent they would stay held through the whole run, leaving less memory to
+    the model and skewing the memory-refusal decision. A child gives all of it back on exit."""
+    code = ("import json, sys; from macprof.collect import probes; "
+            "print(json.dumps(getattr(probes, sys.argv[1])(**json.loads(sys.argv[2]), isolate=False)))")
+    out = subprocess.run([sys.executable, "-c", code, name, json.dumps(kwargs)], capture_output=True, text=True,
+                         timeout=600, check=False)
+    if out.returncode != 0:
+        tail = (out.stderr or "").strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
+        raise RuntimeError(f"{name} in a separate process failed: {tail[0]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def measure(device: str | None = None, threads: int | None = None, sizes_mib: list[int] | None = None,
-            reps: int = 7) -> dict:
-    """Measure read bandwidth; device "gpu" (MLX, Apple Silicon default) or "cpu" (numpy)."""
+            reps: int = 7, isolate: bool = True) -> dict:
+    """Measure read bandwidth; device "gpu" (MLX, Apple Silicon default: in a separate process,
+    see ``isolated``) or "cpu" (numpy)."""
     if device is None:
         device = "gpu" if sys.platform == "darwin" else "cpu"
     threads = threads or os.cpu_count() or 1
@@ -92,6 +110,8 @@ def measure(device: str | None = None, threads: int | None = None, sizes_mib: li
         base = max(512, 16 * llc // 2**20)
         cap = psutil.virtual_memory().available // 4 // 2**20
         sizes_mib = [min(base, cap), min(2 * base, cap)]
+    if device == "gpu" and isolate:
+        return isolated("measure", device=device, threads=threads, sizes_mib=sizes_mib, reps=reps)
     samples: list[float] = []
     per_size = {}
     for mib in sizes_mib:
@@ -107,13 +127,16 @@ def measure(device: str | None = None, threads: int | None = None, sizes_mib: li
             f"numpy maximum.reduce, {threads} threads over buffers >= 16x the last-level cache",
             "threads": threads if device == "cpu" else None, "llc_bytes": llc, "sizes_mib": sizes_mib,
             "reps": reps, "best_gbs": s["max"], "median_gbs": s["median"], "stdev_gbs": s["stdev"],
-            "samples_gbs": samples, "per_size": per_size, "utc": utc_now()}
+            "samples_gbs": samples, "per_size": per_size, "utc": utc_now(), "pid": os.getpid()}
 
 
-def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5) -> dict:
-    """Peak matmul throughput: 2 n^3 operations per n x n matmul; median and best of ``reps``."""
+def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5, isolate: bool = True) -> dict:
+    """Peak matmul throughput: 2 n^3 operations per n x n matmul; median and best of ``reps``
+    (MLX in a separate process, as ``measure``)."""
     if device is None:
         device = "gpu" if sys.platform == "darwin" else "cpu"
+    if device == "gpu" and isolate:
+        return isolated("measure_flops", device=device, n=n, reps=reps)
     if device == "gpu":
         import mlx.core as mx
 
@@ -136,7 +159,7 @@ def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5
         rates.append(2 * n**3 / (time.perf_counter() - t) / 1e12)
     s = summarize(rates)
     return {"device": device, "method": method, "median_tflops": s["median"], "best_tflops": s["max"],
-            "samples_tflops": rates}
+            "samples_tflops": rates, "pid": os.getpid()}
 
 
 def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:

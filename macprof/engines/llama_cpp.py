@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -33,14 +35,30 @@ _SEQ = 0
 _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
 
 
-def default_threads() -> int:
-    """llama-bench's default: the physical cores (psutil), else all logical ones."""
+def default_threads(platform: str = sys.platform, sysctl=None) -> tuple[int, str]:
+    """llama-bench's default thread count (common_cpu_get_num_math) and where it came from: on
+    macOS the performance cores only (sysctl hw.perflevel0.physicalcpu, as llama.cpp's
+    common_cpu_get_num_physical_cores reads it); elsewhere the physical cores (psutil)."""
+    if platform == "darwin":
+        text = (sysctl or _sysctl)("hw.perflevel0.physicalcpu")
+        if text and text.strip().isdigit() and int(text) > 0:
+            return int(text), "sysctl hw.perflevel0.physicalcpu (performance cores, llama-bench's default)"
     try:
         import psutil
 
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+        cores = psutil.cpu_count(logical=False)
+        if cores:
+            return cores, "psutil physical cores"
     except ImportError:
-        return os.cpu_count() or 1
+        pass
+    return os.cpu_count() or 1, "os.cpu_count() (logical cores)"
+
+
+def _sysctl(key: str) -> str | None:
+    try:
+        return subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 class LlamaCppEngine:
@@ -53,6 +71,8 @@ class LlamaCppEngine:
         self.vocab = None
         self._logits_t: Any = None  # ctypes pointer type to the logits row, set by load_model
         self.threads = 0
+        self.threads_source = ""
+        self._load: dict = {}  # what load_model passed to llama.cpp, for the run log
         self.n_batch = 0
         self._history: list[int] = []
         self._reused = 0
@@ -71,13 +91,14 @@ class LlamaCppEngine:
                                f"is the failure's stderr_tail in the run log; MACPROF_ENGINE_VERBOSE=1 logs more)")
         self.model = model
         self.vocab = lc.llama_model_get_vocab(model)
-        self.threads = settings.threads or default_threads()
+        self.threads, self.threads_source = ((settings.threads, "settings") if settings.threads else default_threads())
         self.n_batch = min(2048, settings.n_ctx)  # llama-bench's default n_batch
         self.ctx = self._context(settings.n_ctx, 1)
         if not self.ctx:
             raise MacprofError(f"{path}: llama.cpp could not create a context of {settings.n_ctx} tokens")
         self._mem = lc.llama_get_memory(self.ctx)
         self._logits_t = ctypes.POINTER(ctypes.c_float * self.vocab_size)
+        self._load = load_facts(model, mparams, lc.llama_context_default_params())
 
     def _context(self, n_ctx: int, n_seq: int):
         cparams = lc.llama_context_default_params()
@@ -244,6 +265,8 @@ class LlamaCppEngine:
             "llama_cpp_python": lc.__version__,
             "llama_cpp_system_info": lc.llama_print_system_info().decode(errors="replace").strip(),
             "threads": self.threads,
+            "threads_source": self.threads_source,
+            "load": self._load,
         }
 
     def close(self) -> None:
@@ -253,6 +276,66 @@ class LlamaCppEngine:
         if self.model:
             lc.llama_model_free(self.model)
         self.ctx = self.model = None
+
+
+def ggml_devices() -> list[dict]:
+    """ggml's backend devices (name, description, type: 0 CPU, 1 GPU, 2 accelerator; total
+    memory, which Metal gives as recommendedMaxWorkingSetSize), read through ggml's own C API:
+    llama-cpp-python binds none of it, the library it loaded exports it."""
+    lib = Path(lc.__file__).parent / "lib"
+    path = next((lib / n for n in ("libggml.dylib", "libggml.so") if (lib / n).exists()), None)
+    if path is None:
+        return []
+    ggml, c = ctypes.CDLL(str(path)), ctypes
+    ggml.ggml_backend_dev_count.restype = c.c_size_t
+    ggml.ggml_backend_dev_get.restype, ggml.ggml_backend_dev_get.argtypes = c.c_void_p, [c.c_size_t]
+    ggml.ggml_backend_dev_type.argtypes = [c.c_void_p]
+    for fn in (ggml.ggml_backend_dev_name, ggml.ggml_backend_dev_description):
+        fn.restype, fn.argtypes = c.c_char_p, [c.c_void_p]
+    ggml.ggml_backend_dev_memory.argtypes = [c.c_void_p, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
+    out = []
+    for i in range(ggml.ggml_backend_dev_count()):
+        dev = ggml.ggml_backend_dev_get(i)
+        free, total = c.c_size_t(), c.c_size_t()
+        ggml.ggml_backend_dev_memory(dev, c.byref(free), c.byref(total))
+        out.append({"name": (ggml.ggml_backend_dev_name(dev) or b"").decode(errors="replace"),
+                    "description": (ggml.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                    "type": int(ggml.ggml_backend_dev_type(dev)), "total_bytes": int(total.value)})
+    return out
+
+
+def load_facts(model, mparams, cparams, devices=None) -> dict:
+    """What llama.cpp was given and reports back, so two logs can be compared: the devices, the
+    layers asked on the GPU and the layers the model has, flash attention, mmap / mlock."""
+    try:
+        devices = ggml_devices() if devices is None else devices
+    except (OSError, AttributeError) as exc:
+        devices = [{"error": f"ggml device list unreadable: {exc}"}]
+    n_layer = int(lc.llama_model_n_layer(model))
+    asked = int(mparams.n_gpu_layers)
+    gpus = [d for d in devices if d.get("type") == 1]
+    offload = bool(lc.llama_supports_gpu_offload()) and bool(gpus)
+    # llama.cpp's load_tensors puts min(n_gpu_layers, n_layer + 1) layers (the output layer
+    # counts as one) on the GPU, all of them for a negative value
+    offloaded = (n_layer + 1 if asked < 0 else min(asked, n_layer + 1)) if offload else 0
+    return {"devices": devices, "gpu_offload": offload, "n_gpu_layers": asked, "n_layer": n_layer,
+            "offloaded_layers": offloaded, "flash_attn": _enum_name(lc, "llama_flash_attn_type_name", cparams.flash_attn_type),
+            "load_mode": _load_mode(mparams)}
+
+
+def _enum_name(module, fn: str, value: int) -> str:
+    name = getattr(module, fn, lambda v: None)(int(value))
+    return name.decode() if name else str(int(value))
+
+
+def _load_mode(mparams) -> str:
+    """The load mode passed: llama.cpp's own name for its load_mode enum (auto, none, mmap,
+    mlock, mmap+mlock, direct_io; "auto" is resolved inside llama.cpp, which does not report
+    its choice), or from use_mmap / use_mlock in the llama.cpp of before that enum."""
+    if hasattr(mparams, "load_mode"):
+        return _enum_name(lc, "llama_load_mode_name", mparams.load_mode)
+    mmap = bool(mparams.use_mmap) and bool(lc.llama_supports_mmap())
+    return "+".join([m for m, on in (("mmap", mmap), ("mlock", bool(mparams.use_mlock))) if on]) or "none"
 
 
 def _fill(batch, entries, last: dict | None) -> list[tuple[int, int]]:

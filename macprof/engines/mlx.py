@@ -23,6 +23,49 @@ from mlx_lm.utils import load_model, load_tokenizer
 from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_two
 
 _CLEAR_EVERY = 256  # as generate_step: return freed buffers to the allocator cache now and then
+BATCH_API = "0.31.3"  # the first mlx-lm whose BatchGenerator takes stream= and has next_generated()
+
+
+def wire(core: Any = mx) -> tuple[int | None, dict]:
+    """Wire the GPU's recommended working set, as mlx-lm's own paths do (``wired_limit`` around
+    generate / stream_generate, BatchGenerator's constructor): unwired, a large model's pages can
+    be evicted and decode runs slower than under mlx-lm itself. Held for the engine's life, so
+    every phase (warm, prefix, grid, depth, batch) runs wired alike. Returns (the previous limit
+    to restore, or None when nothing was set; the facts for the run log)."""
+    info = (getattr(core, "device_info", None) or core.metal.device_info)() if core.metal.is_available() else {}
+    size = info.get("max_recommended_working_set_size")
+    if not size:
+        return None, {"wired_limit_bytes": None, "wired_reason": "no Metal device: nothing to wire"}
+    old = core.set_wired_limit(int(size))
+    facts: dict[str, Any] = {"wired_limit_bytes": int(size), "wired_reason": None}
+    major = _macos_major()
+    if major is not None and major < 15:  # mlx's set_wired_limit: "only useful on macOS 15.0 or higher"
+        facts["wired_reason"] = f"set, but without effect before macOS 15 (this is macOS {major})"
+    return int(old), facts
+
+
+def _macos_major() -> int | None:
+    # platform.mac_ver() can read 16.0 on macOS 26 (older SDK); for "before 15" both are >= 15
+    import platform
+
+    version = platform.mac_ver()[0]
+    return int(version.split(".")[0]) if version else None
+
+
+def batch_api_missing(generator: Any) -> str | None:
+    """Why this mlx-lm's BatchGenerator cannot serve the batch sweep, or None: stream= and
+    next_generated() exist from mlx-lm 0.31.3 (pyproject's floor; an older install is told)."""
+    import inspect
+
+    import mlx_lm
+
+    try:
+        has_stream = "stream" in inspect.signature(generator.__init__).parameters
+    except (TypeError, ValueError):
+        has_stream = False
+    if has_stream and hasattr(generator, "next_generated"):
+        return None
+    return f"batch unsupported: mlx-lm {getattr(mlx_lm, '__version__', '?')} < {BATCH_API} (BatchGenerator API)"
 
 
 class MlxEngine:
@@ -38,6 +81,8 @@ class MlxEngine:
         self._reused = 0
         self._stream: Any = None
         self._prefill_step = 2048
+        self._old_wired: int | None = None
+        self._wired: dict = {}
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -45,6 +90,10 @@ class MlxEngine:
         self._path = Path(path)
         self.model, self.config = load_model(self._path, lazy=False)  # evaluates every weight
         self._stream = mx.new_stream(mx.default_device())
+        self._old_wired, self._wired = wire()
+        from mlx_lm.generate import BatchGenerator
+
+        self.batch_unsupported = batch_api_missing(BatchGenerator)
 
     def load_tokenizer(self) -> None:
         self.tokenizer = load_tokenizer(self._path, eos_token_ids=self.config.get("eos_token_id"))
@@ -180,11 +229,15 @@ class MlxEngine:
         import mlx_lm
 
         return {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__,  # type: ignore[attr-defined]  # set at import, not in the stubs
-                "device": str(mx.default_device())}
+                "device": str(mx.default_device()), **self._wired}
 
     def close(self) -> None:
         self.close_batch()
         self.model = self._cache = None
+        if self._old_wired is not None:  # never while an async eval runs: synchronise first
+            mx.synchronize(self._stream)
+            mx.set_wired_limit(self._old_wired)
+            self._old_wired = None
         mx.clear_cache()
 
 

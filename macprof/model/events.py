@@ -138,6 +138,7 @@ class Loaded(Event):
     versions: dict[str, Any] | None = None
     vocab_size: int | None = None
     tokenizer_separate: bool = True
+    footprint_bytes: int | None = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +146,9 @@ class PhaseStart(Event):
     KIND = "phase_start"
     phase: str
     rss_bytes: int | None = None
+    footprint_bytes: int | None = ABSENT  # macOS only: phys_footprint now
+    footprint_max_bytes: int | None = ABSENT  # macOS only: the process's lifetime maximum so far
+    thermal_state: str | None = ABSENT  # macOS only: NSProcessInfo.thermalState at the boundary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +160,11 @@ class PhaseEnd(Event):
     os_peak_scope: str | None = ABSENT  # "phase" (reset at its start) or "process" (lifetime maximum)
     peak_rss_bytes: int | None = ABSENT  # max of the parent's RSS samples and a phase-scoped OS peak
     rss_samples: int | None = ABSENT
+    footprint_bytes: int | None = ABSENT  # macOS only, as phase_start's
+    footprint_max_bytes: int | None = ABSENT
+    thermal_state: str | None = ABSENT
+    peak_footprint_bytes: int | None = ABSENT  # added by the parent (collect/footprint.py, phase_peak)
+    footprint_samples: int | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)

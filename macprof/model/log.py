@@ -48,6 +48,9 @@ class Machine(Record):
     thermal_state: str | None = None
     unknown: dict[str, str] = field(default_factory=dict)  # field -> why it is null
     core_levels: tuple[dict[str, Any], ...] | None = ABSENT  # macOS: the chip's core clusters
+    power_mode: str | None = ABSENT  # macOS: automatic / low / high (pmset); absent from older logs
+    gpu_working_set_bytes: int | None = ABSENT  # macOS: Metal's recommendedMaxWorkingSetSize
+    sources: dict[str, str] | None = ABSENT  # field -> where its value came from (macOS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +142,7 @@ class KvCache(Record):
 class ModelMemory(Record):
     rss_before_load_bytes: int | None = None
     rss_after_load_bytes: int | None = None
+    footprint_after_load_bytes: int | None = ABSENT  # macOS: phys_footprint once loaded
     engine_after_load: dict[str, Any] | None = None
     kv_cache: KvCache = field(default_factory=KvCache)
     system_before: SystemMemory | None = None

@@ -136,6 +136,11 @@ class PhaseMemory(Record):
     peak_rss_bytes: int | None = None
     rss_samples: int | None = None
     engine: dict[str, Any] | None = None
+    # macOS: phys_footprint, what Activity Monitor shows (GPU buffers included); absent elsewhere
+    footprint_start_bytes: int | None = ABSENT
+    footprint_end_bytes: int | None = ABSENT
+    peak_footprint_bytes: int | None = ABSENT
+    footprint_samples: int | None = ABSENT
 
 
 # -- the ceilings --------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from macprof.collect import facts, residency
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.model import events as ev
+from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
 from macprof.run import resume, signals, watch
 from macprof.run.journal import Journal
@@ -127,7 +128,8 @@ class Runner:
         context = (start.shape or {}).get("context_length")
         refusal = start.files_error or start.shape_error or context_refusal(model, context)
         if refusal is None and not s.force:
-            refusal = memory_refusal(model)
+            run_start = next((e for e in journal.events if isinstance(e, ev.RunStart)), None)
+            refusal = memory_refusal(model, run_start.machine if run_start else None)
         if refusal:
             journal.write(ev.Failure(model=model.name, phase=None, status="refused", reason=refusal))
             self.progress.note(f"{model.name}: skipped: {refusal}")
@@ -234,17 +236,31 @@ def context_refusal(model: ModelSpec, ctx: int | None) -> str | None:
     return None
 
 
-def memory_refusal(model: ModelSpec) -> str | None:
-    """A reason to refuse loading when the model plainly cannot fit in available memory."""
+def memory_refusal(model: ModelSpec, machine: Machine | None, platform: str = sys.platform) -> str | None:
+    """A reason to refuse loading when the model plainly cannot fit, said with the limit's source."""
     try:
         size = sum(f.stat().st_size for f in model.files)
     except OSError:
         return None
-    available = psutil.virtual_memory().available
-    if size > available:
-        return (f"model needs at least {size / 1e9:.1f} GB and only {available / 1e9:.1f} GB of memory "
-                f"is available (use --force to try anyway)")
+    limit, what = memory_limit(model.engine, machine, platform)
+    if limit is not None and size > limit:
+        return f"model needs at least {size / 1e9:.1f} GB and {what} is {limit / 1e9:.1f} GB (use --force to try anyway)"
     return None
+
+
+def memory_limit(engine: str, machine: Machine | None, platform: str = sys.platform) -> tuple[int | None, str]:
+    """(bytes, what they are). On macOS psutil's "available" is inactive + free pages only, far
+    below what a model can have; the GPU engines are bound by the working set Metal recommends
+    (the memory the GPU can keep resident), else by the physical memory."""
+    if platform == "darwin" and engine in ("mlx", "llama.cpp"):
+        sources = (machine.sources if machine else None) or {}
+        if machine and machine.gpu_working_set_bytes:
+            return machine.gpu_working_set_bytes, (f"the GPU's recommended working set "
+                                                   f"({sources.get('gpu_working_set_bytes', 'source unknown')})")
+        if machine and machine.memory_bytes:
+            return machine.memory_bytes, "the physical memory (the GPU's recommended working set is unknown)"
+        return None, "unknown"
+    return psutil.virtual_memory().available, "the memory available now"
 
 
 def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:

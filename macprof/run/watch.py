@@ -21,6 +21,7 @@ from typing import IO, Callable
 
 import psutil
 
+from macprof.collect import footprint
 from macprof.config import ModelSpec
 from macprof.errors import MacprofError
 from macprof.model import events as ev
@@ -46,6 +47,9 @@ class _State:
     deadline: float = field(default_factory=lambda: time.monotonic() + LOAD_TIMEOUT_S)
     peak: int = 0
     samples: int = 0
+    footprint_peak: int = 0  # macOS: the largest phys_footprint sampled in the phase
+    footprint_samples: int = 0
+    footprint_max_at_start: int | None = None
     done_phases: list[str] = field(default_factory=list)
     failure: tuple[str, str | None] | None = None  # (status, reason)
     finished: bool = False
@@ -61,10 +65,15 @@ class _State:
             self.loaded = True
         elif isinstance(event, ev.PhaseStart):
             self.phase, self.peak, self.samples = event.phase, 0, 0
+            self.footprint_peak, self.footprint_samples, self.footprint_max_at_start = 0, 0, event.footprint_max_bytes
         elif isinstance(event, ev.PhaseEnd):
             own = event.os_peak_rss_bytes if event.os_peak_scope == "phase" else None
             peak = max(self.peak, own or 0)
             event = event.replace(peak_rss_bytes=peak or None, rss_samples=self.samples)
+            if event.has("footprint_bytes"):
+                event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=footprint.phase_peak(
+                    max(self.footprint_peak, event.footprint_bytes or 0), self.footprint_max_at_start,
+                    event.footprint_max_bytes))
             self.done_phases.append(event.phase)
             self.phase = None
         elif isinstance(event, ev.Done):
@@ -79,6 +88,9 @@ class _State:
                 self.peak, self.samples = max(self.peak, ps.memory_info().rss), self.samples + 1
             except psutil.Error:
                 pass
+            now, _ = footprint.read(ps.pid)  # (None, None) off macOS
+            if now is not None:
+                self.footprint_peak, self.footprint_samples = max(self.footprint_peak, now), self.footprint_samples + 1
 
     def overdue(self) -> tuple[str, str] | None:
         if time.monotonic() <= self.deadline:

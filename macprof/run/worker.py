@@ -24,6 +24,19 @@ def _rss() -> int | None:
         return None
 
 
+def _mac(phase_boundary: bool = True) -> dict:
+    """macOS: the worker's physical footprint (GPU buffers included, which RSS misses) and, at a
+    phase boundary, the thermal state; nothing elsewhere, so other logs keep their layout."""
+    if sys.platform != "darwin":
+        return {}
+    from macprof.collect import footprint, macos
+
+    now, peak = footprint.read(os.getpid())
+    if not phase_boundary:
+        return {"footprint_bytes": now}
+    return {"footprint_bytes": now, "footprint_max_bytes": peak, "thermal_state": macos.thermal_state()[0]}
+
+
 class Stream:
     def __init__(self) -> None:
         fd = os.dup(1)
@@ -70,7 +83,7 @@ def run(job: dict, emit) -> None:
     t_tokenizer = time.perf_counter_ns()
     emit(ev.Loaded(t_import_start=t_import_start, t_imported=t_imported, t_model=t_model, t_tokenizer=t_tokenizer, rss_bytes=_rss(),
                    engine_memory=engine.memory(), versions=engine.versions(), vocab_size=engine.vocab_size,
-                   tokenizer_separate=getattr(engine, "separate_tokenizer", True)))
+                   tokenizer_separate=getattr(engine, "separate_tokenizer", True), **_mac(False)))
 
     from macprof.run.phases import PHASES, PhaseContext
     from macprof.run.phases.common import done_requests
@@ -80,12 +93,12 @@ def run(job: dict, emit) -> None:
     from macprof.collect import peak
 
     for phase in job["phases"]:
-        emit(ev.PhaseStart(phase=phase, rss_bytes=_rss()))
+        emit(ev.PhaseStart(phase=phase, rss_bytes=_rss(), **_mac()))
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
                                    trial=job.get("trial", 0), done=done_requests(job.get("done", []))))
         os_peak, scope = peak.read(was_reset)
-        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope))
+        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope, **_mac()))
     engine.close()
 
 
