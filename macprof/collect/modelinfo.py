@@ -117,8 +117,13 @@ def _inspect_gguf(path: Path, kv_type: str) -> ModelInfo:
     arch = h.string("general.architecture")
     meta = {k: h.count(f"{arch}.{k}") if arch else None for k in _GGUF_COUNTS if k != "attention.head_count_kv"}
     kvh = h.layers(f"{arch}.attention.head_count_kv") if arch else None
-    # per-layer in hybrids (0 for a recurrent layer): the attention layers' figure is shown
-    meta["attention.head_count_kv"] = max(kvh) if isinstance(kvh, tuple) and kvh else kvh
+    # per-layer: the attention layers' figure where they agree (0 marks a hybrid's recurrent
+    # layer); else None, no single figure describes the model (its layout has each layer's)
+    if isinstance(kvh, tuple):
+        attn = set(kvh) - {0}
+        meta["attention.head_count_kv"] = attn.pop() if len(attn) == 1 else None
+    else:
+        meta["attention.head_count_kv"] = kvh
     ftype = h.count("general.file_type")
     try:
         quant = gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_") if ftype is not None else None
