@@ -97,6 +97,8 @@ def main() -> None:
 @click.option("--reps", type=int, help="Measured requests per phase (per case in a sweep) [5].")
 @click.option("--cold-trials", type=int, help="Fresh-process cold starts per model [3].")
 @click.option("--threads", type=int, help="Engine threads [engine default: physical cores for llama.cpp].")
+@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]),
+              help="K/V cache type: llama.cpp type_k/type_v (with flash attention), MLX kv_bits 8/4 [f16].")
 @click.option("--timeout", type=float, help="Per-request timeout in seconds [300].")
 @click.option("--delay", type=float, help="Cool-down seconds before each trial [0].")
 @click.option("--drop-cache/--no-drop-cache", default=None,
@@ -108,7 +110,7 @@ def main() -> None:
               help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
 @click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
 def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens, reps,
-        cold_trials, threads, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
+        cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
     """Measure every model of the config: cold start, warm residence, prefix reuse; and, when
     asked, a grid of lengths (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep
     (--depth) and a batch sweep (--batch). Sweep options alone run only the sweeps."""
@@ -118,7 +120,7 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
 
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
-        "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads,
+        "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
         "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force,
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
     }

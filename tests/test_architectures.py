@@ -286,3 +286,41 @@ def test_a_log_with_only_the_scalar_still_gives_its_ceiling():
     ceiling = roofline_for(Metrics(), shape, 4000, _bandwidth(), 0)
     assert ceiling.kv_bytes_read == 4e6
     assert ceiling.spec.ceiling_tok_s == pytest.approx(100e9 / (1e9 + 4e6))
+
+
+# -- the run option ------------------------------------------------------------------------------
+def test_kv_type_is_a_setting_recorded_with_the_shape(fake_dir):
+    from macprof import config
+    from macprof.collect.facts import model_start_event
+
+    cfg = config.load(fake_dir / "models.toml", {"kv_type": "q8_0"}, check_engines=False)
+    model = cfg.models[0]
+    assert model.settings.kv_type == "q8_0"
+    start = model_start_event(model)
+    assert start.settings.kv_type == "q8_0" and start.shape["kv_layout"]["kv_type"] == "q8_0"
+    with pytest.raises(MacprofError, match="kv_type"):
+        config.load(fake_dir / "models.toml", {"kv_type": "q5_1"}, check_engines=False)
+
+
+@pytest.mark.slow  # the real engines on the tiny demo model
+@pytest.mark.parametrize("engine_name, rel", [("llama.cpp", "gguf/demo-tiny-f16.gguf"), ("mlx", "mlx/demo-tiny-f16")])
+def test_quantized_kv_cache_on_the_demo_model(tiny_dir, engine_name, rel):
+    from macprof import engines
+    from macprof.engines.base import EngineSettings
+    from macprof.run.prompts import PromptBuilder
+
+    held, versions = {}, {}
+    for kv_type in ("f16", "q8_0"):
+        engine = engines.create(engine_name)
+        engine.load_model(tiny_dir / rel, EngineSettings(n_ctx=512, kv_type=kv_type))
+        engine.load_tokenizer()
+        ids = PromptBuilder(engine, seed=1).prompt("kv", 64).ids
+        engine.reset()
+        assert len(list(engine.generate(list(ids), 8))) == 8
+        held[kv_type], versions[kv_type] = engine.kv_cache_bytes(), engine.versions()
+        engine.close()
+    if engine_name == "llama.cpp":  # q8_0 K and V, with the flash attention llama.cpp needs for a quantized V
+        assert versions["q8_0"]["kv_type"] == "q8_0" and versions["q8_0"]["flash_attn"] == "enabled"
+    else:
+        assert versions["q8_0"]["kv_bits"] == 8 and versions["f16"]["kv_bits"] is None
+    assert held["q8_0"] < 0.7 * held["f16"]  # about 1.06 of 2 bytes per element

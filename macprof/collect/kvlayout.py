@@ -173,8 +173,9 @@ def mlx_layout(get: Callable[[str], Any], model_type: str | None, n_layers: int 
     if kinds.count("sliding") and not window:
         return KvLayout.unknown(f"{model_type}: sliding layers without sliding_window in config.json", kv_type)
     for kind in ("full", "sliding"):
-        if kinds.count(kind):
-            groups.append(KvGroup(kind, kinds.count(kind), per_token, window if kind == "sliding" else None))
+        if kinds.count(kind):  # mlx-lm quantizes no RotatingKVCache: sliding layers stay f16
+            bytes_ = per_token if kind == "full" else 2 * (kv_heads or 0) * (head_dim or 0) * ACT
+            groups.append(KvGroup(kind, kinds.count(kind), bytes_, window if kind == "sliding" else None))
     return KvLayout(tuple(groups), kv_type)
 
 

@@ -29,6 +29,7 @@ from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_tw
 from macprof.errors import MacprofError
 
 _SEQ = 0
+_GGML_KV_TYPES = {"q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}  # the kv_type option -> ggml_type
 # llama.cpp logs every tensor it loads; keep its errors only, unless asked for more.
 _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
 
@@ -53,6 +54,7 @@ class LlamaCppEngine:
         self.vocab = None
         self._logits_t: Any = None  # ctypes pointer type to the logits row, set by load_model
         self.threads = 0
+        self.kv_type = "f16"
         self.n_batch = 0
         self._history: list[int] = []
         self._reused = 0
@@ -72,6 +74,7 @@ class LlamaCppEngine:
         self.model = model
         self.vocab = lc.llama_model_get_vocab(model)
         self.threads = settings.threads or default_threads()
+        self.kv_type = settings.kv_type
         self.n_batch = min(2048, settings.n_ctx)  # llama-bench's default n_batch
         self.ctx = self._context(settings.n_ctx, 1)
         if not self.ctx:
@@ -88,6 +91,9 @@ class LlamaCppEngine:
         cparams.kv_unified = False  # one KV stream per sequence, n_ctx / n_seq cells each
         cparams.n_threads = self.threads
         cparams.n_threads_batch = self.threads
+        if self.kv_type != "f16":  # llama.cpp quantizes a V cache only with flash attention: enabled, and recorded
+            cparams.type_k = cparams.type_v = _GGML_KV_TYPES[self.kv_type]
+            cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
         return lc.llama_init_from_model(self.model, cparams)
 
     def load_tokenizer(self) -> None:
@@ -244,6 +250,8 @@ class LlamaCppEngine:
             "llama_cpp_python": lc.__version__,
             "llama_cpp_system_info": lc.llama_print_system_info().decode(errors="replace").strip(),
             "threads": self.threads,
+            "kv_type": self.kv_type,
+            "flash_attn": "enabled" if self.kv_type != "f16" else "auto (llama.cpp default)",
         }
 
     def close(self) -> None:
