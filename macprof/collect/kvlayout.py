@@ -29,7 +29,7 @@ F32, ACT = 4, 2  # llama.cpp keeps recurrent state in f32; mlx-lm's conv state i
 # llama.cpp architectures whose loader reads no sliding window and marks no layer recurrent
 GGUF_FULL = frozenset("""llama qwen2 qwen2moe qwen3 qwen3moe gemma starcoder2 granite granitemoe command-r
 internlm2 stablelm smollm3 deepseek mistral3 olmo olmoe ernie4_5 ernie4_5-moe glm4 glm4moe exaone dbrx
-seed_oss minicpm baichuan gpt2 gptneox bitnet deepseek2""".split())
+seed_oss minicpm baichuan gpt2 gptneox bitnet deepseek2""".split()) | {"macprof-fake"}  # engines/fake.py: full K/V
 # arch -> (load_swa_pattern's default n, default window when the key is absent)
 GGUF_SWA = {"gemma2": (2, 4096), "gemma3": (6, 0), "gemma-embedding": (6, 0), "gpt-oss": (2, 0),
             "cohere2": (4, 0), "olmo2": (4, 0), "exaone4": (4, 0)}
