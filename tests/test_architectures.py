@@ -125,6 +125,14 @@ def _granite_hybrid(tmp: Path) -> Path:
     return write_gguf(tmp / "granitehybrid.gguf", "granitehybrid", kv, {**EMB, **HEAD})
 
 
+def _jamba(tmp: Path) -> Path:
+    # Jamba style: mamba (no groups) everywhere but layer 4, attention of 8 KV heads x 128
+    kv = {"block_count": 8, "embedding_length": 4096, "attention.head_count": 32,
+          "attention.head_count_kv": [0, 0, 0, 0, 8, 0, 0, 0], "ssm.conv_kernel": 4, "ssm.inner_size": 8192,
+          "ssm.state_size": 16, "ssm.time_step_rank": 256}
+    return write_gguf(tmp / "jamba.gguf", "jamba", kv, {**EMB, **HEAD})
+
+
 # family -> (builder, hand-computed K/V (and state) bytes read per token at c = 4096)
 GGUF_FAMILIES = {
     # 32 layers x 4096 positions x 2 (K, V) x 8 heads x 128 x 2 B
@@ -145,6 +153,8 @@ GGUF_FAMILIES = {
     "qwen3next (hybrid delta net)": (_qwen3next, 12 * C * 2048 + 36 * (3 * 8192 + 128 * 4096) * 4),  # 179,699,712
     # 2 attention x 4096 x 8 x 256 x 2 B + 6 mamba2 x ((4 - 1)(2048 + 2 x 128) + 128 x 2048) x 4 B
     "granitehybrid (mamba2)": (_granite_hybrid, 2 * C * 8 * 256 * 2 + 6 * (3 * 2304 + 128 * 2048) * 4),  # 40,011,776
+    # 1 attention x 4096 x 8 x 256 x 2 B + 7 mamba x ((4 - 1) x 8192 + 16 x 8192) x 4 B
+    "jamba (mamba)": (_jamba, C * 8 * 256 * 2 + 7 * (3 * 8192 + 16 * 8192) * 4),  # 21,135,360
 }
 
 
