@@ -97,6 +97,8 @@ def main() -> None:
 @click.option("--reps", type=int, help="Measured requests per phase (per case in a sweep) [5].")
 @click.option("--cold-trials", type=int, help="Fresh-process cold starts per model [3].")
 @click.option("--threads", type=int, help="Engine threads [engine default: physical cores for llama.cpp].")
+@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]),
+              help="K/V cache type: llama.cpp type_k/type_v (with flash attention), MLX kv_bits 8/4 [f16].")
 @click.option("--timeout", type=float, help="Per-request timeout in seconds [300].")
 @click.option("--delay", type=float, help="Cool-down seconds before each trial [0].")
 @click.option("--drop-cache/--no-drop-cache", default=None,
@@ -108,7 +110,7 @@ def main() -> None:
               help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
 @click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
 def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens, reps,
-        cold_trials, threads, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
+        cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
     """Measure every model of the config: cold start, warm residence, prefix reuse; and, when
     asked, a grid of lengths (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep
     (--depth) and a batch sweep (--batch). Sweep options alone run only the sweeps."""
@@ -118,7 +120,7 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
 
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
-        "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads,
+        "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
         "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force,
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
     }
@@ -262,11 +264,13 @@ def plot(paths, output) -> None:
 @click.option("--kv-heads", type=int)
 @click.option("--head-dim", type=int)
 @click.option("--kv-bits", type=float, default=16, show_default=True)
+@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16", show_default=True,
+              help="K/V cache type the MODEL is run with (llama.cpp type_k/type_v, MLX kv_bits).")
 @click.option("--context", type=int, default=0, show_default=True, help="Tokens of context per sequence.")
 @click.option("--batch", "batches", callback=csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
 @click.option("--json", "as_json", is_flag=True)
 def estimate(model, params, active_params, bits, bytes_per_param, file_size, bandwidth, chip, gpu_cores, tflops,
-             layers, kv_heads, head_dim, kv_bits, context, batches, as_json) -> None:
+             layers, kv_heads, head_dim, kv_bits, kv_type, context, batches, as_json) -> None:
     """The roofline with no model run: ceiling tok/s, KV cache size and the batching trade-off."""
     import json as _json
 
@@ -276,28 +280,32 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
     result = est.estimate(model=model, params=params, active_params=active_params, bits=bits,
                           bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
                           chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
-                          head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches)
+                          head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches, kv_type=kv_type)
     click.echo(_json.dumps(result, indent=1) if as_json else render_estimate(result))
 
 
 @main.command()
 @click.argument("model", type=click.Path(path_type=Path))
+@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16", show_default=True,
+              help="K/V cache type to size the cache for.")
 @click.option("--json", "as_json", is_flag=True)
-def inspect(model, as_json) -> None:
+def inspect(model, kv_type, as_json) -> None:
     """Model shape and bytes from metadata alone (GGUF header / MLX config + safetensors headers)."""
     import json as _json
 
     from macprof.collect import modelinfo
+    from macprof.render.estimate import kv_rows
     from macprof.render.text import fmt_bytes, render_table
 
-    info = modelinfo.inspect(model)
+    info = modelinfo.inspect(model, kv_type)
     d = info.to_dict()
     if as_json:
         click.echo(_json.dumps(d, indent=1))
         return
     rows = [[k, fmt_bytes(v) + f" ({v} B)" if k.endswith("bytes") or k.endswith("per_token") and "kv" not in k
-             else clean(v)] for k, v in d.items() if k != "bytes_by_type"]  # a model file's own strings
+             else clean(v)] for k, v in d.items() if k not in ("bytes_by_type", "kv_layout", "kv_bytes_read_at")]
     rows += [[f"bytes of {clean(t)}", f"{fmt_bytes(b)} ({b} B)"] for t, b in sorted(d["bytes_by_type"].items())]
+    rows += kv_rows(d["kv_layout"], d["kv_bytes_read_at"])
     click.echo(render_table(["field", "value"], rows))
 
 

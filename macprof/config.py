@@ -56,6 +56,7 @@ class Settings:
     shapes: tuple[str, ...] = ()
     depths: tuple[int, ...] = ()
     batches: tuple[int, ...] = ()
+    kv_type: str = "f16"  # K/V cache type: llama.cpp type_k / type_v, MLX kv_bits (macprof.measure.kvmodel)
 
 
 # key -> (accepted types, check, what a valid value is)
@@ -90,6 +91,7 @@ _SETTING_TYPES: dict[str, tuple] = {
                "a non-empty list of distinct shapes from rag, chat, code"),
     "depths": _int_list(0, "a non-empty list of distinct integers >= 0"),
     "batches": _int_list(1, "a non-empty list of distinct positive integers"),
+    "kv_type": (str, lambda v: v in ("f16", "q8_0", "q4_0"), "one of f16, q8_0, q4_0"),
 }
 _TUPLE_KEYS = {"phases", "prompt_grid", "gen_grid", "shapes", "depths", "batches"}
 _MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())

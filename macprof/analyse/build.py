@@ -13,6 +13,7 @@ from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, bat
 from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
 from macprof.measure import stats
+from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
 from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
@@ -139,6 +140,8 @@ def _planned(events: list[ev.Event], head: ev.ModelStart) -> dict[str, tuple[Pla
 def _model_memory(events: list[ev.Event], head: ev.ModelStart, warm_measured: list[Request]) -> ModelMemory:
     kv_tok = (head.shape or {}).get("kv_bytes_per_token")
     context = head.settings.prompt_tokens + head.settings.gen_tokens
+    # the cache held at the end: per layer kind as it is read (windows, recurrent state)
+    held = kv_bytes_read(layout_from_shape(head.shape), context) if head.shape else None
     loaded = next((e for e in events if isinstance(e, ev.Loaded)), None)
     started = next((e for e in events if isinstance(e, ev.Started)), None)
     model_end = next((e for e in events if isinstance(e, ev.ModelEnd)), None)
@@ -149,7 +152,7 @@ def _model_memory(events: list[ev.Event], head: ev.ModelStart, warm_measured: li
         footprint_after_load_bytes=loaded.footprint_bytes if loaded and loaded.has("footprint_bytes") else ABSENT,
         engine_after_load=loaded.engine_memory if loaded else None,
         kv_cache=KvCache(
-            bytes_per_token=kv_tok, context_tokens=context, computed_bytes=kv_tok * context if kv_tok else None,
+            bytes_per_token=kv_tok, context_tokens=context, computed_bytes=held or None,
             measured_bytes=max(measured_kv) if measured_kv else None,
             measured_note="llama.cpp: serialised sequence state; mlx: allocated K/V arrays (grown in 256-token steps)"),
         system_before=head.memory, system_after=model_end.memory if model_end else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
 from macprof.measure.roofline import Roofline, efficiency
 from macprof.measure.stats import ratio
 from macprof.model.log import Bandwidth
@@ -12,10 +13,11 @@ from macprof.model.phases import Ceiling, CeilingSide, Metrics, Prediction, Pred
 
 
 ROOFLINE_DEFINITIONS = {
-    "ceiling_tok_s": "1 / max(read_s, compute_s) per token: read_s = (weight_bytes_per_token + c x kv_bytes_per_token) / bandwidth, compute_s = 2 x active_params / flops (0 where no FLOP figure is known, so the ceiling is then bandwidth-only); c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
-    "batch_prediction": "step(B) = max((W + B c kv) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); spec: published bandwidth and FLOP/s (Apple chips only), measured: the bandwidth probe and the matmul probe (an upper bound: quantized kernels may reach less)",
+    "ceiling_tok_s": "1 / max(read_s, compute_s) per token: read_s = (weight_bytes_per_token + kv_bytes_read(c)) / bandwidth, kv_bytes_read(c) = the K/V bytes one token reads at context c, per layer kind: full attention c x per-token bytes, sliding window min(c, window) x per-token bytes, MLA c x (kv_lora_rank + rope dims) x element bytes, recurrent layers their constant state (kv_bytes_per_token x c where a log has only that); unknown (no ceiling, with the reason) where macprof cannot size the model's attention memory, compute_s = 2 x active_params / flops (0 where no FLOP figure is known, so the ceiling is then bandwidth-only); c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
+    "batch_prediction": "step(B) = max((W + B kv_bytes_read(c)) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); spec: published bandwidth and FLOP/s (Apple chips only), measured: the bandwidth probe and the matmul probe (an upper bound: quantized kernels may reach less)",
     "aggregate_decode_tok_s": "B x decode_tok_s of the batch: every step yields one token of each sequence",
     "efficiency": "decode_tok_s (median) / ceiling_tok_s",
+    "kv_element_bytes": "f16 2; llama.cpp q8_0 34 and q4_0 18 bytes per 32 elements; MLX kv_bits / 8 plus an f16 scale and bias per group of 64 (recurrent state stays f32)",
     "weight_bytes_per_token": "tensor bytes, less the embedding table but one row (unless tied to the output head), less inactive experts",
     "file_size_convention": "bandwidth / model file bytes, the simple figure people quote",
 }
@@ -30,7 +32,7 @@ def _roofline(shape: dict, bw: Bandwidth | None, which: str) -> tuple[Roofline |
     # beside the measured one (absent from logs before it existed: compute unknown)
     tflops = bw.tflops if which == "spec" else bw.measured.tflops if bw.measured else None
     return Roofline(shape["weight_bytes_per_token"], side.gbs * 1e9, shape.get("active_params"),
-                    tflops * 1e12 if tflops else None, shape.get("kv_bytes_per_token") or 0), None
+                    tflops * 1e12 if tflops else None, kv=layout_from_shape(shape)), None
 
 
 def roofline_for(summary: Metrics, shape: dict | None, context: float, bw: Bandwidth | None, file_bytes: int) -> Ceiling:
@@ -38,6 +40,11 @@ def roofline_for(summary: Metrics, shape: dict | None, context: float, bw: Bandw
     measured bandwidth both."""
     if not shape or not shape.get("weight_bytes_per_token"):
         return Ceiling(reason="model shape unknown")
+    layout = layout_from_shape(shape)
+    if not layout.known:  # measured anyway; no ceiling rather than one that leaves the K/V out
+        return Ceiling(reason=f"KV cache bytes unknown: {layout.reason}", context_tokens=context,
+                       weight_bytes_per_token=shape["weight_bytes_per_token"], kv_type=layout.kv_type,
+                       decode_tok_s=summary.decode_tok_s.median)
     decode, prefill = summary.decode_tok_s.median, summary.prefill_tok_s.median
 
     def side(which: str) -> CeilingSide:
@@ -55,7 +62,8 @@ def roofline_for(summary: Metrics, shape: dict | None, context: float, bw: Bandw
                                              else "no measured matmul throughput in this log"))
 
     return Ceiling(context_tokens=context, weight_bytes_per_token=shape["weight_bytes_per_token"],
-                   kv_bytes_per_token=shape.get("kv_bytes_per_token"), decode_tok_s=decode,
+                   kv_bytes_per_token=shape.get("kv_bytes_per_token"), kv_bytes_read=kv_bytes_read(layout, context),
+                   kv_type=layout.kv_type, decode_tok_s=decode,
                    spec=side("spec"), measured=side("measured"))
 
 
@@ -64,6 +72,9 @@ def batch_prediction(shape: dict | None, context: float, batch: int, bw: Bandwid
     per-user ITL = step(B), aggregate = B / step(B), for spec and measured bandwidth."""
     if not shape or not shape.get("weight_bytes_per_token"):
         return Prediction(reason="model shape unknown")
+    layout = layout_from_shape(shape)
+    if not layout.known:
+        return Prediction(reason=f"KV cache bytes unknown: {layout.reason}")
 
     def side(which: str) -> PredictionSide:
         r, reason = _roofline(shape, bw, which)

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from macprof.errors import MacprofError
+from macprof.measure.kvmodel import KV_TYPES, KvLayout, kv_bytes_read
 from macprof.measure.roofline import Roofline, kv_bytes_per_token
 
 # input -> (its option, integer?, lowest, highest). Numbers must be finite; the bounds lie far
@@ -43,15 +44,16 @@ def _all_finite(result: dict) -> bool:
 
 
 def _weights(model: Path | None, params: float | None, active_params: float | None, bits: float | None,
-             bytes_per_param: float | None, file_size_gb: float | None) -> tuple[float, str, dict]:
+             bytes_per_param: float | None, file_size_gb: float | None, kv_type: str) -> tuple[float, str, dict]:
     """Weight bytes read per token, how they were found, and what a model file told (its
     shape fills the inputs the user left out)."""
     if model is not None:
         from macprof.collect import modelinfo
 
-        info = modelinfo.inspect(model)
+        info = modelinfo.inspect(model, kv_type)
         shape = {"file_bytes": info.file_bytes, "params": info.n_params, "active_params": info.active_params,
-                 "layers": info.n_layers, "kv_heads": info.n_kv_heads, "head_dim": info.head_dim}
+                 "layers": info.n_layers, "kv_heads": info.n_kv_heads, "head_dim": info.head_dim,
+                 "kv_layout": info.kv_layout}
         return info.weight_bytes_per_token, "model metadata: weight bytes read per token", shape
     if file_size_gb is not None:
         return file_size_gb * 1e9, "--file-size", {}
@@ -82,23 +84,26 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
              bits: float | None = None, bytes_per_param: float | None = None, file_size_gb: float | None = None,
              bandwidth_gbs: float | None = None, chip: str | None = None, gpu_cores: int | None = None,
              tflops: float | None = None, layers: int | None = None, kv_heads: int | None = None,
-             head_dim: int | None = None, kv_bits: float = 16, context: int = 0, batches: list[int] | None = None) -> dict:
+             head_dim: int | None = None, kv_bits: float = 16, context: int = 0, batches: list[int] | None = None,
+             kv_type: str = "f16") -> dict:
     check_inputs(params=params, active_params=active_params, bits=bits, bytes_per_param=bytes_per_param,
                  file_size_gb=file_size_gb, bandwidth_gbs=bandwidth_gbs, tflops=tflops, kv_bits=kv_bits,
                  gpu_cores=gpu_cores, layers=layers, kv_heads=kv_heads, head_dim=head_dim, context=context,
                  batches=batches)
-    weights, weights_how, shape = _weights(model, params, active_params, bits, bytes_per_param, file_size_gb)
+    if kv_type not in KV_TYPES:
+        raise MacprofError(f"estimate: --kv-type must be one of {', '.join(KV_TYPES)}, not {kv_type!r}")
+    weights, weights_how, shape = _weights(model, params, active_params, bits, bytes_per_param, file_size_gb, kv_type)
     file_bytes = shape.get("file_bytes")
     params = params or shape.get("params")
     active_params = active_params or shape.get("active_params")
+    layout = _kv_layout(shape, layers, kv_heads, head_dim, kv_bits, context)
     layers, kv_heads = layers or shape.get("layers"), kv_heads or shape.get("kv_heads")
     head_dim = head_dim or shape.get("head_dim")
     if weights <= 0:
         raise MacprofError("estimate: the weights read per token must be positive")
     bandwidth_gbs, source, tflops = _bandwidth(bandwidth_gbs, chip, gpu_cores, tflops)
-    kv = kv_bytes_per_token(layers, kv_heads, head_dim, kv_bits / 8) if layers and kv_heads and head_dim else 0.0
     compute_params = active_params or params
-    r = Roofline(weights, bandwidth_gbs * 1e9, compute_params, tflops * 1e12 if tflops else None, kv)
+    r = Roofline(weights, bandwidth_gbs * 1e9, compute_params, tflops * 1e12 if tflops else None, kv=layout)
     read_s, compute_s = r.read_s(), r.compute_s()
     rows = [r.batch_row(b, context) for b in (batches or [1])]
     base = r.batch_row(1, context)["aggregate_tok_s"]
@@ -108,7 +113,7 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
         "inputs": {"model": str(model) if model else None, "params": params, "active_params": active_params,
                    "bits": bits, "bytes_per_param": bytes_per_param, "file_size_gb": file_size_gb, "chip": chip,
                    "gpu_cores": gpu_cores, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
-                   "kv_bits": kv_bits, "context": context},
+                   "kv_bits": kv_bits, "kv_type": kv_type, "context": context},
         "weight_bytes_per_token": weights, "weights_from": weights_how, "file_bytes": file_bytes,
         "bandwidth_gbs": bandwidth_gbs, "bandwidth_source": source, "tflops": tflops,
         "weight_read_s": read_s, "compute_s": compute_s,
@@ -117,8 +122,9 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
         "ceiling_tok_s": r.ceiling_tok_s(context),
         "ceiling_tok_s_no_context": r.ceiling_tok_s(0),
         "file_size_ceiling_tok_s": bandwidth_gbs * 1e9 / file_bytes if file_bytes else None,
-        "kv_bytes_per_token": kv or None,
-        "kv_bytes_at_context": kv * context if kv else None,
+        "kv_bytes_per_token": layout.linear_per_token or None,
+        "kv_bytes_at_context": kv_bytes_read(layout, context) if layout.groups else None,
+        "kv_layout": layout.to_json(),
         "prefill_ceiling_tok_s": r.prefill_ceiling_tok_s(),
         "batch": rows,
     }
@@ -128,3 +134,23 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
     return result
 
 
+
+def _kv_layout(shape: dict, layers: int | None, kv_heads: int | None, head_dim: int | None,
+               kv_bits: float, context: float) -> KvLayout:
+    """The model file's layout, unless --layers/--kv-heads/--head-dim (each filled from the
+    model where left out) describe full attention by hand at --kv-bits; no K/V term where
+    nothing says."""
+    from_model: KvLayout | None = shape.get("kv_layout")
+    if from_model is None or layers or kv_heads or head_dim:
+        layers, kv_heads = layers or shape.get("layers"), kv_heads or shape.get("kv_heads")
+        head_dim = head_dim or shape.get("head_dim")
+        if not (layers and kv_heads and head_dim):
+            return KvLayout()
+        return KvLayout.linear(kv_bytes_per_token(layers, kv_heads, head_dim, kv_bits / 8), layers)
+    if kv_bits != 16:
+        raise MacprofError("estimate: with a MODEL, give the K/V cache type as --kv-type (f16, q8_0, q4_0); "
+                           "--kv-bits applies to --layers/--kv-heads/--head-dim")
+    if not from_model.known and context:
+        raise MacprofError(f"estimate: the K/V bytes of this model are unknown ({from_model.reason}); "
+                           "give --layers, --kv-heads and --head-dim, or --context 0")
+    return from_model if from_model.known else KvLayout()

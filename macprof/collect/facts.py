@@ -65,7 +65,7 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
     info, info_error = None, None
     if not files_error:
         try:
-            info = modelinfo.inspect(model.path).to_dict()
+            info = modelinfo.inspect(model.path, model.settings.kv_type).to_dict()
         except MacprofError as exc:
             info_error = str(exc)
     return ev.ModelStart(

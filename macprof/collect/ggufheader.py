@@ -28,7 +28,7 @@ MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses more
 MAX_NESTING = 4  # arrays of arrays: none in practice; bounded so a header cannot recurse without end
 MAX_VALUES = 1 << 16  # numeric arrays read when asked for (per-layer values); longer ones only counted
 MAX_TEXT = 1 << 16  # strings kept when asked for; a longer one is skipped (no key modelinfo reads is long)
-STRING, ARRAY = 8, 9
+STRING, ARRAY, BOOL = 8, 9, 7
 # value type -> (name, struct code); strings and arrays are read by hand
 SCALARS = {0: ("UINT8", "B"), 1: ("INT8", "b"), 2: ("UINT16", "H"), 3: ("INT16", "h"), 4: ("UINT32", "I"),
            5: ("INT32", "i"), 6: ("FLOAT32", "f"), 7: ("BOOL", "?"), 10: ("UINT64", "Q"), 11: ("INT64", "q"),
@@ -102,6 +102,21 @@ class Header:
         if v.vtype not in INTEGERS or not isinstance(v.value, int) or v.value < 0:
             raise self._wrong(key, "a non-negative integer")
         return v.value
+
+    def layers(self, key: str) -> int | tuple[int, ...] | None:
+        """A non-negative integer, or a per-layer array of integers or booleans as a tuple
+        (head_count_kv of hybrids, sliding_window_pattern, recurrent_layers), or None."""
+        v = self.kv.get(key)
+        if v is None:
+            return None
+        if isinstance(v.value, Array) and v.value.elem_type in INTEGERS | {BOOL}:
+            values = v.value.values
+            if values is None or any(x < 0 for x in values):
+                raise self._wrong(key, f"an array of at most {MAX_VALUES} non-negative integers")
+            return tuple(int(x) for x in values)
+        if v.vtype == BOOL:
+            return int(bool(v.value))
+        return self.count(key)
 
     def array_length(self, key: str) -> int | None:
         v = self.kv.get(key)

@@ -17,6 +17,7 @@ from typing import Iterator, Protocol, Sequence
 class EngineSettings:
     n_ctx: int = 4096  # context the engine must hold (prompt + generated + margin)
     threads: int | None = None  # None: the engine's own default
+    kv_type: str = "f16"  # K/V cache type (f16, q8_0, q4_0)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_tw
 from macprof.errors import MacprofError
 
 _SEQ = 0
+_GGML_KV_TYPES = {"q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}  # the kv_type option -> ggml_type
 # llama.cpp logs every tensor it loads; keep its errors only, unless asked for more.
 _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
 
@@ -73,6 +74,7 @@ class LlamaCppEngine:
         self.threads = 0
         self.threads_source = ""
         self._load: dict = {}  # what load_model passed to llama.cpp, for the run log
+        self.kv_type = "f16"
         self.n_batch = 0
         self._history: list[int] = []
         self._reused = 0
@@ -92,15 +94,19 @@ class LlamaCppEngine:
         self.model = model
         self.vocab = lc.llama_model_get_vocab(model)
         self.threads, self.threads_source = ((settings.threads, "settings") if settings.threads else default_threads())
+        self.kv_type = settings.kv_type
         self.n_batch = min(2048, settings.n_ctx)  # llama-bench's default n_batch
         self.ctx = self._context(settings.n_ctx, 1)
         if not self.ctx:
             raise MacprofError(f"{path}: llama.cpp could not create a context of {settings.n_ctx} tokens")
         self._mem = lc.llama_get_memory(self.ctx)
         self._logits_t = ctypes.POINTER(ctypes.c_float * self.vocab_size)
-        self._load = load_facts(model, mparams, lc.llama_context_default_params())
+        self._load = load_facts(model, mparams, self._context_params(settings.n_ctx, 1))  # as passed
 
     def _context(self, n_ctx: int, n_seq: int):
+        return lc.llama_init_from_model(self.model, self._context_params(n_ctx, n_seq))
+
+    def _context_params(self, n_ctx: int, n_seq: int):
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = min(self.n_batch, n_ctx)
@@ -109,7 +115,10 @@ class LlamaCppEngine:
         cparams.kv_unified = False  # one KV stream per sequence, n_ctx / n_seq cells each
         cparams.n_threads = self.threads
         cparams.n_threads_batch = self.threads
-        return lc.llama_init_from_model(self.model, cparams)
+        if self.kv_type != "f16":  # llama.cpp quantizes a V cache only with flash attention: enabled, and recorded
+            cparams.type_k = cparams.type_v = _GGML_KV_TYPES[self.kv_type]
+            cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        return cparams
 
     def load_tokenizer(self) -> None:
         """The GGUF file carries the vocabulary: it is loaded with the model."""
@@ -267,6 +276,7 @@ class LlamaCppEngine:
             "threads": self.threads,
             "threads_source": self.threads_source,
             "load": self._load,
+            "kv_type": self.kv_type,
         }
 
     def close(self) -> None:

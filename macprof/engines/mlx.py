@@ -17,10 +17,12 @@ from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
 from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_two
+from macprof.errors import MacprofError
+from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
 _CLEAR_EVERY = 256  # as generate_step: return freed buffers to the allocator cache now and then
 BATCH_API = "0.31.3"  # the first mlx-lm whose BatchGenerator takes stream= and has next_generated()
@@ -83,6 +85,7 @@ class MlxEngine:
         self._prefill_step = 2048
         self._old_wired: int | None = None
         self._wired: dict = {}
+        self._kv_bits: int | None = None
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -90,6 +93,7 @@ class MlxEngine:
         self._path = Path(path)
         self.model, self.config = load_model(self._path, lazy=False)  # evaluates every weight
         self._stream = mx.new_stream(mx.default_device())
+        self._kv_bits = MLX_KV_BITS.get(settings.kv_type)  # None: f16
         self._old_wired, self._wired = wire()
         from mlx_lm.generate import BatchGenerator
 
@@ -112,6 +116,9 @@ class MlxEngine:
     # -- cache ---------------------------------------------------------------------------
     def reset(self) -> None:
         self._cache = make_prompt_cache(self.model)
+        if self._kv_bits:  # as generate_step's kv_bits with quantized_kv_start 0; mlx-lm quantizes no RotatingKVCache
+            self._cache = [c.to_quantized(group_size=MLX_KV_GROUP, bits=self._kv_bits) if type(c) is KVCache else c
+                           for c in self._cache]
         self._history = []
 
     def cached_tokens(self) -> int:
@@ -182,6 +189,8 @@ class MlxEngine:
         from mlx_lm.generate import BatchGenerator
         from mlx_lm.sample_utils import greedy_sampler
 
+        if self._kv_bits:
+            raise MacprofError("mlx-lm's BatchGenerator keeps an f16 K/V cache: run the batch sweep with --kv-type f16")
         size = len(prompts)
         gen = BatchGenerator(self.model, max_tokens=n, stop_tokens=None, sampler=greedy_sampler,
                              completion_batch_size=size, prefill_batch_size=size,
@@ -229,7 +238,8 @@ class MlxEngine:
         import mlx_lm
 
         return {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__,  # type: ignore[attr-defined]  # set at import, not in the stubs
-                "device": str(mx.default_device()), **self._wired}
+                "device": str(mx.default_device()), "kv_bits": self._kv_bits, "kv_group_size": MLX_KV_GROUP,
+                **self._wired}
 
     def close(self) -> None:
         self.close_batch()

@@ -1,11 +1,13 @@
 """The roofline (pure): how fast decoding could go, limited by memory bandwidth and compute.
 
 docs/design.md "The ceiling":
-  kv_bytes_per_token = 2 x layers x kv_heads x head_dim x bytes_per_element
-  ceiling_tok_s(c)   = 1 / step(1) = 1 / max((W + c x kv) / bandwidth, 2 x active_params / flops);
-                       bandwidth / (W + c x kv) while memory-bound or with compute unknown
+  kv(c)              = K/V bytes read per token at context c (macprof.measure.kvmodel: c x per-token
+                       bytes for full attention, min(c, window) for sliding layers, constant state
+                       for recurrent ones); c x kv_per_token where only the scalar is known
+  ceiling_tok_s(c)   = 1 / step(1) = 1 / max((W + kv(c)) / bandwidth, 2 x active_params / flops);
+                       bandwidth / (W + kv(c)) while memory-bound or with compute unknown
   compute per token  = 2 x active_params operations (a multiply and an add per parameter)
-  step(B)            = max((W + B c kv) / bandwidth, B x 2 x active_params / flops)
+  step(B)            = max((W + B kv(c)) / bandwidth, B x 2 x active_params / flops)
   per-user ITL = step(B); aggregate tok/s = B / step(B)
 Units: bytes, bytes/s, FLOP/s, seconds.
 """
@@ -13,6 +15,8 @@ Units: bytes, bytes/s, FLOP/s, seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from macprof.measure.kvmodel import KvLayout, kv_bytes_read
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: float = 2) -> float:
@@ -25,10 +29,18 @@ class Roofline:
     bandwidth: float  # bytes/s
     active_params: float | None = None
     flops: float | None = None  # FLOP/s
-    kv_per_token: float = 0.0  # bytes per token of context
+    kv_per_token: float = 0.0  # bytes per token of context, where no layout is given
+    kv: KvLayout | None = None  # the attention memory; overrides kv_per_token
+
+    def kv_read(self, context: float = 0) -> float:
+        """K/V bytes one sequence reads per generated token at ``context`` (0 where unknown:
+        callers check layout.known first and give no ceiling)."""
+        if self.kv is None:
+            return context * self.kv_per_token
+        return kv_bytes_read(self.kv, context) or 0.0
 
     def read_s(self, context: float = 0, batch: int = 1) -> float:
-        return (self.weight_bytes + batch * context * self.kv_per_token) / self.bandwidth
+        return (self.weight_bytes + batch * self.kv_read(context)) / self.bandwidth
 
     def compute_s(self, batch: int = 1) -> float | None:
         if not self.active_params or not self.flops:

@@ -124,6 +124,7 @@ class ModelSettings(Record):
     shapes: tuple[str, ...] | None = ABSENT
     depths: tuple[int, ...] | None = ABSENT
     batches: tuple[int, ...] | None = ABSENT
+    kv_type: str | None = ABSENT  # absent from logs before the option: f16
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())

@@ -168,7 +168,9 @@ class Ceiling(Record):
     reason: str | None = ABSENT
     context_tokens: float | None = ABSENT
     weight_bytes_per_token: float | None = ABSENT
-    kv_bytes_per_token: float | None = ABSENT
+    kv_bytes_per_token: float | None = ABSENT  # where K/V grows linearly with the context (full attention, MLA)
+    kv_bytes_read: float | None = ABSENT  # K/V and recurrent state read per token at context_tokens
+    kv_type: str | None = ABSENT
     decode_tok_s: float | None = ABSENT
     spec: CeilingSide | None = ABSENT
     measured: CeilingSide | None = ABSENT

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from macprof.render.text import fmt_bytes, render_table
+from macprof.sanitise import clean
 
 
 def render(e: dict) -> str:
@@ -21,11 +22,30 @@ def render(e: dict) -> str:
         lines.append(f"file-size convention   : {e['file_size_ceiling_tok_s']:.1f} tok/s (bandwidth / file size)")
     if e["prefill_ceiling_tok_s"]:
         lines.append(f"prefill ceiling        : {e['prefill_ceiling_tok_s']:.0f} tok/s (compute-bound)")
+    at, kv_type = e["kv_bytes_at_context"], e["inputs"]["kv_type"]
     if e["kv_bytes_per_token"]:
-        at = e["kv_bytes_at_context"]
-        lines.append(f"KV cache               : {fmt_bytes(e['kv_bytes_per_token'])} per token"
-                     + (f"; {fmt_bytes(at)} ({at / 1e9:.2f} GB) at {ctx} tokens" if ctx else ""))
+        lines.append(f"KV cache ({kv_type})         : {fmt_bytes(e['kv_bytes_per_token'])} per token"
+                     + (f"; {fmt_bytes(at)} ({at / 1e9:.2f} GB) read per token at {ctx} tokens" if ctx else ""))
+    elif at is not None:  # windows or recurrent state: not linear in the context
+        kinds = ", ".join(f"{g['layers']} {g['kind']}" + (f" (window {g['window']})" if g.get("window") else "")
+                          for g in e["kv_layout"]["groups"])
+        lines.append(f"KV cache ({kv_type})         : {fmt_bytes(at)} ({at / 1e9:.3f} GB) read per token at {ctx} tokens"
+                     f" [{kinds} layers]")
     rows = [[str(r["batch"]), f"{r['itl_s'] * 1e3:.1f} ms", f"{r['aggregate_tok_s']:.1f}",
              f"x{r['aggregate_vs_batch1']:.2f}", r["bound"]] for r in e["batch"]]
     lines += ["", render_table(["batch", "per-user ITL", "aggregate tok/s", "vs batch 1", "bound"], rows)]
     return "\n".join(lines)
+
+
+def kv_rows(layout: dict, read_at: dict) -> list[list[str]]:
+    """`macprof inspect`'s rows for the attention memory: each layer kind, then the bytes one
+    token reads at a few contexts (or why they are unknown)."""
+    if layout.get("reason"):
+        return [["kv layout", f"unknown: {clean(layout['reason'])}"]]
+    rows = []
+    for g in layout["groups"]:
+        what = (f"{fmt_bytes(g['state_bytes'])} state per layer" if g["kind"] == "state"
+                else f"{fmt_bytes(g['per_token'])} per token per layer" + (f", window {g['window']}" if g.get("window") else ""))
+        rows.append([f"kv layers: {g['kind']}", f"{g['layers']} x {what} ({layout['kv_type']})"])
+    rows += [[f"kv bytes read per token at c={c}", f"{fmt_bytes(b)} ({b:.0f} B)"] for c, b in read_at.items()]
+    return rows

@@ -73,7 +73,8 @@ def run(job: dict, emit) -> None:
     engine = engines.create(job["engine"])
     t_imported = time.perf_counter_ns()
     try:
-        engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads))
+        engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads,
+                                                          kv_type=settings.kv_type))
     except MacprofError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the engine raises, say which file
