@@ -6,7 +6,11 @@ into Python). llama.cpp's greedy sampler chain does the same job but first fills
 array for the whole vocabulary: measured here at 53 µs per token against 6.5 µs for the view's
 argmax, with a 32 000-token vocabulary (1.5 % of a 3.4 ms decode step). The prompt cache is the context's KV memory: a new prompt
 keeps the longest common prefix with what the memory holds (``llama_memory_seq_rm`` drops
-the rest), as ``Llama.generate`` does.
+the rest), as ``Llama.generate`` does. Not every memory can be cut back: a recurrent (or
+hybrid) model's state cannot be rewound (``llama_memory_seq_rm`` refuses a partial removal),
+and a sliding-window cache that is not full size (``swa_full`` off) has dropped the positions
+before its window; ``cut_refusal`` says so from the model's and the memory's own figures, and
+such a prefix is recomputed from an empty cache and reported as not reused.
 
 Batched decoding is llama.cpp's own (as in its ``batched`` example and llama-batched-bench):
 a second context with one KV stream per sequence, and one ``llama_batch`` per step holding
@@ -25,7 +29,7 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp import _logger as _lc_logger
 
-from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_two
+from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo, reusable_prefix, top_two
 from macprof.errors import MacprofError
 
 _SEQ = 0
@@ -56,9 +60,12 @@ class LlamaCppEngine:
         self.n_batch = 0
         self._history: list[int] = []
         self._reused = 0
+        self._refused: str | None = None
+        self.memory_facts: dict = {}  # recurrent / hybrid / n_swa / swa_full: what decides a cut (cut_refusal)
         self._mem = None
         self._bctx = None  # the batch context (open_batch .. close_batch)
         self._bsize = 0
+        self._swa_full = True
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -77,6 +84,10 @@ class LlamaCppEngine:
         if not self.ctx:
             raise MacprofError(f"{path}: llama.cpp could not create a context of {settings.n_ctx} tokens")
         self._mem = lc.llama_get_memory(self.ctx)
+        is_hybrid = getattr(lc, "llama_model_is_hybrid", None)  # bound from llama-cpp-python 0.3.10 on
+        self.memory_facts = {"recurrent": bool(lc.llama_model_is_recurrent(model)),
+                             "hybrid": bool(is_hybrid(model)) if is_hybrid else False,
+                             "n_swa": int(lc.llama_model_n_swa(model)), "swa_full": self._swa_full}
         self._logits_t = ctypes.POINTER(ctypes.c_float * self.vocab_size)
 
     def _context(self, n_ctx: int, n_seq: int):
@@ -88,6 +99,7 @@ class LlamaCppEngine:
         cparams.kv_unified = False  # one KV stream per sequence, n_ctx / n_seq cells each
         cparams.n_threads = self.threads
         cparams.n_threads_batch = self.threads
+        self._swa_full = bool(cparams.swa_full)  # llama.cpp's default: a sliding-window cache keeps every position
         return lc.llama_init_from_model(self.model, cparams)
 
     def load_tokenizer(self) -> None:
@@ -128,8 +140,20 @@ class LlamaCppEngine:
             lc.llama_memory_clear(lc.llama_get_memory(self._bctx), True)
 
     def truncate(self, n_tokens: int) -> None:
-        lc.llama_memory_seq_rm(self._mem, _SEQ, n_tokens, -1)
+        refusal = self.cut_refusal(n_tokens)
+        if refusal:
+            raise CacheCutRefused(refusal)
+        if not lc.llama_memory_seq_rm(self._mem, _SEQ, n_tokens, -1):
+            raise CacheCutRefused(f"llama_memory_seq_rm refused to cut the cache back to {n_tokens} tokens")
         self._history = self._history[:n_tokens]
+
+    def cut_refusal(self, n_tokens: int) -> str | None:
+        return cut_refusal(self.cached_tokens(), n_tokens, pos_min=int(lc.llama_memory_seq_pos_min(self._mem, _SEQ)),
+                           **self.memory_facts)
+
+    @property
+    def reuse_refused(self) -> str | None:
+        return self._refused
 
     def cached_tokens(self) -> int:
         return int(lc.llama_memory_seq_pos_max(self._mem, _SEQ)) + 1
@@ -149,8 +173,11 @@ class LlamaCppEngine:
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
         keep = reusable_prefix(self._history[: self.cached_tokens()], ids)
-        if not lc.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
-            self.reset()
+        self._refused = self.cut_refusal(keep) if keep else None
+        if not self._refused and not lc.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
+            self._refused = f"llama_memory_seq_rm refused to cut the cache back to {keep} tokens"
+        if self._refused:
+            self.reset()  # recomputed from an empty cache, and reported as such
             keep = 0
         self._reused = keep
         self._history = history = list(ids)
@@ -253,6 +280,28 @@ class LlamaCppEngine:
         if self.model:
             lc.llama_model_free(self.model)
         self.ctx = self.model = None
+
+
+def cut_refusal(held: int, n_tokens: int, *, recurrent: bool, hybrid: bool, n_swa: int, swa_full: bool,
+                pos_min: int) -> str | None:
+    """Whether a memory holding positions [pos_min, held) can be cut back to its first
+    ``n_tokens`` (None) or why not. A recurrent state can only be extended or emptied (llama.cpp's
+    seq_rm refuses a partial removal; its per-token rollback is off at n_rs_seq = 0). A
+    sliding-window cache that is not full size keeps only the last n_swa positions: the next
+    token after the cut needs those from n_tokens - n_swa on (the test llama.cpp's server makes
+    before it reuses a slot's prompt, pos_min against pos_next - n_swa)."""
+    if n_tokens >= held:
+        return None
+    if (recurrent or hybrid) and n_tokens > 0:
+        kind = "recurrent" if recurrent else "hybrid (attention + recurrent)"
+        return (f"llama.cpp {kind} memory: its state holds {held} tokens and cannot be rewound to {n_tokens} "
+                f"(llama_memory_seq_rm refuses a partial removal)")
+    need = max(0, n_tokens - n_swa)
+    if n_swa and n_tokens > 0 and pos_min > need:  # swa_full (the default) keeps every position: pos_min 0
+        return (f"llama.cpp sliding-window cache (n_swa {n_swa}, swa_full {'on' if swa_full else 'off'}) holds "
+                f"positions from {pos_min} on; "
+                f"cutting back to {n_tokens} tokens needs them from {need}")
+    return None
 
 
 def _fill(batch, entries, last: dict | None) -> list[tuple[int, int]]:
