@@ -2,7 +2,8 @@
 says why (``cut_refusal``), never reports a recomputed prefix as reused, and the prefix and
 depth protocols record "reuse not possible" and still measure. The fast tier drives the fake
 engine's window / recurrent caches; the slow tier runs tiny random MLX models whose own caches
-are a RotatingKVCache (gemma3_text) and an ArraysCache (lfm2)."""
+are a RotatingKVCache (gemma3_text) and an ArraysCache (lfm2), and a tiny random Mamba GGUF on
+llama.cpp's recurrent memory."""
 
 import json
 import shutil
@@ -225,3 +226,99 @@ def test_mlx_sliding_window_and_recurrent_caches(tiny_dir, tmp_path):
         assert all(r["reused_tokens"] == 24 and r["cached_tokens_before"] == 24 for r in d24["requests"])
     assert "the cache cannot be cut back to its fill" in proc.stdout
 
+
+
+# -- slow: llama.cpp's recurrent memory, a tiny random Mamba GGUF ---------------------------------
+def write_mamba_gguf(path: Path, tok_json: str, hidden: int = 64, layers: int = 2, d_state: int = 8, d_conv: int = 4,
+                     dt_rank: int = 4) -> Path:
+    """A Mamba model as convert_hf_to_gguf writes one (the keys and tensors llama.cpp's mamba
+    loader asks for), seeded random f32 weights, with the tiny demo's BPE vocabulary."""
+    import gguf
+    import numpy as np
+
+    from macprof.demo.tokenizer import vocab_and_merges
+
+    tokens, merges = vocab_and_merges(tok_json)
+    d_inner, rng = 2 * hidden, np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), "mamba")
+    w.add_context_length(1 << 20)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_block_count(layers)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(dt_rank)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in ("<s>", "</s>") else gguf.TokenType.NORMAL for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(False)
+
+    def normal(*shape: int, std: float = 0.2):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    # numpy shapes are ggml's reversed: ssm_in {n_embd, 2 d_inner} is (2 d_inner, n_embd)
+    w.add_tensor("token_embd.weight", normal(len(tokens), hidden, std=1.0))
+    for i in range(layers):
+        for name, a in (("attn_norm.weight", np.ones(hidden, np.float32)), ("ssm_in.weight", normal(2 * d_inner, hidden)),
+                        ("ssm_conv1d.weight", normal(d_inner, d_conv)), ("ssm_conv1d.bias", normal(d_inner)),
+                        ("ssm_x.weight", normal(dt_rank + 2 * d_state, d_inner)), ("ssm_dt.weight", normal(d_inner, dt_rank)),
+                        ("ssm_dt.bias", normal(d_inner)), ("ssm_a", -np.exp(normal(d_inner, d_state))),
+                        ("ssm_d", np.ones(d_inner, np.float32)), ("ssm_out.weight", normal(hidden, d_inner))):
+            w.add_tensor(f"blk.{i}.{name}", a)
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    w.add_tensor("output.weight", normal(len(tokens), hidden, std=1.0))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.slow
+def test_llama_cpp_recurrent_memory(tiny_dir, tmp_path):
+    """The real binding: llama.cpp says the model is recurrent, its seq_rm refuses a partial
+    removal, the engine refuses the cut with its reason, extends its state (real reuse), and a
+    prompt that would need a cut is recomputed, reported as such, with the fresh path's tokens;
+    a depth case through `macprof run` is refilled and says why."""
+    import llama_cpp as lc
+
+    from macprof.engines.llama_cpp import LlamaCppEngine
+
+    path = write_mamba_gguf(tmp_path / "mamba.gguf", (tiny_dir / "mlx" / "demo-tiny-f16" / "tokenizer.json").read_text())
+    engine = LlamaCppEngine()
+    engine.load_model(path, EngineSettings(n_ctx=256))
+    try:
+        assert engine.memory_facts["recurrent"] is True
+        ids = engine.tokenize(" the cache of a recurrent model keeps a state and not one entry per token")
+        first = list(engine.generate(ids, 5))  # holds ids + 4
+        held = len(ids) + 4
+        assert engine.cached_tokens() == held and "cannot be rewound to 10" in engine.cut_refusal(10)
+        with pytest.raises(CacheCutRefused, match="recurrent memory"):
+            engine.truncate(10)
+        list(engine.generate(ids + first + [20], 3))  # extends what it holds: no cut
+        assert engine.reused_tokens == held and engine.reuse_refused is None
+        cut = list(engine.generate(ids[:10] + [20, 21], 4))
+        assert engine.reused_tokens == 0 and "recurrent" in engine.reuse_refused
+        engine.reset()
+        assert list(engine.generate(ids[:10] + [20, 21], 4)) == cut
+        assert not lc.llama_memory_seq_rm(lc.llama_get_memory(engine.ctx), 0, 5, -1)  # llama.cpp's own refusal
+    finally:
+        engine.close()
+    (tmp_path / "models.toml").write_text(f'[[models]]\nname = "mamba"\nengine = "llama.cpp"\npath = "{path}"\n')
+    log = tmp_path / "run.json"
+    macprof("run", "--config", str(tmp_path / "models.toml"), "--phases", "prefix,depth", "--depth", "24",
+            "--prompt-tokens", "28", "--prefix-tokens", "24", "--gen-tokens", "6", "--reps", "1", "--timeout", "60",
+            "--log", str(log))
+    (m,) = json.loads(log.read_text())["models"]
+    assert all(p["reuse"]["reused_tokens"] == 24 for p in m["phases"]["prefix"]["pairs"])
+    (d24,) = m["phases"]["depth"]["cases"]
+    assert "llama.cpp recurrent memory" in d24["reuse_not_possible"]
+    assert all(r["reused_tokens"] == 24 and r["cached_tokens_before"] == 24 for r in d24["requests"])
