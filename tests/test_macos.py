@@ -137,7 +137,7 @@ def test_parent_adds_the_phase_footprint_peak_and_the_log_keeps_it():
 @pytest.mark.parametrize("fixture, cores", [("m1-pro-8cpu.sysctl.txt", 6), ("m5.sysctl.txt", 4),
                                             ("m4-pro-12cpu.sysctl.partial.txt", 8)])
 def test_llama_threads_are_the_performance_cores_on_macos(fixture, cores):
-    from macprof.engines.llama_cpp import default_threads
+    from macprof.engines.llama_cpp_facts import default_threads
 
     value = parse_sysctl(read(fixture))["hw.perflevel0.physicalcpu"]  # what `sysctl -n` prints
     threads, source = default_threads("darwin", sysctl=lambda key: value + "\n")
@@ -161,7 +161,7 @@ def test_overhead_tg_loop_synchronizes_after_every_decode(monkeypatch):
 
 
 def test_llama_load_facts(monkeypatch):
-    from macprof.engines import llama_cpp as adapter
+    from macprof.engines import llama_cpp_facts as adapter
 
     monkeypatch.setattr(adapter.lc, "llama_model_n_layer", lambda model: 32)
     monkeypatch.setattr(adapter.lc, "llama_supports_gpu_offload", lambda: True)

@@ -189,6 +189,9 @@ def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failu
         fill = next(iter(of(ev.DepthFill)), None)
         extra["fill"] = fill and DepthFill(t_start=fill.t_start, t_end=fill.t_end, fill_s=fill.fill_s,
                                            cached_tokens=fill.cached_tokens, kv_cache_bytes=fill.kv_cache_bytes)
+        refused = next(iter(of(ev.ReuseNotPossible)), None)
+        if refused:
+            extra["reuse_not_possible"] = refused.reason
     if phase == "batch":
         assert case.batch is not None, "a planned batch case has its batch size"
         extra["prediction"] = batch_prediction(shape, case.context_tokens, case.batch, bw)
@@ -337,9 +340,12 @@ def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -
     s_reuse = summarize_requests(reuse, len(failures))
     s_noreuse = summarize_requests(noreuse, len(failures))
     med_r, med_n = s_reuse.ttft_s.median, s_noreuse.ttft_s.median
+    refused = next((e.reason for e in events if isinstance(e, ev.ReuseNotPossible) and e.phase == "prefix"), None)
     return PrefixPhase(
-        pairs=built,
-        summary=PrefixSummary(reuse=s_reuse, noreuse=s_noreuse, ttft_speedup=stats.ratio(med_n, med_r),
+        reuse_not_possible=refused or ABSENT, pairs=built,
+        # no speed-up figure where nothing was reused: two uncached paths compared are no reuse's gain
+        summary=PrefixSummary(reuse=s_reuse, noreuse=s_noreuse,
+                              ttft_speedup=None if refused else stats.ratio(med_n, med_r),
                               reused_tokens=summarized([r.reused_tokens for r in reuse]),
                               checks=Checks(**_counts([p.check for p in measured if p.check]))),
         failures=tuple(failures), memory=_phase_memory(events, "prefix"), roofline=roof(s_reuse))

@@ -107,7 +107,7 @@ def threads_for(model, threads: int | None) -> int:
     """The full path gives both sides the same thread count; llama-bench needs a number."""
     if threads or model.engine != "llama.cpp":
         return threads or 0
-    from macprof.engines.llama_cpp import default_threads
+    from macprof.engines.llama_cpp_facts import default_threads
 
     return default_threads()[0]
 

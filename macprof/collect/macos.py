@@ -111,7 +111,7 @@ def thermal_state(read: Callable[[], int] = _ns_thermal_state, run: Runner = _ru
 # -- the GPU's recommended working set -----------------------------------------------------
 _MLX_QUERY = ("import json, mlx.core as mx; f = getattr(mx, 'device_info', None) or mx.metal.device_info; "
               "print(json.dumps({k: v for k, v in f().items() if isinstance(v, int)}))")
-_GGML_QUERY = ("import json, llama_cpp; from macprof.engines.llama_cpp import ggml_devices; "
+_GGML_QUERY = ("import json, llama_cpp; from macprof.engines.llama_cpp_facts import ggml_devices; "
                "llama_cpp.llama_backend_init(); print(json.dumps(ggml_devices()))")
 GGML_DEVICE_GPU = 1  # enum ggml_backend_dev_type: CPU 0, GPU 1, ACCEL 2 (ggml-backend.h)
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol, Sequence
 
+from macprof.errors import MacprofError
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -66,7 +68,19 @@ class Engine(Protocol):
 
     def truncate(self, n_tokens: int) -> None:
         """Keep the cache's first ``n_tokens`` and drop the rest (a depth case's fill is
-        restored this way before each request, never recomputed)."""
+        restored this way before each request); raises CacheCutRefused, the cache untouched,
+        where ``cut_refusal(n_tokens)`` gives a reason."""
+
+    def cut_refusal(self, n_tokens: int) -> str | None:
+        """Why the cache, as it is now, cannot be cut back to its first ``n_tokens``: a
+        sliding-window layer has dropped tokens the cut would need again, a recurrent state
+        cannot be rewound. None: it can (or it holds no more than that)."""
+
+    @property
+    def reuse_refused(self) -> str | None:
+        """Why the last ``generate`` started from an empty cache though it shared a prefix with
+        what the cache held (``cut_refusal`` of that prefix); None when it kept what it could.
+        ``reused_tokens`` is then 0: a recomputed prefix is never reported as reused."""
 
     # Batched decoding: B sequences decoded together, one weight read per step for all.
     batch_unsupported: str | None  # None, or why this engine cannot (recorded, never imitated)
@@ -95,6 +109,14 @@ class Engine(Protocol):
     def versions(self) -> dict: ...
 
     def close(self) -> None: ...
+
+
+class CacheCutRefused(MacprofError):
+    """``truncate`` could not cut the cache back; ``reason`` is the engine's ``cut_refusal``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -10,6 +10,12 @@ prefix and a recomputed one give the same tokens exactly, batched decoding equal
 sequence at a time, and no output is ever a near-tie. It never sleeps: its speed is whatever
 Python manages, and no test may assert one.
 
+Its cache can be told (``write_model(cache=...)``, a header key) to refuse cuts the way real
+ones do, for the orchestration tests: ``window:N``, like a sliding-window layer (MLX's
+RotatingKVCache, llama.cpp's SWA cache), cannot be cut back once it has held more than N tokens;
+``recurrent``, like a recurrent state (MLX's ArraysCache, llama.cpp's recurrent memory), can
+only be extended or emptied.
+
 Vocabulary: 0 is BOS (added by ``tokenize``), 1 is EOS (never stops generation), 2..257 are the
 256 byte values (so any text round-trips), and every id from 258 is a space plus a fixed-length
 lowercase word (the words ``PromptBuilder`` builds prompts from).
@@ -21,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix
+from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo, reusable_prefix
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -61,6 +67,8 @@ class FakeEngine:
         self._history: list[int] = []  # ids fed so far; the cache holds the first len(_states)
         self._states: list[int] = []  # the state after each cached token: the fake's KV cache
         self._reused = 0
+        self._refused: str | None = None
+        self.cache_kind = "full"  # or "window:N" / "recurrent" (the header's macprof-fake.cache)
         self._batch = (0, 0)  # (sequences, tokens per sequence) of the open batch
 
     # -- loading -------------------------------------------------------------------------
@@ -68,6 +76,7 @@ class FakeEngine:
         meta = read_header(Path(path))
         self.vocab, self.n_ctx = meta["vocab_size"], settings.n_ctx
         self.kv_bytes_per_token = 2 * meta["block_count"] * meta["head_count_kv"] * meta["head_dim"] * 2  # K, V in f16
+        self.cache_kind = str(meta.get("cache") or "full")
         self._letters = _word_len(self.vocab)
         self._word_re = re.compile(rf" [a-z]{{{self._letters}}}(?![a-z])")
         Path(path).read_bytes()  # a real load reads every weight: the file's pages end up cached the same way
@@ -117,15 +126,34 @@ class FakeEngine:
         self._history, self._states = [], []
 
     def truncate(self, n_tokens: int) -> None:
+        refusal = self.cut_refusal(n_tokens)
+        if refusal:
+            raise CacheCutRefused(refusal)
         del self._states[n_tokens:]
         del self._history[n_tokens:]
 
     def cached_tokens(self) -> int:
         return len(self._states)
 
+    def cut_refusal(self, n_tokens: int) -> str | None:
+        held = len(self._states)
+        if n_tokens >= held or n_tokens == 0:  # extending or emptying: any cache can
+            return None
+        if self.cache_kind == "recurrent" and n_tokens > 0:
+            return f"recurrent state (fake engine): it holds {held} tokens and cannot be rewound to {n_tokens}"
+        window = int(self.cache_kind.partition(":")[2] or 0) if self.cache_kind.startswith("window:") else 0
+        if window and held > window:
+            return (f"sliding-window cache of {window} tokens (fake engine): it has held {held}, "
+                    f"the tokens before its window are gone")
+        return None
+
     @property
     def reused_tokens(self) -> int:
         return self._reused
+
+    @property
+    def reuse_refused(self) -> str | None:
+        return self._refused
 
     def _next(self, state: int) -> int:
         # EOS one time in 16, as the demo models' head favours it: generation must go on past it
@@ -133,7 +161,11 @@ class FakeEngine:
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
-        keep = self._reused = max(0, reusable_prefix(self._history[: len(self._states)], ids))
+        keep = max(0, reusable_prefix(self._history[: len(self._states)], ids))
+        self._refused = self.cut_refusal(keep) if keep else None
+        if self._refused:
+            keep = 0  # start from an empty cache: measured without reuse, and said so
+        self._reused = keep
         del self._states[keep:]
         self._history = history = list(ids)
         if n <= 0:
@@ -229,7 +261,7 @@ def read_header(path: Path) -> dict[str, int]:
         f = reader.fields.get(key)
         return None if f is None else f.contents()
 
-    meta = {"vocab_size": field(f"{ARCH}.vocab_size"), "context_length": field(f"{ARCH}.context_length"),
+    meta = {"cache": field(f"{ARCH}.cache"), "vocab_size": field(f"{ARCH}.vocab_size"), "context_length": field(f"{ARCH}.context_length"),
             "block_count": field(f"{ARCH}.block_count"), "head_count_kv": field(f"{ARCH}.attention.head_count_kv"),
             "head_dim": field(f"{ARCH}.attention.key_length")}
     missing = [k for k in _KEYS if not isinstance(meta[k], int)]
@@ -241,15 +273,20 @@ def read_header(path: Path) -> dict[str, int]:
 
 
 def write_model(path: Path, vocab_size: int = 4096, context_length: int = 1024, layers: int = 2, hidden: int = 32,
-                heads: int = 2, kv_heads: int = 2, ffn: int = 64) -> Path:
+                heads: int = 2, kv_heads: int = 2, ffn: int = 64, cache: str = "full") -> Path:
     """A tiny GGUF the fake engine (and macprof's inspector) reads: llama-shaped f16 tensors of
-    zeros, so its shape, bytes and roofline figures are those of a real model of this size."""
+    zeros, so its shape, bytes and roofline figures are those of a real model of this size.
+    ``cache``: "full", "window:N" or "recurrent" (see the module's docstring)."""
     import gguf
     import numpy as np
 
     head_dim = hidden // heads
     w = gguf.GGUFWriter(str(path), ARCH)
     w.add_vocab_size(vocab_size)
+    if cache != "full":
+        if cache != "recurrent" and not (cache.startswith("window:") and cache[7:].isdigit()):
+            raise MacprofError(f"fake model cache {cache!r}: expected full, window:N or recurrent")
+        w.add_string(f"{ARCH}.cache", cache)
     w.add_context_length(context_length)
     w.add_block_count(layers)
     w.add_embedding_length(hidden)

@@ -6,7 +6,11 @@ into Python). llama.cpp's greedy sampler chain does the same job but first fills
 array for the whole vocabulary: measured here at 53 µs per token against 6.5 µs for the view's
 argmax, with a 32 000-token vocabulary (1.5 % of a 3.4 ms decode step). The prompt cache is the context's KV memory: a new prompt
 keeps the longest common prefix with what the memory holds (``llama_memory_seq_rm`` drops
-the rest), as ``Llama.generate`` does.
+the rest), as ``Llama.generate`` does. Not every memory can be cut back: a recurrent (or
+hybrid) model's state cannot be rewound (``llama_memory_seq_rm`` refuses a partial removal),
+and a sliding-window cache that is not full size (``swa_full`` off) has dropped the positions
+before its window; ``cut_refusal`` says so from the model's and the memory's own figures, and
+such a prefix is recomputed from an empty cache and reported as not reused.
 
 Batched decoding is llama.cpp's own (as in its ``batched`` example and llama-batched-bench):
 a second context with one KV stream per sequence, and one ``llama_batch`` per step holding
@@ -18,8 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -27,39 +29,14 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp import _logger as _lc_logger
 
-from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_two
+from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts
+from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo, reusable_prefix, top_two
 from macprof.errors import MacprofError
 
 _SEQ = 0
 _GGML_KV_TYPES = {"q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}  # the kv_type option -> ggml_type
 # llama.cpp logs every tensor it loads; keep its errors only, unless asked for more.
 _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
-
-
-def default_threads(platform: str = sys.platform, sysctl=None) -> tuple[int, str]:
-    """llama-bench's default thread count (common_cpu_get_num_math) and where it came from: on
-    macOS the performance cores only (sysctl hw.perflevel0.physicalcpu, as llama.cpp's
-    common_cpu_get_num_physical_cores reads it); elsewhere the physical cores (psutil)."""
-    if platform == "darwin":
-        text = (sysctl or _sysctl)("hw.perflevel0.physicalcpu")
-        if text and text.strip().isdigit() and int(text) > 0:
-            return int(text), "sysctl hw.perflevel0.physicalcpu (performance cores, llama-bench's default)"
-    try:
-        import psutil
-
-        cores = psutil.cpu_count(logical=False)
-        if cores:
-            return cores, "psutil physical cores"
-    except ImportError:
-        pass
-    return os.cpu_count() or 1, "os.cpu_count() (logical cores)"
-
-
-def _sysctl(key: str) -> str | None:
-    try:
-        return subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 class LlamaCppEngine:
@@ -78,9 +55,12 @@ class LlamaCppEngine:
         self.n_batch = 0
         self._history: list[int] = []
         self._reused = 0
+        self._refused: str | None = None
+        self.memory_facts: dict = {}  # recurrent / hybrid / n_swa / swa_full: what decides a cut (cut_refusal)
         self._mem = None
         self._bctx = None  # the batch context (open_batch .. close_batch)
         self._bsize = 0
+        self._swa_full = True
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -100,6 +80,10 @@ class LlamaCppEngine:
         if not self.ctx:
             raise MacprofError(f"{path}: llama.cpp could not create a context of {settings.n_ctx} tokens")
         self._mem = lc.llama_get_memory(self.ctx)
+        is_hybrid = getattr(lc, "llama_model_is_hybrid", None)  # bound from llama-cpp-python 0.3.10 on
+        self.memory_facts = {"recurrent": bool(lc.llama_model_is_recurrent(model)),
+                             "hybrid": bool(is_hybrid(model)) if is_hybrid else False,
+                             "n_swa": int(lc.llama_model_n_swa(model)), "swa_full": self._swa_full}
         self._logits_t = ctypes.POINTER(ctypes.c_float * self.vocab_size)
         self._load = load_facts(model, mparams, self._context_params(settings.n_ctx, 1))  # as passed
 
@@ -118,6 +102,7 @@ class LlamaCppEngine:
         if self.kv_type != "f16":  # llama.cpp quantizes a V cache only with flash attention: enabled, and recorded
             cparams.type_k = cparams.type_v = _GGML_KV_TYPES[self.kv_type]
             cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        self._swa_full = bool(cparams.swa_full)  # llama.cpp's default: a sliding-window cache keeps every position
         return cparams
 
     def load_tokenizer(self) -> None:
@@ -158,8 +143,20 @@ class LlamaCppEngine:
             lc.llama_memory_clear(lc.llama_get_memory(self._bctx), True)
 
     def truncate(self, n_tokens: int) -> None:
-        lc.llama_memory_seq_rm(self._mem, _SEQ, n_tokens, -1)
+        refusal = self.cut_refusal(n_tokens)
+        if refusal:
+            raise CacheCutRefused(refusal)
+        if not lc.llama_memory_seq_rm(self._mem, _SEQ, n_tokens, -1):
+            raise CacheCutRefused(f"llama_memory_seq_rm refused to cut the cache back to {n_tokens} tokens")
         self._history = self._history[:n_tokens]
+
+    def cut_refusal(self, n_tokens: int) -> str | None:
+        return cut_refusal(self.cached_tokens(), n_tokens, pos_min=int(lc.llama_memory_seq_pos_min(self._mem, _SEQ)),
+                           **self.memory_facts)
+
+    @property
+    def reuse_refused(self) -> str | None:
+        return self._refused
 
     def cached_tokens(self) -> int:
         return int(lc.llama_memory_seq_pos_max(self._mem, _SEQ)) + 1
@@ -179,8 +176,11 @@ class LlamaCppEngine:
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
         keep = reusable_prefix(self._history[: self.cached_tokens()], ids)
-        if not lc.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
-            self.reset()
+        self._refused = self.cut_refusal(keep) if keep else None
+        if not self._refused and not lc.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
+            self._refused = f"llama_memory_seq_rm refused to cut the cache back to {keep} tokens"
+        if self._refused:
+            self.reset()  # recomputed from an empty cache, and reported as such
             keep = 0
         self._reused = keep
         self._history = history = list(ids)
@@ -286,66 +286,6 @@ class LlamaCppEngine:
         if self.model:
             lc.llama_model_free(self.model)
         self.ctx = self.model = None
-
-
-def ggml_devices() -> list[dict]:
-    """ggml's backend devices (name, description, type: 0 CPU, 1 GPU, 2 accelerator; total
-    memory, which Metal gives as recommendedMaxWorkingSetSize), read through ggml's own C API:
-    llama-cpp-python binds none of it, the library it loaded exports it."""
-    lib = Path(lc.__file__).parent / "lib"
-    path = next((lib / n for n in ("libggml.dylib", "libggml.so") if (lib / n).exists()), None)
-    if path is None:
-        return []
-    ggml, c = ctypes.CDLL(str(path)), ctypes
-    ggml.ggml_backend_dev_count.restype = c.c_size_t
-    ggml.ggml_backend_dev_get.restype, ggml.ggml_backend_dev_get.argtypes = c.c_void_p, [c.c_size_t]
-    ggml.ggml_backend_dev_type.argtypes = [c.c_void_p]
-    for fn in (ggml.ggml_backend_dev_name, ggml.ggml_backend_dev_description):
-        fn.restype, fn.argtypes = c.c_char_p, [c.c_void_p]
-    ggml.ggml_backend_dev_memory.argtypes = [c.c_void_p, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
-    out = []
-    for i in range(ggml.ggml_backend_dev_count()):
-        dev = ggml.ggml_backend_dev_get(i)
-        free, total = c.c_size_t(), c.c_size_t()
-        ggml.ggml_backend_dev_memory(dev, c.byref(free), c.byref(total))
-        out.append({"name": (ggml.ggml_backend_dev_name(dev) or b"").decode(errors="replace"),
-                    "description": (ggml.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
-                    "type": int(ggml.ggml_backend_dev_type(dev)), "total_bytes": int(total.value)})
-    return out
-
-
-def load_facts(model, mparams, cparams, devices=None) -> dict:
-    """What llama.cpp was given and reports back, so two logs can be compared: the devices, the
-    layers asked on the GPU and the layers the model has, flash attention, mmap / mlock."""
-    try:
-        devices = ggml_devices() if devices is None else devices
-    except (OSError, AttributeError) as exc:
-        devices = [{"error": f"ggml device list unreadable: {exc}"}]
-    n_layer = int(lc.llama_model_n_layer(model))
-    asked = int(mparams.n_gpu_layers)
-    gpus = [d for d in devices if d.get("type") == 1]
-    offload = bool(lc.llama_supports_gpu_offload()) and bool(gpus)
-    # llama.cpp's load_tensors puts min(n_gpu_layers, n_layer + 1) layers (the output layer
-    # counts as one) on the GPU, all of them for a negative value
-    offloaded = (n_layer + 1 if asked < 0 else min(asked, n_layer + 1)) if offload else 0
-    return {"devices": devices, "gpu_offload": offload, "n_gpu_layers": asked, "n_layer": n_layer,
-            "offloaded_layers": offloaded, "flash_attn": _enum_name(lc, "llama_flash_attn_type_name", cparams.flash_attn_type),
-            "load_mode": _load_mode(mparams)}
-
-
-def _enum_name(module, fn: str, value: int) -> str:
-    name = getattr(module, fn, lambda v: None)(int(value))
-    return name.decode() if name else str(int(value))
-
-
-def _load_mode(mparams) -> str:
-    """The load mode passed: llama.cpp's own name for its load_mode enum (auto, none, mmap,
-    mlock, mmap+mlock, direct_io; "auto" is resolved inside llama.cpp, which does not report
-    its choice), or from use_mmap / use_mlock in the llama.cpp of before that enum."""
-    if hasattr(mparams, "load_mode"):
-        return _enum_name(lc, "llama_load_mode_name", mparams.load_mode)
-    mmap = bool(mparams.use_mmap) and bool(lc.llama_supports_mmap())
-    return "+".join([m for m, on in (("mmap", mmap), ("mlock", bool(mparams.use_mlock))) if on]) or "none"
 
 
 def _fill(batch, entries, last: dict | None) -> list[tuple[int, int]]:

@@ -7,6 +7,12 @@ argmax (no log-softmax), and no step is computed past the last token requested.
 Batched decoding is mlx-lm's own ``BatchGenerator`` (what ``mlx_lm.batch_generate`` runs),
 greedy, with no stop tokens so every sequence yields exactly ``n`` tokens. It keeps its own
 pipelining: step k+1 is queued before step k's tokens are read, one step past the last.
+
+The prompt cache is the model's own (``make_prompt_cache``: a sliding-window layer gets a
+RotatingKVCache, a recurrent one an ArraysCache). It can always be extended, but cut back only
+where every layer's cache is trimmable (mlx-lm's ``can_trim_prompt_cache``): a RotatingKVCache
+only while it has held fewer tokens than its window, an ArraysCache never. ``cut_refusal`` says
+which layers refuse; such a prefix is recomputed from an empty cache and reported as not reused.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import EngineSettings, TopTwo, reusable_prefix, top_two
+from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo, reusable_prefix, top_two
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -81,6 +87,7 @@ class MlxEngine:
         self._cache: Any = None
         self._history: list[int] = []  # tokens fed so far; the cache holds its first `offset`
         self._reused = 0
+        self._refused: str | None = None
         self._stream: Any = None
         self._prefill_step = 2048
         self._old_wired: int | None = None
@@ -122,22 +129,47 @@ class MlxEngine:
         self._history = []
 
     def cached_tokens(self) -> int:
-        return 0 if self._cache is None else int(self._cache[0].offset)
+        if self._cache is None:
+            return 0
+        # an attention layer's cache counts every token it was fed (a RotatingKVCache too, past
+        # its window); a recurrent one counts none: with no attention layer, the history does
+        offsets = [c.offset for c in self._cache if hasattr(c, "offset")]
+        return int(offsets[0]) if offsets else max(0, len(self._history) - 1)
 
     def truncate(self, n_tokens: int) -> None:
+        if n_tokens == 0:
+            self.reset()  # emptying needs no trim: any cache can be made afresh
+            return
+        refusal = self.cut_refusal(n_tokens)
+        if refusal:
+            raise CacheCutRefused(refusal)
         excess = self.cached_tokens() - n_tokens
         if excess > 0:
             trim_prompt_cache(self._cache, excess)
         self._history = self._history[:n_tokens]
 
+    def cut_refusal(self, n_tokens: int) -> str | None:
+        held = self.cached_tokens()
+        if n_tokens >= held or self._cache is None:
+            return None
+        return cut_refusal(self._cache, held, n_tokens)
+
     @property
     def reused_tokens(self) -> int:
         return self._reused
+
+    @property
+    def reuse_refused(self) -> str | None:
+        return self._refused
 
     def _prepare(self, ids: Sequence[int]) -> int:
         if self._cache is None:
             self.reset()
         keep = reusable_prefix(self._history[: self.cached_tokens()], ids)
+        self._refused = self.cut_refusal(keep) if keep else None
+        if self._refused or keep == 0:
+            self.reset()  # a fresh cache: what cannot be trimmed is recomputed, and reported so
+            keep = 0
         excess = self.cached_tokens() - keep
         if excess > 0:
             trim_prompt_cache(self._cache, excess)
@@ -249,6 +281,24 @@ class MlxEngine:
             mx.set_wired_limit(self._old_wired)
             self._old_wired = None
         mx.clear_cache()
+
+
+def cut_refusal(cache: Sequence[Any], held: int, n_tokens: int) -> str | None:
+    """Why a prompt cache holding ``held`` tokens cannot be trimmed back to ``n_tokens`` (mlx-lm
+    trims all layers or none), naming the layers that refuse; None when every one can."""
+    stuck = [c for c in cache if not c.is_trimmable()]
+    if not stuck or n_tokens >= held:
+        return None
+    first = stuck[0]
+    kind = type(first).__name__
+    if hasattr(first, "max_size"):
+        what = (f"sliding-window layers (mlx-lm {kind}, window {first.max_size}) have held {held} tokens: "
+                f"those before the window are gone, and mlx-lm trims one only while it has held fewer than its window")
+    elif hasattr(first, "offset"):
+        what = f"layers with an mlx-lm {kind} cannot be trimmed"
+    else:
+        what = f"recurrent layers (mlx-lm {kind}) keep a state, not one entry per token: it cannot be rewound"
+    return f"{len(stuck)} of {len(cache)} layers cannot be cut back from {held} to {n_tokens} tokens: {what}"
 
 
 ENGINE = MlxEngine

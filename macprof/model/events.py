@@ -264,6 +264,18 @@ class CaseError(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReuseNotPossible(Event):
+    """The engine's cache could not be cut back to a prefix (the prefix phase: that pair was
+    measured from an empty cache; a depth case: its fill was recomputed, untimed, before each
+    request); ``reason`` is the engine's own."""
+
+    KIND = "reuse_not_possible"
+    phase: str
+    case: str | None = ABSENT
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseUnsupported(Event):
     KIND = "case_unsupported"
     phase: str
@@ -276,7 +288,8 @@ class CaseUnsupported(Event):
 EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
-    RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported)}
+    RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
+    ReuseNotPossible)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

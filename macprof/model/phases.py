@@ -311,6 +311,8 @@ class PrefixPhase(Record):
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
     roofline: Ceiling | None = ABSENT
+    # why the engine could not keep the cached prefix (its pairs then ran from an empty cache)
+    reuse_not_possible: str | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,6 +355,7 @@ class SweepCase(Record):
     reason: str | None = None
     roofline: Ceiling | None = None
     fill: DepthFill | None = ABSENT  # depth
+    reuse_not_possible: str | None = ABSENT  # depth: the fill could not be cut back to, so it was refilled
     prediction: Prediction | None = ABSENT  # batch
     check: BatchCheck | None = ABSENT  # batch
 

@@ -43,10 +43,11 @@ def render_detail(log: RunLog) -> str:
                 lines.append(f"   {phase}: " + _metrics_line(summ.reuse))
                 lines.append("   prefix without reuse: " + _metrics_line(summ.noreuse))
                 c = summ.checks
-                sp = summ.ttft_speedup
+                sp, refused = summ.ttft_speedup, getattr(ph, "reuse_not_possible", None)
                 lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {summ.reused_tokens.median}; "
                              f"output checks: {c.identical}/{c.n} identical, {c.near_ties} near-ties, {c.failed} failed"
-                             if sp else "   prefix: no speed-up figure (missing samples)")
+                             if sp else "   prefix: no speed-up figure ("
+                             + (f"reuse not possible: {refused})" if refused else "missing samples)"))
             else:
                 lines.append(f"   {phase}: " + _metrics_line(summ))
             roof = ph.roofline

@@ -26,6 +26,7 @@ def summary_rows(log: RunLog) -> list[dict]:
             **headline(m),
             "cold_state": "/".join(states) or None,
             "prefix_speedup": ph.prefix.summary.ttft_speedup if ph.prefix else None,
+            "prefix_reuse_not_possible": ph.prefix.reuse_not_possible if ph.prefix else None,
             "itl_p99_s": ph.warm.summary.itl_s.p99 if ph.warm else None,
             "ceiling": ceiling_text(ph.warm.roofline if ph.warm else None),
             "ceiling_measured_tok_s": _ceiling(ph.warm.roofline.measured if ph.warm and ph.warm.roofline else None),
@@ -44,6 +45,8 @@ def _cold(r: dict) -> str:
 
 
 def _prefix(r: dict) -> str:
+    if r.get("prefix_reuse_not_possible"):
+        return fmt_s(r["prefix_ttft_s"]) + " (no reuse)"
     return fmt_s(r["prefix_ttft_s"]) + (f" (x{r['prefix_speedup']:.1f})" if r["prefix_speedup"] else "")
 
 
@@ -117,6 +120,7 @@ def warnings(log: RunLog) -> list[str]:
         if any(not d.dropped for d in drops):
             out.append(f"{name}: --drop-cache could not evict the model from the page cache ({drops[0].reason}): "
                        f"cold trials are labelled by their measured residency instead")
+        out += _reuse_warnings(name, ph)
         prefix_checks = ph.prefix.summary.checks if ph.prefix else None
         if prefix_checks and prefix_checks.failed:
             out.append(f"{name}: prefix reuse changed the output in {prefix_checks.failed} of {prefix_checks.n} requests "
@@ -124,6 +128,19 @@ def warnings(log: RunLog) -> list[str]:
         for f in m.failures:
             out.append(f"{name}: {f.phase or 'load'} failed ({f.status}): {f.reason}")
     return [clean(w) for w in out]  # one line each, whatever a name or an engine's message holds
+
+
+def _reuse_warnings(name: str, ph) -> list[str]:
+    """Where the engine's cache could not be cut back to a prefix (sliding-window, recurrent)."""
+    out = []
+    if ph.prefix and ph.prefix.reuse_not_possible:
+        out.append(f"{name}: prefix reuse not possible for this model: {ph.prefix.reuse_not_possible}; "
+                   f"its pairs were measured from an empty cache")
+    for c in ph.depth.cases if ph.depth else ():
+        if c.reuse_not_possible:
+            out.append(f"{name}: depth {c.id}: the cache cannot be cut back to its fill: {c.reuse_not_possible}; "
+                       f"the fill was recomputed, untimed, before each request")
+    return out
 
 
 def render_summary(log: RunLog, path: str | None = None) -> str:

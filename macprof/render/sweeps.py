@@ -13,7 +13,7 @@ from macprof.render.text import ceiling_text, clean, fmt_rate, fmt_s, fmt_x
 
 def _case_status(c: SweepCase) -> str:
     if c.status == "ok":
-        return ""
+        return "refilled: the cache cannot be cut back (see warnings)" if c.reuse_not_possible else ""
     return f"{c.status.upper()}: {c.reason}" if c.reason else c.status.upper()
 
 

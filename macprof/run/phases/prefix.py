@@ -1,6 +1,11 @@
 """prefix: a shared prefix; each request (prefix + distinct suffix) is measured with the prefix
 already in the cache and with the cache emptied, alternating which goes first; outputs are
-compared token by token."""
+compared token by token.
+
+The reuse half puts exactly the prefix in the cache and then extends it, which every cache can do
+(a sliding-window or recurrent one too). Where an engine still cannot keep the prefix, it says why
+(``reuse_refused``): the half is measured from an empty cache (reused_tokens 0, never called
+reuse) and the phase records the reason once (``reuse_not_possible``)."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ def _pair(ctx: PhaseContext, prefix: Prompt, prompt: Prompt, i: int, heads: dict
     again, its tokens are compared with the other half's."""
     engine, s = ctx.engine, ctx.settings
     outputs: dict[str, tuple[int, ...]] = {}
+    noted = False
     for mode in ("reuse", "noreuse") if i % 2 == 0 else ("noreuse", "reuse"):
         key = request_key(heads[mode])
         if record and key in ctx.done:
@@ -44,6 +50,9 @@ def _pair(ctx: PhaseContext, prefix: Prompt, prompt: Prompt, i: int, heads: dict
         rec = announced(ctx.emit, heads[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock),
                         record=record)
         outputs[mode] = rec.tokens
+        if mode == "reuse" and engine.reuse_refused and record and not noted:
+            ctx.emit(ev.ReuseNotPossible(phase="prefix", reason=engine.reuse_refused))
+            noted = True
     if record and request_key(heads["check"]) not in ctx.done:
         check = compare_outputs(engine, prompt, outputs["noreuse"], outputs["reuse"])
         ctx.emit(ev.PrefixCheck(phase="prefix", index=i - 1, kind=_kind(i), **check.to_json()))

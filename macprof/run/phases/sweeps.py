@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
+from macprof.engines.base import CacheCutRefused
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import OutputCheck
@@ -35,7 +36,9 @@ def run_grid(ctx: PhaseContext) -> None:
 
 def run_depth(ctx: PhaseContext) -> None:
     """The cache is filled with d tokens once per case (timed apart, as ``fill_s``); before each
-    request it is cut back to exactly those d tokens, which the request then reuses."""
+    request it is cut back to exactly those d tokens, which the request then reuses. A cache
+    that cannot be cut back (sliding-window, recurrent) is refilled instead, untimed, and the
+    case records why (``reuse_not_possible``): the request still extends d cached tokens."""
     engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
     def one_case(case: dict) -> None:
         d, tags = case["depth"], {"case": case["id"]}
@@ -44,6 +47,7 @@ def run_depth(ctx: PhaseContext) -> None:
             return  # measured before a resume
         engine.reset()
         t_start = t_end = fill_s = None
+        context: Prompt | None = None
         if d > 0:
             context = builder.prompt(f"depth:{d}", d)
             t_start = clock()
@@ -57,16 +61,35 @@ def run_depth(ctx: PhaseContext) -> None:
         emit(ev.DepthFill(phase="depth", **tags, depth=d, t_start=t_start, t_end=t_end,
                           fill_s=fill_s, cached_tokens=engine.cached_tokens(),
                           kv_cache_bytes=engine.kv_cache_bytes()))
+        noted = False
         for i, prompt in enumerate(prompts):
             if not (left[i] or i == 0):
                 continue
             _pause(s)
-            engine.truncate(d)  # restore the filled cache: drop what the previous request added
+            refused = _restore(engine, d, context)
+            if refused and not noted:
+                emit(ev.ReuseNotPossible(phase="depth", **tags, reason=refused))
+                noted = True
             announced(emit, {"phase": "depth", "index": i - 1, "kind": _kind(i), **tags,
                              "cached_tokens_before": engine.cached_tokens()},
                       lambda: timed_request(engine, prompt, case["gen_tokens"], clock), record=left[i])
 
     _sweep(engine, "depth", cases, emit, one_case)
+
+
+def _restore(engine, d: int, context: Prompt | None) -> str | None:
+    """Bring the cache back to the case's d filled tokens: cut back what the previous request
+    added, or, where the cache cannot be cut (the reason is returned), empty it and fill it
+    again, untimed: the request then extends d cached tokens either way."""
+    try:
+        engine.truncate(d)
+        return None
+    except CacheCutRefused as exc:
+        engine.reset()
+        if context is not None:
+            for _ in engine.generate(list(context.ids), 1):
+                pass
+        return exc.reason
 
 
 def run_batch(ctx: PhaseContext) -> None:
