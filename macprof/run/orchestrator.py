@@ -24,6 +24,7 @@ from macprof.collect import facts, residency
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.model import events as ev
+from macprof.measure import fit
 from macprof.model.phases import DropCache, PlannedCase, Residency
 from macprof.run import resume, signals, watch
 from macprof.run.journal import Journal
@@ -240,11 +241,7 @@ def memory_refusal(model: ModelSpec) -> str | None:
         size = sum(f.stat().st_size for f in model.files)
     except OSError:
         return None
-    available = psutil.virtual_memory().available
-    if size > available:
-        return (f"model needs at least {size / 1e9:.1f} GB and only {available / 1e9:.1f} GB of memory "
-                f"is available (use --force to try anyway)")
-    return None
+    return fit.memory_refusal(size, psutil.virtual_memory().available)
 
 
 def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
