@@ -15,7 +15,7 @@ import pytest
 from macprof import config
 from macprof.collect import resolve, stores
 from macprof.errors import MacprofError
-from macprof.store import runlog
+from macprof.store import runlog, share
 from tests.test_journal import cut_after, one_line
 from tests.test_run import FAULT_ARGS, macprof
 
@@ -259,7 +259,7 @@ def test_models_command_lists_and_writes_a_config(built, env, tmp_path):
     assert (row["engine"], row["quant"], row["file_bytes"]) == ("llama.cpp", "F16", built["b"].stat().st_size)
     assert row["n_params"] > 0 and row["fits"] is True
     assert rows["mlx-community/tiny-4bit"]["engine"] == "mlx"
-    assert doc["bandwidth"]["measured_gbs"] is None or doc["bandwidth"]["measured_source"].startswith("measured")
+    assert doc["bandwidth"]["measured_gbs"] is None or doc["bandwidth"]["measured_source"].startswith("probe of")
     table = macprof("models", "--select", "*tiny*", env=env).stdout
     assert "org/tiny-GGUF:Q4_K_M" in table and "org/two-GGUF" not in table and "decode ceiling" in table
     assert macprof("models", "--format", "markdown", env=env).stdout.startswith("| reference |")
@@ -298,6 +298,9 @@ def test_run_a_hub_id_on_the_fake_engine_and_resume_it(built, env, tmp_path):
     source = models[0].identity.source
     assert (source.ref, source.store) == ("org/tiny-GGUF:Q4_K_M", "hf") and source.path == models[0].identity.path
     assert all(len(m.phases.warm.requests) == 4 for m in models)  # a warm-up and 3 measured
+    shared, _ = share.redact(json.loads(log.read_text()), identifiers=[])
+    assert [m["identity"]["source"] for m in shared["models"]][0] == {"ref": "org/tiny-GGUF:Q4_K_M", "store": "hf",
+                                                                     "path": None}
     # cut after the first model's second request: `--resume` alone finds the models in the journal
     journal = tmp_path / "cut.journal.jsonl"
     journal.write_bytes(cut_after((tmp_path / "hub.journal.jsonl").read_bytes(), 2, torn=False))
@@ -323,3 +326,11 @@ def test_real_llama_cpp_on_a_hub_id_and_a_path(env, tiny_dir, tmp_path):
         (m,) = runlog.load(log).models
         assert (m.identity.name, m.identity.engine, m.identity.source.ref) == (name, "llama.cpp", ref)
         assert m.phases.warm.summary.decode_tok_s.n == 1 and m.phases.warm.summary.decode_tok_s.median > 0
+
+
+def test_share_removes_a_reference_that_is_a_path():
+    log = {"models": [{"identity": {"name": "x", "path": "/home/someone/x.gguf",
+                                    "source": {"ref": "~/x.gguf", "store": "path", "path": "/home/someone/x.gguf"}}}]}
+    shared, removed = share.redact(log, identifiers=[])
+    assert shared["models"][0]["identity"]["source"] == {"ref": "<path of x>", "store": "path", "path": None}
+    assert "model path of x" in removed

@@ -31,13 +31,13 @@ def bandwidths() -> dict:
         spec["reason"] = "not an Apple Silicon chip: no published unified-memory bandwidth"
     out = {"chip": chip, "gpu_cores": gpu_cores, "published_gbs": spec["gbs"],
            "published_source": spec["source"] or spec["reason"], "measured_gbs": None,
-           "measured_source": "not measured: `macprof bandwidth` measures it (macprof models never runs the probe)"}
+           "measured_source": "not measured (`macprof bandwidth` measures it; `macprof models` never runs the probe)"}
     found = probes.read_cache()
     if found is not None and found[0].get("median_gbs"):
         result, when = found
         stamp = dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         out.update(measured_gbs=result["median_gbs"],
-                   measured_source=f"measured {stamp} ({result.get('device')}: {result.get('method')})")
+                   measured_source=f"probe of {stamp} ({result.get('device')}: {result.get('method')})")
     return out
 
 

@@ -167,7 +167,8 @@ class HubRepo:
 
 def hub_repos(cache: Path) -> list[HubRepo]:
     """The model repos of a hub-layout cache, each at its ``main`` revision (else its newest)."""
-    from huggingface_hub import CacheNotFound, scan_cache_dir
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.utils import CacheNotFound
 
     try:
         info = scan_cache_dir(cache)

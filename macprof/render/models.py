@@ -34,8 +34,8 @@ def models_table(result: dict) -> Table:
         f"unknown ({bw['published_source']})"
     measured = f"{bw['measured_gbs']:.1f} GB/s, {bw['measured_source']}" if bw["measured_gbs"] else bw["measured_source"]
     unreadable = [f"{r['ref']}: {r['note']}" for r in result["rows"] if r["file_bytes"] is None]
-    notes = (f"decode ceiling = bandwidth / weight bytes read per token, at an empty context: published {published}; "
-             f"measured {measured}",
+    notes = (f"decode ceiling = bandwidth / weight bytes read per token, at an empty context; published bandwidth: "
+             f"{published}; measured bandwidth: {measured}",
              f"fits: the model's files against the {fmt_bytes(result['available_bytes'])} of memory available now "
              f"(of {fmt_bytes(result['memory_bytes'])}); the KV cache and the engine need more",
              *(["unreadable: " + "; ".join(unreadable)] if unreadable else []))
