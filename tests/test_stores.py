@@ -148,6 +148,7 @@ def test_hub_mlx_repo_is_its_snapshot_folder(built):
     ("ollama:qwen3:70b", ["no manifest", "qwen3/70b", "ollama pull qwen3:70b", "OLLAMA_MODELS"]),
     ("ollama:../../etc:x", ["not an Ollama model name"]),
     ("nothing/here/at/all", ["no such file or directory, and not a model reference"]),
+    ("models/missing.gguf", ["no such file or directory"]),
 ])
 def test_bad_references_are_one_line(built, ref, words):
     with pytest.raises(MacprofError) as err:

@@ -55,7 +55,8 @@ def resolve(ref: str) -> Resolved:
     path = Path(text).expanduser()
     if os.path.lexists(path):
         return _path(text, path)
-    if _REPO.fullmatch(text):
+    looks_like_a_path = text.startswith((".", "/", "~")) or (text.endswith(".gguf") and text.count("/") < 2)
+    if _REPO.fullmatch(text) and not looks_like_a_path:
         return _repo(text, text, hubs=True, lmstudio=True)
     raise MacprofError(f"{text}: no such file or directory, and not a model reference (give {REF_FORMS})")
 
