@@ -125,7 +125,7 @@ def _repo(ref: str, body: str, hubs: bool, lmstudio: bool) -> Resolved:
 def _found(ref: str, store: str, root: Path, rel: str | None, selector: str | None) -> Resolved:
     if rel is None:
         return Resolved(ref, store, root, "mlx")
-    return Resolved(ref, store, root / rel, "gguf", (selector or "").upper() or stores.quant_tag(rel))
+    return Resolved(ref, store, root / rel, "gguf", stores.quant_tag(rel) or (selector or "").upper() or None)
 
 
 def _hub_path(ref: str, store: str, cache: Path, repo_id: str, snapshot: Path, rel: str | None,
@@ -143,7 +143,7 @@ def _hub_path(ref: str, store: str, cache: Path, repo_id: str, snapshot: Path, r
         raise MacprofError(f"{ref}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None
     if not isinstance(found, str):
         raise MacprofError(f"{ref}: {rel} is not in the cache of {repo_id} ({cache})")
-    return Resolved(ref, store, Path(found), "gguf", (selector or "").upper() or stores.quant_tag(rel))
+    return Resolved(ref, store, Path(found), "gguf", stores.quant_tag(rel) or (selector or "").upper() or None)
 
 
 def _pick(ref: str, repo_id: str, files: tuple[str, ...] | list[str], file: str | None, selector: str | None,
