@@ -80,8 +80,12 @@ def main() -> None:
 
 
 @main.command()
+@click.argument("refs", nargs=-1, metavar="[MODEL]...")
+@click.option("--engine", type=click.Choice(["llama.cpp", "mlx", "fake"]),
+              help="Engine for the MODEL arguments [from the format: GGUF -> llama.cpp, MLX directory -> mlx].")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml",
-              show_default=True, help="models.toml listing the models to measure.")
+              show_default=True, help="models.toml listing the models to measure (with MODEL arguments: only its "
+                                      "[settings], when given).")
 @click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
 @click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch "
                                 "[cold,warm,prefix; with sweep options, just the sweeps].")
@@ -109,12 +113,16 @@ def main() -> None:
 @click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
 @click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
-def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens, reps,
-        cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
-    """Measure every model of the config: cold start, warm residence, prefix reuse; and, when
-    asked, a grid of lengths (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep
-    (--depth) and a batch sweep (--batch). Sweep options alone run only the sweeps."""
-    from macprof import config, session
+@click.pass_context
+def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens,
+        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
+    """Measure every model of the config, or the MODELs named (GGUF file, MLX directory, hub id
+    org/repo[:QUANT], ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO; `macprof models` lists them):
+    cold start, warm residence, prefix reuse; and, when asked, a grid of lengths
+    (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep (--depth) and a batch sweep
+    (--batch). Sweep options alone run only the sweeps."""
+    from macprof import session
+    from macprof.cli_models import ensure_demo_models, selected_models
     from macprof.render.summary import render_summary
     from macprof.run import progress, signals
 
@@ -125,9 +133,9 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
     }
     with signals.guard() as guard:  # from here to the summary: a signal is answered in one line
-        cfg = config.load(config_path, overrides)
-        selected = cfg.select([n.strip() for name in names for n in name.split(",") if n.strip()])
-        _ensure_demo_models(selected)
+        selected = selected_models(ctx, refs, engine, config_path,
+                                   [n.strip() for name in names for n in name.split(",") if n.strip()], overrides, resume)
+        ensure_demo_models(selected)
         log_path = session.log_path_for(log_path, resume)
         display = progress.to_stream(sys.stderr)
         try:
@@ -141,15 +149,6 @@ def run(config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, b
     if not session.measured_anything(log_path):  # a run that measured nothing must not read as a success
         raise NothingMeasured(f"the run measured nothing: every model was refused or failed (the warnings above "
                               f"say why); the run log is written: {log_path}")
-
-
-def _ensure_demo_models(models) -> None:
-    from macprof.demo import build
-
-    sizes = sorted({m.demo.split("/")[0] for m in models if m.demo and not m.path.exists()})
-    for size in sizes:
-        click.echo(f"building the {size} demo models (first run only)...", err=True)
-        build.build(size, progress=lambda s: click.echo(f"  {s}", err=True))
 
 
 @main.command()
@@ -250,7 +249,7 @@ def plot(paths, output) -> None:
 
 
 @main.command()
-@click.argument("model", required=False, type=click.Path(path_type=Path))
+@click.argument("model", required=False)
 @click.option("--params", callback=number, help="Parameters (8e9, 8B).")
 @click.option("--active-params", callback=number, help="Active parameters per token (MoE).")
 @click.option("--bits", type=float, help="Bits per weight (16, 8, 4.5...).")
@@ -271,13 +270,15 @@ def plot(paths, output) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def estimate(model, params, active_params, bits, bytes_per_param, file_size, bandwidth, chip, gpu_cores, tflops,
              layers, kv_heads, head_dim, kv_bits, kv_type, context, batches, as_json) -> None:
-    """The roofline with no model run: ceiling tok/s, KV cache size and the batching trade-off."""
+    """The roofline with no model run (MODEL: a path or a reference, as `run` takes): ceiling
+    tok/s, KV cache size and the batching trade-off."""
     import json as _json
 
     from macprof.analyse import estimate as est
+    from macprof.cli_models import model_path
     from macprof.render.estimate import render as render_estimate
 
-    result = est.estimate(model=model, params=params, active_params=active_params, bits=bits,
+    result = est.estimate(model=model_path(model) if model is not None else None, params=params, active_params=active_params, bits=bits,
                           bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
                           chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
                           head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches, kv_type=kv_type)
@@ -285,19 +286,21 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
 
 
 @main.command()
-@click.argument("model", type=click.Path(path_type=Path))
+@click.argument("model")
 @click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16", show_default=True,
               help="K/V cache type to size the cache for.")
 @click.option("--json", "as_json", is_flag=True)
 def inspect(model, kv_type, as_json) -> None:
-    """Model shape and bytes from metadata alone (GGUF header / MLX config + safetensors headers)."""
+    """Model shape and bytes from metadata alone (GGUF header / MLX config + safetensors headers);
+    MODEL is a path or a reference, as `run` takes."""
     import json as _json
 
+    from macprof.cli_models import model_path
     from macprof.collect import modelinfo
     from macprof.render.estimate import kv_rows
     from macprof.render.text import fmt_bytes, render_table
 
-    info = modelinfo.inspect(model, kv_type)
+    info = modelinfo.inspect(model_path(model), kv_type)
     d = info.to_dict()
     if as_json:
         click.echo(_json.dumps(d, indent=1))
@@ -322,6 +325,8 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 
     r = probes.measure(device=device, threads=threads, reps=reps)
     r["flops"] = f = probes.measure_flops(device=r["device"])
+    if device is None and threads is None:  # what a run would measure: its cached figure, and `macprof models`'
+        probes.store(r)
     if as_json:
         click.echo(_json.dumps(r, indent=1))
         return
@@ -332,9 +337,11 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 
 
 @main.command()
+@click.argument("refs", nargs=-1, metavar="[MODEL]...")
+@click.option("--engine", type=click.Choice(["llama.cpp", "mlx", "fake"]), help="Engine for the MODEL arguments.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml", show_default=True)
 @click.option("--models", "names", default="demo-small-q4_k_m,demo-small-mlx-f16", show_default=True,
-              help="Comma-separated model names from the config.")
+              help="Comma-separated model names from the config (without MODEL arguments).")
 @click.option("--path", "which", type=click.Choice(["loop", "run", "both"]), default="both", show_default=True,
               help="loop: the decode loop in-process; run: the whole `macprof run` path against the engine's "
                    "own benchmark in its own process (llama.cpp: needs --llama-bench).")
@@ -347,17 +354,19 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
               help="A llama-bench binary (benchmarks/build_llama_bench.sh): the loop's reference instead of the "
                    "in-process tg loop, and the full path's reference.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def overhead(config_path, names, which, gen_tokens, depth, pairs, reps, threads, llama_bench, as_json) -> None:
+@click.pass_context
+def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pairs, reps, threads, llama_bench,
+             as_json) -> None:
     """Benchmark: does macprof slow what it measures? Median of paired ratios against each engine's own loop."""
     import json as _json
 
-    from macprof import config
     from macprof.bench import fullpath, loop
     from macprof.bench.fullpath import table as bench_table
+    from macprof.cli_models import ensure_demo_models, selected_models
 
-    cfg = config.load(config_path)
-    selected = cfg.select([n.strip() for n in names.split(",") if n.strip()])
-    _ensure_demo_models(selected)
+    chosen = [] if refs else [n.strip() for n in names.split(",") if n.strip()]
+    selected = selected_models(ctx, refs, engine, config_path, chosen, None)
+    ensure_demo_models(selected)
     say = lambda s: click.echo(s, err=True)  # noqa: E731
     results = []
     for m in selected:
@@ -374,6 +383,14 @@ def overhead(config_path, names, which, gen_tokens, depth, pairs, reps, threads,
         return
     click.echo(bench_table(results))
 
+
+def _add_model_commands() -> None:
+    from macprof.cli_models import models
+
+    main.add_command(models)
+
+
+_add_model_commands()
 
 if __name__ == "__main__":
     main()

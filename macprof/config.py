@@ -98,6 +98,14 @@ _MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PL
 
 
 @dataclass(frozen=True)
+class ModelSource:
+    """Where a model named on the command line came from (macprof/collect/resolve.py)."""
+
+    ref: str  # the reference as typed
+    store: str  # "path", "hf", "llama.cpp", "ollama", "lmstudio", "demo"
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     engine: str
@@ -105,6 +113,7 @@ class ModelSpec:
     quant: str | None
     settings: Settings
     demo: str | None = None  # "SIZE/VARIANT" when the path is a demo:... path
+    source: ModelSource | None = None  # a model named on the command line, not in models.toml
 
     @property
     def files(self) -> list[Path]:
@@ -199,10 +208,8 @@ def _read_toml(path: Path) -> dict:
         raise MacprofError(f"{path}: invalid TOML: {exc}") from None
 
 
-def load(path: Path | str, overrides: dict | None = None, check_engines: bool = True) -> Config:
-    """Parse models.toml. ``overrides`` are command-line settings (None = not given)."""
-    path = Path(path)
-    data = _read_toml(path)
+def _top_level(path: Path, data: dict, overrides: dict | None) -> tuple[dict, dict]:
+    """The file's [settings] and the command line's, each checked."""
     unknown = set(data) - {"settings", "models"}
     if unknown:
         raise MacprofError(f"{path}: unknown top-level key '{sorted(unknown)[0]}' (expected [settings] and [[models]])")
@@ -213,6 +220,22 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key, value in cli.items():
         _check_value("command line", key, value)
+    return file_settings, cli
+
+
+def settings_for(path: Path | None, overrides: dict | None = None) -> Settings:
+    """The settings of models named on the command line: built-in defaults < the [settings]
+    of ``path`` (its [[models]] are not read) < the command line."""
+    data = _read_toml(Path(path)) if path is not None else {}
+    file_settings, cli = _top_level(Path(path or "command line"), data, overrides)
+    return check_settings(str(path or "command line"), merge(Settings(), file_settings, cli))
+
+
+def load(path: Path | str, overrides: dict | None = None, check_engines: bool = True) -> Config:
+    """Parse models.toml. ``overrides`` are command-line settings (None = not given)."""
+    path = Path(path)
+    data = _read_toml(path)
+    file_settings, cli = _top_level(path, data, overrides)
     entries = data.get("models")
     if not isinstance(entries, list) or not entries:
         raise MacprofError(f"{path}: no models: add at least one [[models]] table")
@@ -230,7 +253,7 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
         if name in seen_names:
             raise MacprofError(f"{where}: duplicate name '{name}' (also models[{seen_names[name]}])")
         seen_names[name] = i
-        model_path, demo = _model_path(where, entry, path, check_engines)
+        model_path, demo = checked_path(where, entry, path, check_engines)
         key = (engine, model_path.resolve())
         if key in seen_paths:
             raise MacprofError(f"{where}: key 'path': the same model is already listed as '{seen_paths[key]}'")
@@ -253,7 +276,7 @@ def _check_entry_keys(where: str, entry: dict) -> None:
         raise MacprofError(f"{where}: key 'quant' must be a string, not {entry['quant']!r}")
 
 
-def _model_path(where: str, entry: dict, config_path: Path, check_engines: bool) -> tuple[Path, str | None]:
+def checked_path(where: str, entry: dict, config_path: Path, check_engines: bool) -> tuple[Path, str | None]:
     """The entry's engine is known (and installed) and its path fits its format: a .gguf file
     (llama.cpp, fake), a model directory (mlx). Returns the path and the demo reference, if any."""
     from macprof import engines

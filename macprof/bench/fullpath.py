@@ -29,13 +29,15 @@ from macprof.measure.significance import median_interval
 from macprof.measure.stats import summarize
 
 
-def _macprof_run(config: Path, name: str, n: int, depth: int, threads: int | None, reps: int) -> float:
+def _macprof_run(config: Path, model, n: int, depth: int, threads: int | None, reps: int) -> float:
     from macprof.store.runlog import load
 
+    name = model.name
+    # the model as it was named: its models.toml entry, or its reference on the command line
+    which = [model.source.ref, "--engine", model.engine] if model.source else ["--config", str(config), "--models", name]
     with tempfile.TemporaryDirectory(prefix="macprof-overhead-") as tmp:
         log = Path(tmp) / "run.json"
-        cmd = [sys.executable, "-m", "macprof", "run", "--config", str(config), "--models", name,
-               "--depth", str(depth), "--gen-tokens", str(n), "--reps", str(reps), "--log", str(log)]
+        cmd = [sys.executable, "-m", "macprof", "run", *which, "--depth", str(depth), "--gen-tokens", str(n), "--reps", str(reps), "--log", str(log)]
         if threads:
             cmd += ["--threads", str(threads)]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -85,11 +87,11 @@ def measure(model, config: Path, n: int, depth: int, pairs: int, threads: int, r
     ours, refs, ratios = [], [], []
     for i in range(pairs):
         if i % 2 == 0:
-            a = _macprof_run(config, model.name, n, depth, threads, reps)
+            a = _macprof_run(config, model, n, depth, threads, reps)
             b = reference()
         else:
             b = reference()
-            a = _macprof_run(config, model.name, n, depth, threads, reps)
+            a = _macprof_run(config, model, n, depth, threads, reps)
         ours.append(a)
         refs.append(b)
         ratios.append(a / b)

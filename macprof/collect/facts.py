@@ -11,7 +11,8 @@ from macprof.config import settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.definitions import SCHEMA_VERSION
-from macprof.model.log import (Bandwidth, Identity, Machine, MeasuredBandwidth, ModelFile, ModelSettings,
+from macprof.model.records import ABSENT
+from macprof.model.log import (Bandwidth, Identity, Machine, MeasuredBandwidth, ModelFile, ModelSettings, Source,
                                SpecBandwidth, SystemMemory)
 
 
@@ -63,6 +64,9 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
         except MacprofError as exc:
             files_error = str(exc)
     info, info_error = None, None
+    source = getattr(model, "source", None)
+    # a model named on the command line: where it came from (models.toml entries: absent)
+    where = Source(ref=source.ref, store=source.store, path=str(model.path)) if source else ABSENT
     if not files_error:
         try:
             info = modelinfo.inspect(model.path, model.settings.kv_type).to_dict()
@@ -74,7 +78,7 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
             name=model.name, engine=model.engine, path=str(model.path),
             quant_label=model.quant, quant_declared=info["quant"] if info else None,
             architecture=info["architecture"] if info else None, n_params=info["n_params"] if info else None,
-            total_bytes=sum(f["bytes"] for f in files), files=tuple(ModelFile(**f) for f in files),
+            total_bytes=sum(f["bytes"] for f in files), files=tuple(ModelFile(**f) for f in files), source=where,
         ),
         shape=info, shape_error=info_error, files_error=files_error,
         settings=ModelSettings.from_json(settings_dict(model.settings)), memory=system_memory(),

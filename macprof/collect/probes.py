@@ -162,27 +162,45 @@ def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5
             "samples_tflops": rates, "pid": os.getpid()}
 
 
-def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
-    """The probes' result for this machine (bandwidth, and matmul throughput under "flops"),
-    re-measured when older than a day."""
+def _cache_path() -> Path:
     from macprof.collect.fileid import cache_dir
     from macprof.collect.system import host_id
 
-    path = cache_dir() / f"bandwidth-{host_id()}.json"
+    return cache_dir() / f"bandwidth-{host_id()}.json"
+
+
+def read_cache() -> tuple[dict, float] | None:
+    """The probes' last result on this machine and when it was measured (time.time()), or None;
+    never measures (`macprof models` shows it without running the probe)."""
     try:
-        data = json.loads(path.read_text())
-        if time.time() - data["measured_at"] < max_age_s and "flops" in data["result"]:
-            return {**data["result"], "cached": True}
+        data = json.loads(_cache_path().read_text())
+        if "flops" in data["result"] and isinstance(data["measured_at"], (int, float)):
+            return data["result"], float(data["measured_at"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    result = measure(**kwargs)
-    try:
-        result["flops"] = measure_flops(device=result.get("device"))
-    except Exception as exc:  # noqa: BLE001 - the compute side stays unknown, with the reason
-        result["flops"] = {"median_tflops": None, "reason": f"matmul probe failed: {exc}"}
+    return None
+
+
+def store(result: dict) -> None:
+    """Keep a result (bandwidth, with matmul throughput under "flops") for this machine."""
+    path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"measured_at": time.time(), "result": result}))
     except OSError:
         pass
+
+
+def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
+    """The probes' result for this machine (bandwidth, and matmul throughput under "flops"),
+    re-measured when older than a day."""
+    found = read_cache()
+    if found is not None and time.time() - found[1] < max_age_s:
+        return {**found[0], "cached": True}
+    result = measure(**kwargs)
+    try:
+        result["flops"] = measure_flops(device=result.get("device"))
+    except Exception as exc:  # noqa: BLE001 - the compute side stays unknown, with the reason
+        result["flops"] = {"median_tflops": None, "reason": f"matmul probe failed: {exc}"}
+    store(result)
     return {**result, "cached": False}

@@ -92,6 +92,16 @@ class ModelFile(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Source(Record):
+    """A model named on the command line: the reference as typed, the store it was found in
+    and the path it resolved to (models.toml entries have none)."""
+
+    ref: str = ""
+    store: str = ""
+    path: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Identity(Record):
     name: str = ""
     engine: str = ""
@@ -102,6 +112,7 @@ class Identity(Record):
     n_params: int | None = None
     total_bytes: int = 0
     files: tuple[ModelFile, ...] = ()
+    source: Source | None = ABSENT  # only a model named on the command line has one
 
 
 @dataclass(frozen=True, kw_only=True)

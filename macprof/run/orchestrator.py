@@ -24,6 +24,7 @@ from macprof.collect import facts, residency
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.model import events as ev
+from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
 from macprof.run import resume, signals, watch
@@ -243,24 +244,15 @@ def memory_refusal(model: ModelSpec, machine: Machine | None, platform: str = sy
     except OSError:
         return None
     limit, what = memory_limit(model.engine, machine, platform)
-    if limit is not None and size > limit:
-        return f"model needs at least {size / 1e9:.1f} GB and {what} is {limit / 1e9:.1f} GB (use --force to try anyway)"
-    return None
+    return fit.memory_refusal(size, limit, what)
 
 
 def memory_limit(engine: str, machine: Machine | None, platform: str = sys.platform) -> tuple[int | None, str]:
-    """(bytes, what they are). On macOS psutil's "available" is inactive + free pages only, far
-    below what a model can have; the GPU engines are bound by the working set Metal recommends
-    (the memory the GPU can keep resident), else by the physical memory."""
-    if platform == "darwin" and engine in ("mlx", "llama.cpp"):
-        sources = (machine.sources if machine else None) or {}
-        if machine and machine.gpu_working_set_bytes:
-            return machine.gpu_working_set_bytes, (f"the GPU's recommended working set "
-                                                   f"({sources.get('gpu_working_set_bytes', 'source unknown')})")
-        if machine and machine.memory_bytes:
-            return machine.memory_bytes, "the physical memory (the GPU's recommended working set is unknown)"
-        return None, "unknown"
-    return psutil.virtual_memory().available, "the memory available now"
+    """The limit a model must fit under on this machine, from its recorded facts (fit.memory_limit)."""
+    return fit.memory_limit(engine, available=psutil.virtual_memory().available,
+                            working_set=machine.gpu_working_set_bytes if machine else None,
+                            working_set_source=((machine.sources or {}) if machine else {}).get("gpu_working_set_bytes"),
+                            memory_bytes=machine.memory_bytes if machine else None, platform=platform)
 
 
 def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:

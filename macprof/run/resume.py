@@ -34,9 +34,11 @@ SUFFIX = ".journal.jsonl"
 
 
 def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
-    """What a run measures, as its run_start records it."""
+    """What a run measures, as its run_start records it (a model named on the command line with
+    its reference: `--resume` without MODEL arguments resolves them again, models_of)."""
     return tuple({"name": m.name, "engine": m.engine, "path": str(Path(m.path).resolve()),
-                  "settings": settings_dict(m.settings)} for m in models)
+                  "settings": settings_dict(m.settings),
+                  **({"source": {"ref": m.source.ref, "store": m.source.store}} if m.source else {})} for m in models)
 
 
 def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> None:

@@ -108,6 +108,11 @@ def redact(log: dict, identifiers: list[tuple[str, str]] | None = None) -> tuple
             name = names.text(str(m["identity"].get("name")), count=False)
             model_paths.append((path, f"<path of {name}>"))
             removed.append(f"model path of {name}")
+            source = m["identity"].get("source")
+            if source:  # a model named on the command line: its path again, and a reference that is a path
+                source["path"] = None
+                if source.get("store") == "path":
+                    source["ref"] = f"<path of {name}>"
     machine = out.get("machine") or {}
     if machine.get("host_id"):
         machine["host_id"] = None

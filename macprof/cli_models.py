@@ -1,0 +1,114 @@
+"""Models named by reference (macprof/collect/resolve.py): the `macprof models` command, and the
+models a `run` or `overhead` measures when MODEL arguments name them instead of models.toml.
+Imports are lazy, as in cli.py: `macprof --help` imports no store library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from macprof.errors import MacprofError
+from macprof.sanitise import clean
+
+
+def _config_given(ctx: click.Context) -> bool:
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source("config_path") == ParameterSource.COMMANDLINE
+
+
+def selected_models(ctx: click.Context, refs: tuple[str, ...], engine: str | None, config_path: Path,
+                    names: list[str], overrides: dict | None, resume: Path | None = None) -> tuple:
+    """The models to measure: those MODEL arguments name (with the [settings] of --config when
+    it is given), else models.toml's (only --models NAMES). A `--resume` of a run whose models
+    were named on the command line finds them in its journal when no MODEL or --config is given."""
+    from macprof import config
+    from macprof.collect import resolve
+
+    if not refs and resume is not None and not _config_given(ctx):
+        recorded = _recorded(resume)
+        if recorded:
+            return _from_journal(recorded, overrides)
+    if not refs:
+        if engine:
+            raise MacprofError("--engine applies to MODEL arguments (a models.toml entry names its own engine)")
+        return config.load(config_path, overrides).select(names)
+    if names:
+        raise MacprofError("--models selects from models.toml; with MODEL arguments every model named is measured")
+    settings = config.settings_for(config_path if _config_given(ctx) else None, overrides)
+    return resolve.specs(refs, engine, settings)
+
+
+def _recorded(journal: Path) -> list[dict] | None:
+    """The models a journal's run_start records, when every one was named by reference."""
+    from macprof.model.events import RunStart
+    from macprof.store.runlog import read_journal
+
+    try:
+        start = next((e for e in read_journal(journal) if isinstance(e, RunStart)), None)
+    except (MacprofError, OSError):
+        return None  # the resume itself says what is wrong with the journal
+    models = list(start.models or []) if start is not None else []
+    return models if models and all(isinstance(m.get("source"), dict) for m in models) else None
+
+
+def _from_journal(recorded: list[dict], overrides: dict | None) -> tuple:
+    from dataclasses import replace
+
+    from macprof import config
+    from macprof.collect import resolve
+
+    config.settings_for(None, overrides)  # each option checked as for any run
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    out = []
+    for m in recorded:
+        settings = config.check_settings("command line", config.merge(config.settings_from_dict(m["settings"]), cli))
+        (spec,) = resolve.specs([m["source"]["ref"]], m["engine"], settings)
+        out.append(replace(spec, name=m["name"]))
+    return tuple(out)
+
+
+def model_path(ref: str) -> Path:
+    """The file or directory a reference names (`inspect`, `estimate`)."""
+    from macprof.collect import resolve
+
+    return resolve.resolve(ref).path
+
+
+@click.command(name="models")
+@click.argument("folders", nargs=-1, type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--select", "patterns", multiple=True,
+              help="Only the models whose reference or name matches this glob (repeat for more), e.g. '*Q4_K_M*'.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "csv"]), default="table",
+              show_default=True)
+@click.option("--write", "write", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write a models.toml listing the models selected (never over a file, unless --force-overwrite).")
+@click.option("--force-overwrite", is_flag=True, help="Replace the file at --write.")
+def models(folders, patterns, fmt, write, force_overwrite) -> None:
+    """List the GGUF files and MLX models of the local stores (Hugging Face hub cache, llama.cpp's
+    cache, Ollama, LM Studio) and of FOLDERS: the reference `macprof run` takes, engine, declared
+    quantization, parameters, size, decode ceiling on this machine and whether it fits in memory."""
+    from macprof.analyse import catalog as cat
+    from macprof.collect import stores
+    from macprof.render.models import render_models
+
+    entries = cat.select(stores.discover(folders), patterns)
+    result = cat.catalog(entries, stores.locations(folders))
+    click.echo(render_models(result, fmt))
+    if write is not None:
+        readable = [r for r in result["rows"] if r["file_bytes"] is not None]
+        cat.write_config(readable, write, force_overwrite)
+        left = len(result["rows"]) - len(readable)
+        click.echo(clean(f"wrote {write}: {len(readable)} model(s)" + (f"; {left} unreadable left out" if left else "")),
+                   err=True)
+
+
+def ensure_demo_models(models) -> None:
+    """Build the demo models a run names (demo:SIZE/VARIANT) that are not in the cache yet."""
+    from macprof.demo import build
+
+    sizes = sorted({m.demo.split("/")[0] for m in models if m.demo and not m.path.exists()})
+    for size in sizes:
+        click.echo(f"building the {size} demo models (first run only)...", err=True)
+        build.build(size, progress=lambda s: click.echo(f"  {s}", err=True))
