@@ -165,7 +165,7 @@ def test_model_larger_than_memory_is_refused_unless_forced(fake_dir, tmp_path, m
     log = _runner(cfg, tmp_path / "mem.json")()
     big, good = log.models
     (failure,) = big.failures
-    assert failure.status == "refused" and "use --force" in failure.reason and "only 0.0 GB" in failure.reason
+    assert failure.status == "refused" and "use --force" in failure.reason and "the memory available now is 0.0 GB" in failure.reason
     assert not big.phases.warm.requests and len(good.phases.warm.requests) == 4
 
 

@@ -119,6 +119,10 @@ class WordEngine:
     vocab_size = 300
     batch_unsupported = None
     reused_tokens = 0
+    reuse_refused = None  # its cache keeps whatever it is given
+
+    def cut_refusal(self, n_tokens):
+        return None
 
     def __init__(self) -> None:
         letters = "abcdefghijklmnopqrstuvwxyz"
