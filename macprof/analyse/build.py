@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from macprof.analyse import energy as power
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
@@ -155,9 +156,20 @@ def _model_memory(events: list[ev.Event], head: ev.ModelStart, warm_measured: li
 
 
 def _build_warm(events: list[ev.Event], requests: list[Request], failures: list[Failure], roof: Roof) -> WarmPhase:
-    summary = summarize_requests([r for r in requests if r.kind == "measured"], len(failures))
-    return WarmPhase(requests=tuple(requests), summary=summary, failures=tuple(failures),
-                     memory=_phase_memory(events, "warm"), roofline=roof(summary))
+    measured = [r for r in requests if r.kind == "measured"]
+    summary = summarize_requests(measured, len(failures))
+    return _with_telemetry(WarmPhase(requests=tuple(requests), summary=summary, failures=tuple(failures),
+                                     memory=_phase_memory(events, "warm"), roofline=roof(summary)),
+                           events, "warm", measured)
+
+
+def _with_telemetry(record, events: Sequence[ev.Event], phase: str, measured: Sequence[Request],
+                    trend: bool = True):
+    """The phase record with its telemetry (energy, baseline, throttling) where the journal has
+    any; a journal from before telemetry leaves the key absent."""
+    found = power.phase_telemetry([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase],
+                                  sorted(measured, key=lambda r: r.t0), trend)
+    return record if found is None else record.replace(telemetry=found)
 
 
 def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.Event], failures: list[Failure],
@@ -165,8 +177,16 @@ def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.E
     """One entry per planned case, in plan order, each with its requests, summary and ceiling
     at its own context; a case refused, unsupported or never reached says so."""
     built = tuple(_sweep_case(phase, case, events, failures, shape, file_bytes, bw) for case in cases)
-    return Sweep(cases=built, failures=tuple(f for f in failures if f.case is None),
-                 memory=_phase_memory(events, phase), tradeoff=batch_tradeoff(built) if phase == "batch" else ABSENT)
+    sweep = _with_telemetry(Sweep(cases=built, failures=tuple(f for f in failures if f.case is None),
+                                  memory=_phase_memory(events, phase),
+                                  tradeoff=batch_tradeoff(built) if phase == "batch" else ABSENT),
+                            events, phase, [r for c in built for r in c.requests if r.kind == "measured"], trend=False)
+    tel = sweep.telemetry
+    if tel is None:
+        return sweep
+    raw = power.merged([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase])
+    return sweep.replace(cases=tuple(c.replace(energy=power.energy(
+        [r for r in c.requests if r.kind == "measured"], raw, tel.baseline)) if c.requests else c for c in built))
 
 
 def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failures: list[Failure],
@@ -320,9 +340,10 @@ def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -
     s_reuse = summarize_requests(reuse, len(failures))
     s_noreuse = summarize_requests(noreuse, len(failures))
     med_r, med_n = s_reuse.ttft_s.median, s_noreuse.ttft_s.median
-    return PrefixPhase(
+    return _with_telemetry(PrefixPhase(
         pairs=built,
         summary=PrefixSummary(reuse=s_reuse, noreuse=s_noreuse, ttft_speedup=stats.ratio(med_n, med_r),
                               reused_tokens=summarized([r.reused_tokens for r in reuse]),
                               checks=Checks(**_counts([p.check for p in measured if p.check]))),
-        failures=tuple(failures), memory=_phase_memory(events, "prefix"), roofline=roof(s_reuse))
+        failures=tuple(failures), memory=_phase_memory(events, "prefix"), roofline=roof(s_reuse)),
+        events, "prefix", reuse + noreuse)

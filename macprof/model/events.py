@@ -12,6 +12,7 @@ from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, Syste
 from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
 from macprof.model.records import ABSENT, Record
+from macprof.model.telemetry import TelemetryRaw
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +145,8 @@ class PhaseStart(Event):
     KIND = "phase_start"
     phase: str
     rss_bytes: int | None = None
+    t: int | None = ABSENT  # perf_counter_ns as the phase begins (journals before telemetry lack it)
+    t_idle_start: int | None = ABSENT  # the start of the idle wait before it (the power baseline's window)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +158,7 @@ class PhaseEnd(Event):
     os_peak_scope: str | None = ABSENT  # "phase" (reset at its start) or "process" (lifetime maximum)
     peak_rss_bytes: int | None = ABSENT  # max of the parent's RSS samples and a phase-scoped OS peak
     rss_samples: int | None = ABSENT
+    t: int | None = ABSENT  # perf_counter_ns as the phase ends
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,11 +266,18 @@ class CaseUnsupported(Event):
     reason: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Telemetry(Event, TelemetryRaw):
+    """The parent's telemetry of one phase (run/sampling.py), journaled after its phase_end."""
+
+    KIND = "telemetry"
+
+
 # -- the registry ----------------------------------------------------------------------------
 EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
-    RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported)}
+    RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported, Telemetry)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

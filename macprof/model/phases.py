@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from macprof.model.records import ABSENT, Record
+from macprof.model.telemetry import Energy, PhaseTelemetry
 
 
 # -- one request and the statistics of many ------------------------------------------------
@@ -273,6 +274,7 @@ class WarmPhase(Record):
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
     roofline: Ceiling | None = ABSENT  # a schema 1 log gets it (with the reason) on migration
+    telemetry: PhaseTelemetry | None = ABSENT  # logs before telemetry lack it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,6 +305,7 @@ class PrefixPhase(Record):
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
     roofline: Ceiling | None = ABSENT
+    telemetry: PhaseTelemetry | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,6 +350,7 @@ class SweepCase(Record):
     fill: DepthFill | None = ABSENT  # depth
     prediction: Prediction | None = ABSENT  # batch
     check: BatchCheck | None = ABSENT  # batch
+    energy: Energy | None = ABSENT  # this case's requests against its phase's telemetry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,3 +361,4 @@ class Sweep(Record):
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
     tradeoff: tuple[TradeoffRow, ...] | None = ABSENT  # batch
+    telemetry: PhaseTelemetry | None = ABSENT

@@ -75,13 +75,21 @@ def run(job: dict, emit) -> None:
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
     from macprof.collect import peak
 
+    idle_s = float(job.get("idle_baseline_s", 0))
     for phase in job["phases"]:
-        emit(ev.PhaseStart(phase=phase, rss_bytes=_rss()))
+        # with power readable, the parent measures the idle baseline while this worker waits,
+        # model loaded and nothing running; the wait's start bounds the baseline's window
+        t_idle = time.perf_counter_ns()
+        if idle_s > 0:
+            time.sleep(idle_s)
+        emit(ev.PhaseStart(phase=phase, rss_bytes=_rss(), t=time.perf_counter_ns(),
+                           t_idle_start=t_idle if idle_s > 0 else None))
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
                                    trial=job.get("trial", 0), done=done_requests(job.get("done", []))))
         os_peak, scope = peak.read(was_reset)
-        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope))
+        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
+                         t=time.perf_counter_ns()))
     engine.close()
 
 
