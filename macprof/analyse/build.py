@@ -81,7 +81,7 @@ def build(events: Sequence[ev.Event]) -> RunLog:
         complete=bool(end and end.complete), interrupted=any(isinstance(e, ev.Interrupted) for e in events),
         machine=start.machine, software=start.software,
         definitions={**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE, "near_tie_logits": NEAR_TIE_LOGITS,
-                     **ROOFLINE_DEFINITIONS},
+                     **ROOFLINE_DEFINITIONS, "energy": power.ENERGY_DEFINITIONS},
         bandwidth=start.bandwidth, memory=RunMemory(start=start.memory, end=end.memory if end else None),
         models=tuple(build_model(by_model[n], start.bandwidth) for n in order))
 

@@ -163,16 +163,16 @@ def throttle(requests: Sequence[Request], raw: TelemetryRaw | None) -> Throttle:
     levels = [p for p in [raw.thermal_pressure_start if raw else None, *(s.thermal_pressure for s in inside),
                           raw.thermal_pressure_end if raw else None] if p in PRESSURE_RANK]
     p_from, p_to = (levels[0], max(levels, key=PRESSURE_RANK.__getitem__)) if levels else (None, None)
-    fields = dict(decode_drop=drop, temp_rise_c=rise, pressure_from=p_from, pressure_to=p_to)
+    found = Throttle(decode_drop=drop, temp_rise_c=rise, pressure_from=p_from, pressure_to=p_to)
     if rise is None and p_from is None:
-        return Throttle(reason="no temperature or thermal pressure was readable", **fields)
+        return found.replace(reason="no temperature or thermal pressure was readable")
     hotter = rise is not None and rise >= THROTTLE_TEMP_RISE_C
-    pressed = p_from is not None and PRESSURE_RANK[p_to] > PRESSURE_RANK[p_from]
+    pressed = p_from is not None and p_to is not None and PRESSURE_RANK[p_to] > PRESSURE_RANK[p_from]
     if drop is not None and drop >= THROTTLE_DROP and (hotter or pressed):
         why = [f"temperature rose {rise:.1f} °C"] if hotter else []
         why += [f"thermal pressure went from {p_from} to {p_to}"] if pressed else []
-        return Throttle(throttled=True, reason=f"decode fell {drop:.0%} while " + " and ".join(why), **fields)
-    return Throttle(throttled=False, **fields)
+        return found.replace(throttled=True, reason=f"decode fell {drop:.0%} while " + " and ".join(why))
+    return found.replace(throttled=False)
 
 
 def phase_telemetry(events: Sequence[Telemetry], requests: Sequence[Request], trend: bool = True) -> PhaseTelemetry | None:

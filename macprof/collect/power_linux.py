@@ -72,7 +72,8 @@ def open_rapl(root: Path = POWERCAP) -> tuple[Rapl | None, str | None]:
     zones = sorted(p for p in root.iterdir() if p.name.startswith(("intel-rapl:", "amd-rapl:")) and ":" in p.name)
     if not zones:
         return None, f"no RAPL: no intel-rapl or amd-rapl zone under {root}"
-    domains, denied = [], False
+    domains: list[RaplDomain] = []
+    denied = False
     for z in zones:
         try:
             name = (z / "name").read_text().strip()

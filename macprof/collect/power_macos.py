@@ -14,6 +14,7 @@ is read here as unknown.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import ctypes.util
 from typing import Any
 
@@ -29,9 +30,8 @@ def open_macmon(module: Any = None) -> tuple[Any, str | None, str | None]:
     """(sampler, library version, None), or (None, None, why not): not installed, or a Mac
     where it cannot initialise (the library's own message)."""
     try:
-        if module is None:
-            import macmon as module  # noqa: PLC0415 - macOS arm64 only, see the module's note
-        sampler = module.Sampler()
+        lib = module if module is not None else importlib.import_module("macmon")  # macOS arm64 only
+        sampler = lib.Sampler()
     except ImportError as exc:
         return None, None, f"macmon-lib is not installed ({exc}); pip install macmon-lib"
     except Exception as exc:  # noqa: BLE001 - MacmonError and whatever its FFI raises: record it
