@@ -48,4 +48,5 @@ def energy_figures(tel: PhaseTelemetry | None) -> dict:
         "energy_reason": (e.reason if e else "no telemetry in this log") if not (e and e.decode_j_per_token) else None,
         "thermal_pressure": tel.thermal_pressure_max if tel else None,
         "phase_power_source": (tel.power_source_end or tel.power_source_start) if tel else None,
+        "has_telemetry": tel is not None,
     }

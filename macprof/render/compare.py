@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-from macprof.render.energy import fmt_j
+from macprof.render.energy import ENERGY_FIELDS, fmt_j
 from macprof.render.exporters import Column, Table, cell, export
 from macprof.render.text import fmt_bytes, fmt_pct, fmt_rate, fmt_s, fmt_x
-
-
-# energy and the conditions it ran under, where the phase's telemetry knows them (else null, with the reason)
-ENERGY_FIELDS = ("prefill_j_per_token", "decode_j_per_token", "avg_w", "energy_reason", "thermal_pressure",
-                 "phase_power_source")
 
 
 def compare_rows(result: dict) -> list[dict]:
@@ -64,6 +59,7 @@ def _flags(r: dict) -> str:
 
 def comparison(result: dict) -> Table:
     case, ttft = result.get("case"), _ttft_field(result)
+    energy = any(r.get("has_telemetry") for r in result["rows"])  # logs from before telemetry: as they were
     level = f"{result['confidence']:.0%}"
     columns = (
         Column("model", cell("model")), Column("run", cell("run")), Column("engine", cell("engine")),
@@ -71,7 +67,7 @@ def comparison(result: dict) -> Table:
         Column("cold TTFT", cell("cold_ttft_s", fmt_s)), Column("case TTFT" if case else "warm TTFT", cell(ttft, fmt_s)),
         Column("prefix TTFT", cell("prefix_ttft_s", fmt_s)), Column("decode tok/s", cell("decode_tok_s", fmt_rate)),
         Column("of ceiling", cell("efficiency", fmt_pct)), Column("peak RSS", cell("peak_rss_bytes", fmt_bytes)),
-        Column("decode J/tok", cell("decode_j_per_token", fmt_j)),
+        *([Column("decode J/tok", cell("decode_j_per_token", fmt_j))] if energy else []),
         Column("decode vs base", _against_base("decode")), Column(f"decode {level} CI", _interval("decode")),
         Column("TTFT vs base", _against_base("ttft")), Column(f"TTFT {level} CI", _interval("ttft")),
         Column("flags", _flags),

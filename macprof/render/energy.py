@@ -8,6 +8,11 @@ from macprof.model.telemetry import PhaseTelemetry
 from macprof.render.text import clean
 
 
+# energy and the conditions it ran under, where the phase's telemetry knows them (else null, with the reason)
+ENERGY_FIELDS = ("prefill_j_per_token", "decode_j_per_token", "avg_w", "energy_reason", "thermal_pressure",
+                 "phase_power_source")
+
+
 def fmt_j(value: float | None) -> str:
     if value is None:
         return "-"

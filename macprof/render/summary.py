@@ -10,7 +10,7 @@ from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
-from macprof.render.energy import energy_lines, fmt_j, throttle_warnings
+from macprof.render.energy import ENERGY_FIELDS, energy_lines, fmt_j, throttle_warnings
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, clean_lines
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
@@ -59,12 +59,15 @@ SUMMARY_COLUMNS = (
 # what JSON and CSV carry: raw values, units in the names (the ceiling text is shown, its numbers carried)
 SUMMARY_FIELDS = ("model", "engine", "quant", "file_bytes", "cold_ttft_s", "cold_state", "warm_ttft_s",
                   "prefix_ttft_s", "prefix_speedup", "decode_tok_s", "efficiency", "ceiling_measured_tok_s",
-                  "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures", "prefill_j_per_token",
-                  "decode_j_per_token", "avg_w", "energy_reason", "thermal_pressure", "phase_power_source")
+                  "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures", *ENERGY_FIELDS)
 
 
 def summary_table(log: RunLog) -> Table:
-    return Table("summary", SUMMARY_COLUMNS, tuple(summary_rows(log)), SUMMARY_FIELDS)
+    rows = tuple(summary_rows(log))
+    # a log from before telemetry has no energy to show: its table stays as it was
+    columns = SUMMARY_COLUMNS if any(r["has_telemetry"] for r in rows) else \
+        tuple(c for c in SUMMARY_COLUMNS if c.name != "decode J/tok")
+    return Table("summary", columns, rows, SUMMARY_FIELDS)  # JSON and CSV always carry the energy fields
 
 
 def _spread(s: Summary | None) -> float | None:
