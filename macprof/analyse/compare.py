@@ -93,7 +93,8 @@ def _case_energy(case: SweepCase) -> dict:
     e = case.energy
     return {"decode_j_per_token": e.decode_j_per_token if e else None,
             "prefill_j_per_token": e.prefill_j_per_token if e else None, "avg_w": e.avg_w if e else None,
-            "energy_reason": (e.reason if e else "no telemetry for this case") if not (e and e.decode_j_per_token) else None}
+            "energy_reason": (e.reason if e else "no telemetry for this case") if e is None or e.decode_j_per_token is None
+            else None}
 
 
 def compare(rows: list[dict], baseline: str | None = None) -> dict:

@@ -45,7 +45,8 @@ def energy_figures(tel: PhaseTelemetry | None) -> dict:
         "decode_j_per_token": e.decode_j_per_token if e else None,
         "prefill_j_per_token": e.prefill_j_per_token if e else None,
         "avg_w": e.avg_w if e else None,
-        "energy_reason": (e.reason if e else "no telemetry in this log") if not (e and e.decode_j_per_token) else None,
+        "energy_reason": (e.reason if e else "no telemetry in this log") if e is None or e.decode_j_per_token is None
+        else None,
         "thermal_pressure": tel.thermal_pressure_max if tel else None,
         "phase_power_source": (tel.power_source_end or tel.power_source_start) if tel else None,
         "has_telemetry": tel is not None,

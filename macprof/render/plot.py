@@ -63,7 +63,7 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     if any(r[k] for r in rows for k in ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s")):
         panels += [lambda ax: _decode_bars(ax, rows, ceilings, len(logs) > 1),
                    lambda ax: _ttft_bars(ax, rows, len(logs) > 1)]
-    if any(r.get("decode_j_per_token") or r.get("prefill_j_per_token") for r in rows):
+    if any(r.get(k) is not None for r in rows for k in ("decode_j_per_token", "prefill_j_per_token")):
         panels.append(lambda ax: _energy_bars(ax, rows, len(logs) > 1))
     if any(m.phases.grid for _, m in models):
         panels.append(lambda ax: _grid(ax, models))
