@@ -159,3 +159,15 @@ def test_plot_draws_the_energy_panel(energy_log, tmp_path, monkeypatch):
     out = CliRunner().invoke(main, ["plot", str(energy_log), "--output", str(tmp_path / "p.png")])
     assert out.exit_code == 0, out.output
     assert (tmp_path / "p.png").stat().st_size > 0 and len(drawn) == 1
+
+
+def test_a_worker_that_dies_mid_phase_keeps_its_samples(fake_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(telemetry, "open_source", lambda platform=None: ConstantSource())
+    monkeypatch.setattr(telemetry, "IDLE_BASELINE_S", 0.6)
+    monkeypatch.setenv("MACPROF_TEST_FAULT", json.dumps({"model": "fake-b", "kind": "segfault", "after_requests": 3}))
+    log = tmp_path / "crash.json"
+    CliRunner().invoke(main, ["run", "--config", str(fake_dir / "models.toml"), "--models", "fake-b", "--phases", "warm",
+                              "--prompt-tokens", "32", "--gen-tokens", "64", "--reps", "4", "--log", str(log)])
+    warm = runlog.load(log).models[0].phases.warm
+    assert warm.failures and warm.telemetry is not None and warm.telemetry.t_end is None
+    assert warm.telemetry.energy.requests == 2 and warm.telemetry.energy.decode_gross_j > 0

@@ -135,6 +135,8 @@ def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], 
             if state.failure and state.failure[0] == "timeout":
                 kill()
                 break
+        if telemetry is not None and telemetry.start is not None:  # died mid-phase: keep what was sampled
+            journal(telemetry.phase_end(ev.PhaseEnd(phase=telemetry.start.phase)))
     finally:
         sel.close()
     return state
