@@ -75,10 +75,11 @@ def run(job: dict, emit) -> None:
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
     from macprof.collect import peak
 
-    idle_s = float(job.get("idle_baseline_s", 0))
     for phase in job["phases"]:
         # with power readable, the parent measures the idle baseline while this worker waits,
-        # model loaded and nothing running; the wait's start bounds the baseline's window
+        # model loaded and nothing running; the wait's start bounds the baseline's window. Not
+        # before a cold trial's requests: a wait there would change what "cold" measures.
+        idle_s = float(job.get("idle_baseline_s", 0)) if phase != "cold" else 0.0
         t_idle = time.perf_counter_ns()
         if idle_s > 0:
             time.sleep(idle_s)
