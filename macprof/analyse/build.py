@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from macprof.analyse import energy as power
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
@@ -81,7 +82,7 @@ def build(events: Sequence[ev.Event]) -> RunLog:
         complete=bool(end and end.complete), interrupted=any(isinstance(e, ev.Interrupted) for e in events),
         machine=start.machine, software=start.software,
         definitions={**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE, "near_tie_logits": NEAR_TIE_LOGITS,
-                     **ROOFLINE_DEFINITIONS},
+                     **ROOFLINE_DEFINITIONS, "energy": power.ENERGY_DEFINITIONS},
         bandwidth=start.bandwidth, memory=RunMemory(start=start.memory, end=end.memory if end else None),
         models=tuple(build_model(by_model[n], start.bandwidth) for n in order))
 
@@ -159,9 +160,20 @@ def _model_memory(events: list[ev.Event], head: ev.ModelStart, warm_measured: li
 
 
 def _build_warm(events: list[ev.Event], requests: list[Request], failures: list[Failure], roof: Roof) -> WarmPhase:
-    summary = summarize_requests([r for r in requests if r.kind == "measured"], len(failures))
-    return WarmPhase(requests=tuple(requests), summary=summary, failures=tuple(failures),
-                     memory=_phase_memory(events, "warm"), roofline=roof(summary))
+    measured = [r for r in requests if r.kind == "measured"]
+    summary = summarize_requests(measured, len(failures))
+    return _with_telemetry(WarmPhase(requests=tuple(requests), summary=summary, failures=tuple(failures),
+                                     memory=_phase_memory(events, "warm"), roofline=roof(summary)),
+                           events, "warm", measured)
+
+
+def _with_telemetry(record, events: Sequence[ev.Event], phase: str, measured: Sequence[Request],
+                    trend: bool = True):
+    """The phase record with its telemetry (energy, baseline, throttling) where the journal has
+    any; a journal from before telemetry leaves the key absent."""
+    found = power.phase_telemetry([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase],
+                                  sorted(measured, key=lambda r: r.t0), trend)
+    return record if found is None else record.replace(telemetry=found)
 
 
 def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.Event], failures: list[Failure],
@@ -169,8 +181,16 @@ def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.E
     """One entry per planned case, in plan order, each with its requests, summary and ceiling
     at its own context; a case refused, unsupported or never reached says so."""
     built = tuple(_sweep_case(phase, case, events, failures, shape, file_bytes, bw) for case in cases)
-    return Sweep(cases=built, failures=tuple(f for f in failures if f.case is None),
-                 memory=_phase_memory(events, phase), tradeoff=batch_tradeoff(built) if phase == "batch" else ABSENT)
+    sweep = _with_telemetry(Sweep(cases=built, failures=tuple(f for f in failures if f.case is None),
+                                  memory=_phase_memory(events, phase),
+                                  tradeoff=batch_tradeoff(built) if phase == "batch" else ABSENT),
+                            events, phase, [r for c in built for r in c.requests if r.kind == "measured"], trend=False)
+    tel = sweep.telemetry
+    if tel is None:
+        return sweep
+    raw = power.merged([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase])
+    return sweep.replace(cases=tuple(c.replace(energy=power.energy(
+        [r for r in c.requests if r.kind == "measured"], raw, tel.baseline)) if c.requests else c for c in built))
 
 
 def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failures: list[Failure],
@@ -341,11 +361,12 @@ def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -
     s_noreuse = summarize_requests(noreuse, len(failures))
     med_r, med_n = s_reuse.ttft_s.median, s_noreuse.ttft_s.median
     refused = next((e.reason for e in events if isinstance(e, ev.ReuseNotPossible) and e.phase == "prefix"), None)
-    return PrefixPhase(
+    return _with_telemetry(PrefixPhase(
         reuse_not_possible=refused or ABSENT, pairs=built,
         # no speed-up figure where nothing was reused: two uncached paths compared are no reuse's gain
         summary=PrefixSummary(reuse=s_reuse, noreuse=s_noreuse,
                               ttft_speedup=None if refused else stats.ratio(med_n, med_r),
                               reused_tokens=summarized([r.reused_tokens for r in reuse]),
                               checks=Checks(**_counts([p.check for p in measured if p.check]))),
-        failures=tuple(failures), memory=_phase_memory(events, "prefix"), roofline=roof(s_reuse))
+        failures=tuple(failures), memory=_phase_memory(events, "prefix"), roofline=roof(s_reuse)),
+        events, "prefix", reuse + noreuse)

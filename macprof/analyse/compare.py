@@ -16,7 +16,7 @@ from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
 from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_interval, min_reps, verdict
 from macprof.measure import stats
-from macprof.analyse.headline import headline, measured_efficiency
+from macprof.analyse.headline import energy_figures, headline, measured_efficiency
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import SweepCase, WarmPhase
 
@@ -57,6 +57,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
             head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=found.summary.ttft_s.median,
                         decode_tok_s=found.summary.decode_tok_s.median, efficiency=measured_efficiency(found.roofline),
                         peak_rss_bytes=sweep.memory.peak_rss_bytes if sweep.memory else None)
+            head.update(energy_figures(sweep.telemetry), **_case_energy(found))
             block, lengths = found, (found.prompt_tokens, found.gen_tokens)
         ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
         rows.append({
@@ -70,13 +71,30 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 "engine_version": _engine_version(m, log.software),
                 "power_source": machine.power_source,
                 "thermal_state": machine.thermal_state,
+                # over time, from the phase's telemetry (absent from older logs: None on both sides)
+                "thermal_pressure": head["thermal_pressure"],
+                "phase_power_source": head["phase_power_source"],
             },
         })
     return rows
 
 
 _FLAG_NAMES = {"lengths": "prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
-               "power_source": "power source", "thermal_state": "thermal state"}
+               "power_source": "power source", "thermal_state": "thermal state",
+               "thermal_pressure": "thermal pressure during the phase", "phase_power_source": "power source during the phase"}
+
+
+# flagged only when both sides know them: a log from before telemetry, or an OS that reads
+# neither, says nothing about them
+_KNOWN_ONLY = ("thermal_pressure", "phase_power_source")
+
+
+def _case_energy(case: SweepCase) -> dict:
+    e = case.energy
+    return {"decode_j_per_token": e.decode_j_per_token if e else None,
+            "prefill_j_per_token": e.prefill_j_per_token if e else None, "avg_w": e.avg_w if e else None,
+            "energy_reason": (e.reason if e else "no telemetry for this case") if e is None or e.decode_j_per_token is None
+            else None}
 
 
 def compare(rows: list[dict], baseline: str | None = None) -> dict:
@@ -92,7 +110,8 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
     out = []
     for r in rows:
         flags = [_FLAG_NAMES[k] for k, v in r["conditions"].items() if v != base["conditions"][k]
-                 and (k != "engine_version" or r["engine"] == base["engine"])]  # engines differ by design
+                 and (k != "engine_version" or r["engine"] == base["engine"])  # engines differ by design
+                 and (k not in _KNOWN_ONLY or None not in (v, base["conditions"][k]))]
         row = {k: v for k, v in r.items() if k not in ("samples", "conditions")}
         row["baseline"] = r is base
         row["not_comparable"] = flags

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from macprof.model.log import ModelResult
 from macprof.model.phases import Ceiling
+from macprof.model.telemetry import PhaseTelemetry
 
 
 def peak_rss(model: ModelResult) -> int | None:
@@ -32,4 +33,21 @@ def headline(m: ModelResult) -> dict:
         "decode_tok_s": warm.summary.decode_tok_s.median if warm else None,
         "efficiency": measured_efficiency(warm.roofline) if warm else None,
         "peak_rss_bytes": peak_rss(m),
+        **energy_figures(warm.telemetry if warm else None),
+    }
+
+
+def energy_figures(tel: PhaseTelemetry | None) -> dict:
+    """The warm phase's energy and the conditions it ran under (thermal pressure, power
+    source): unknown, with the reason, where the telemetry gave none."""
+    e = tel.energy if tel else None
+    return {
+        "decode_j_per_token": e.decode_j_per_token if e else None,
+        "prefill_j_per_token": e.prefill_j_per_token if e else None,
+        "avg_w": e.avg_w if e else None,
+        "energy_reason": (e.reason if e else "no telemetry in this log") if e is None or e.decode_j_per_token is None
+        else None,
+        "thermal_pressure": tel.thermal_pressure_max if tel else None,
+        "phase_power_source": (tel.power_source_end or tel.power_source_start) if tel else None,
+        "has_telemetry": tel is not None,
     }

@@ -12,6 +12,7 @@ from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, Syste
 from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
 from macprof.model.records import ABSENT, Record
+from macprof.model.telemetry import TelemetryRaw
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +150,8 @@ class PhaseStart(Event):
     footprint_bytes: int | None = ABSENT  # macOS only: phys_footprint now
     footprint_max_bytes: int | None = ABSENT  # macOS only: the process's lifetime maximum so far
     thermal_state: str | None = ABSENT  # macOS only: NSProcessInfo.thermalState at the boundary
+    t: int | None = ABSENT  # perf_counter_ns as the phase begins (journals before telemetry lack it)
+    t_idle_start: int | None = ABSENT  # the start of the idle wait before it (the power baseline's window)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +168,7 @@ class PhaseEnd(Event):
     thermal_state: str | None = ABSENT
     peak_footprint_bytes: int | None = ABSENT  # added by the parent (collect/footprint.py, phase_peak)
     footprint_samples: int | None = ABSENT
+    t: int | None = ABSENT  # perf_counter_ns as the phase ends
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,12 +288,19 @@ class CaseUnsupported(Event):
     reason: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Telemetry(Event, TelemetryRaw):
+    """The parent's telemetry of one phase (run/sampling.py), journaled after its phase_end."""
+
+    KIND = "telemetry"
+
+
 # -- the registry ----------------------------------------------------------------------------
 EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
-    ReuseNotPossible)}
+    ReuseNotPossible, Telemetry)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from macprof.model.records import ABSENT, Record
+from macprof.model.telemetry import Energy, PhaseTelemetry
 
 
 # -- one request and the statistics of many ------------------------------------------------
@@ -281,6 +282,7 @@ class WarmPhase(Record):
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
     roofline: Ceiling | None = ABSENT  # a schema 1 log gets it (with the reason) on migration
+    telemetry: PhaseTelemetry | None = ABSENT  # logs before telemetry lack it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,6 +315,7 @@ class PrefixPhase(Record):
     roofline: Ceiling | None = ABSENT
     # why the engine could not keep the cached prefix (its pairs then ran from an empty cache)
     reuse_not_possible: str | None = ABSENT
+    telemetry: PhaseTelemetry | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,6 +361,7 @@ class SweepCase(Record):
     reuse_not_possible: str | None = ABSENT  # depth: the fill could not be cut back to, so it was refilled
     prediction: Prediction | None = ABSENT  # batch
     check: BatchCheck | None = ABSENT  # batch
+    energy: Energy | None = ABSENT  # this case's requests against its phase's telemetry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -368,3 +372,4 @@ class Sweep(Record):
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
     tradeoff: tuple[TradeoffRow, ...] | None = ABSENT  # batch
+    telemetry: PhaseTelemetry | None = ABSENT

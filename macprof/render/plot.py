@@ -63,6 +63,8 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     if any(r[k] for r in rows for k in ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s")):
         panels += [lambda ax: _decode_bars(ax, rows, ceilings, len(logs) > 1),
                    lambda ax: _ttft_bars(ax, rows, len(logs) > 1)]
+    if any(r.get(k) is not None for r in rows for k in ("decode_j_per_token", "prefill_j_per_token")):
+        panels.append(lambda ax: _energy_bars(ax, rows, len(logs) > 1))
     if any(m.phases.grid for _, m in models):
         panels.append(lambda ax: _grid(ax, models))
     if any(m.phases.depth for _, m in models):
@@ -93,6 +95,19 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def _energy_bars(ax, rows, many: bool) -> None:
+    """J/token of the warm phase, prefill and decode side by side, the idle baseline subtracted;
+    a model whose energy is unknown gets no bar (its reason is in the log and the summary)."""
+    x, width = range(len(rows)), 0.4
+    for k, (key, name, color) in enumerate((("prefill_j_per_token", "prefill J / prompt token", "#55A868"),
+                                           ("decode_j_per_token", "decode J / generated token", "#C44E52"))):
+        ax.bar([i + (k - 0.5) * width for i in x], [r.get(key) or 0 for r in rows], width, label=name, color=color)
+    ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("joules per token (idle baseline subtracted)")
+    ax.set_title("Energy per token (warm)")
+    ax.legend(fontsize=8)
 
 
 def _decode_bars(ax, rows, ceilings, many: bool) -> None:

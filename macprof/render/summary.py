@@ -10,6 +10,7 @@ from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
+from macprof.render.energy import ENERGY_FIELDS, energy_lines, fmt_j, throttle_warnings
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, clean_lines
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
@@ -55,16 +56,21 @@ SUMMARY_COLUMNS = (
     Column("cold start", _cold), Column("warm TTFT p50", cell("warm_ttft_s", fmt_s)),
     Column("prefix TTFT p50", _prefix), Column("decode tok/s p50", cell("decode_tok_s", fmt_rate)),
     Column("= of ceiling", cell("ceiling")), Column("ITL p99", cell("itl_p99_s", fmt_s)),
-    Column("peak RSS", cell("peak_rss_bytes", fmt_bytes)), Column("failures", cell("failures")),
+    Column("peak RSS", cell("peak_rss_bytes", fmt_bytes)), Column("decode J/tok", cell("decode_j_per_token", fmt_j)),
+    Column("failures", cell("failures")),
 )
 # what JSON and CSV carry: raw values, units in the names (the ceiling text is shown, its numbers carried)
 SUMMARY_FIELDS = ("model", "engine", "quant", "file_bytes", "cold_ttft_s", "cold_state", "warm_ttft_s",
                   "prefix_ttft_s", "prefix_speedup", "decode_tok_s", "efficiency", "ceiling_measured_tok_s",
-                  "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures")
+                  "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures", *ENERGY_FIELDS)
 
 
 def summary_table(log: RunLog) -> Table:
-    return Table("summary", SUMMARY_COLUMNS, tuple(summary_rows(log)), SUMMARY_FIELDS)
+    rows = tuple(summary_rows(log))
+    # a log from before telemetry has no energy to show: its table stays as it was
+    columns = SUMMARY_COLUMNS if any(r["has_telemetry"] for r in rows) else \
+        tuple(c for c in SUMMARY_COLUMNS if c.name != "decode J/tok")
+    return Table("summary", columns, rows, SUMMARY_FIELDS)  # JSON and CSV always carry the energy fields
 
 
 def _spread(s: Summary | None) -> float | None:
@@ -127,6 +133,7 @@ def warnings(log: RunLog) -> list[str]:
                        f"beyond a floating-point near-tie: the cached path is not equivalent")
         for f in m.failures:
             out.append(f"{name}: {f.phase or 'load'} failed ({f.status}): {f.reason}")
+        out += throttle_warnings(m)
     return [clean(w) for w in out]  # one line each, whatever a name or an engine's message holds
 
 
@@ -148,6 +155,9 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
     sweeps = sweep_tables(log)
     if sweeps:
         parts.append("\n" + sweeps)
+    energy = energy_lines(log)
+    if energy:
+        parts.append("\n" + "\n".join(energy))
     warns = warnings(log)
     if warns:
         parts.append("\nWarnings:\n" + "\n".join(f"  ! {w}" for w in warns))

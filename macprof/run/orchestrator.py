@@ -20,7 +20,7 @@ import time
 import psutil
 
 from macprof import cases as sweeps
-from macprof.collect import facts, residency
+from macprof.collect import facts, residency, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.model import events as ev
@@ -31,6 +31,7 @@ from macprof.run import resume, signals, watch
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
+from macprof.run.sampling import TelemetrySampler
 from macprof.run.watch import WorkerResult
 
 
@@ -48,6 +49,12 @@ class Runner:
         self.progress = as_display(progress)
         self.python = python
         self._proc: subprocess.Popen | None = None
+        self._telemetry: telemetry.Source | None = None  # opened with the first worker, closed at the end
+
+    def _source(self) -> telemetry.Source:
+        if self._telemetry is None:
+            self._telemetry = telemetry.open_source()
+        return self._telemetry
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> list[ev.Event]:
@@ -65,6 +72,8 @@ class Runner:
             raise
         finally:
             journal.close()
+            if self._telemetry is not None:
+                self._telemetry.close()
         return journal.events
 
     def _measure(self, journal: Journal) -> bool:
@@ -197,14 +206,17 @@ class Runner:
         need += [sweeps.tokens_per_sequence(c) for p in sweeps.SWEEP_PHASES if p in phases for c in cases.get(p, [])]
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
-               "cases": cases, "done": done or []}
+               "cases": cases, "done": done or [],
+               # the idle wait before each phase gives the power baseline: only where power is read
+               "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         proc, stderr, t_spawn = watch.spawn(self.python, job)
         self._proc = proc
         journal.write(ev.WorkerSpawn(model=model.name, worker=worker_id, phases=tuple(phases), trial=trial, t_spawn=t_spawn,
                                      pid=proc.pid))
         state = watch.watch(proc, s.timeout, lambda e: journal.write(e.replace(model=model.name, worker=worker_id)),
-                            lambda e: self.progress.advance(_request_line(model.name, e, s)), self._kill_worker)
+                            lambda e: self.progress.advance(_request_line(model.name, e, s)), self._kill_worker,
+                            TelemetrySampler(self._source()))
         rc = watch.wait(proc)
         self._proc = None
         recorded = watch.failure_record(model, worker_id, state, rc, stderr)

@@ -25,6 +25,7 @@ from macprof.collect import footprint
 from macprof.config import ModelSpec
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.run.sampling import TelemetrySampler
 
 RSS_PERIOD_S = 0.1
 LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
@@ -113,8 +114,10 @@ def spawn(python: str, job: dict) -> tuple[subprocess.Popen, IO[bytes], int]:
 
 
 def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], None],
-          on_request: Callable[[ev.Request], None], kill: Callable[[], None]) -> _State:
-    """Pump the worker's events into ``journal`` until it is done, dies or overruns a deadline."""
+          on_request: Callable[[ev.Request], None], kill: Callable[[], None],
+          telemetry: TelemetrySampler | None = None) -> _State:
+    """Pump the worker's events into ``journal`` until it is done, dies or overruns a deadline;
+    ``telemetry`` samples beside the RSS and journals a phase's samples after its phase_end."""
     state = _State(timeout=timeout)
     ps = _ps(proc.pid)
     assert proc.stdout is not None
@@ -135,14 +138,27 @@ def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], 
                         journal(state.on_event(event))
                         if isinstance(event, ev.Request):
                             on_request(event)
+                        elif telemetry is not None:
+                            _telemetry_event(telemetry, event, journal)
             state.sample(ps)
+            if telemetry is not None:
+                telemetry.tick()
             state.failure = state.overdue() or state.failure
             if state.failure and state.failure[0] == "timeout":
                 kill()
                 break
+        if telemetry is not None and telemetry.start is not None:  # died mid-phase: keep what was sampled
+            journal(telemetry.phase_end(ev.PhaseEnd(phase=telemetry.start.phase)))
     finally:
         sel.close()
     return state
+
+
+def _telemetry_event(telemetry: TelemetrySampler, event: ev.Event, journal: Callable[[ev.Event], None]) -> None:
+    if isinstance(event, ev.PhaseStart):
+        telemetry.phase_start(event)
+    elif isinstance(event, ev.PhaseEnd):
+        journal(telemetry.phase_end(event))
 
 
 def failure_record(model: ModelSpec, worker_id: str, state: _State, rc: int | None, stderr: IO[bytes]) -> ev.Failure | None:

@@ -86,21 +86,35 @@ def run(job: dict, emit) -> None:
                    engine_memory=engine.memory(), versions=engine.versions(), vocab_size=engine.vocab_size,
                    tokenizer_separate=getattr(engine, "separate_tokenizer", True), **_mac(False)))
 
+    _phases(job, engine, settings, emit)
+    engine.close()
+
+
+def _phases(job: dict, engine, settings, emit) -> None:
+    """The job's phases in turn, each between a phase_start and a phase_end event."""
+    from macprof.collect import peak
+    from macprof.model import events as ev
     from macprof.run.phases import PHASES, PhaseContext
     from macprof.run.phases.common import done_requests
     from macprof.run.prompts import PromptBuilder
 
     builder = PromptBuilder(engine, seed=job.get("seed", 0))
-    from macprof.collect import peak
-
     for phase in job["phases"]:
-        emit(ev.PhaseStart(phase=phase, rss_bytes=_rss(), **_mac()))
+        # with power readable, the parent measures the idle baseline while this worker waits,
+        # model loaded and nothing running; the wait's start bounds the baseline's window. Not
+        # before a cold trial's requests: a wait there would change what "cold" measures.
+        idle_s = float(job.get("idle_baseline_s", 0)) if phase != "cold" else 0.0
+        t_idle = time.perf_counter_ns()
+        if idle_s > 0:
+            time.sleep(idle_s)
+        emit(ev.PhaseStart(phase=phase, rss_bytes=_rss(), t=time.perf_counter_ns(),
+                           t_idle_start=t_idle if idle_s > 0 else None, **_mac()))
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
                                    trial=job.get("trial", 0), done=done_requests(job.get("done", []))))
         os_peak, scope = peak.read(was_reset)
-        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope, **_mac()))
-    engine.close()
+        emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
+                         t=time.perf_counter_ns(), **_mac()))
 
 
 def _with_fault(emit, fault: dict, model: str):

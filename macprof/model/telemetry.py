@@ -1,0 +1,105 @@
+"""Telemetry records: the raw samples the parent takes while a phase runs, and what the
+analyse layer derives from them (idle baseline, energy per token, the throttling check).
+docs/runlog.md defines every field; collect/telemetry.py says where each comes from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from macprof.model.records import ABSENT, Record
+
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetrySample(Record):
+    """One sampling interval t0..t1 (perf_counter_ns): ``watts`` are each domain's mean power
+    over it; temperatures, pressure and GPU figures are read at t1. A figure the source cannot
+    give is absent from its dict or null."""
+
+    t0: int
+    t1: int
+    watts: dict[str, float] | None = None
+    temps_c: dict[str, float] | None = None
+    thermal_pressure: str | None = None
+    gpu_usage: float | None = None
+    gpu_mhz: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetryRaw(Record):
+    """What the parent journals for one phase: the source, what it could not give and why, the
+    phase's stamps (the worker's), its two boundary readings and every sample."""
+
+    phase: str = ""
+    source: str | None = None
+    total_domain: str | None = None
+    domains: tuple[str, ...] = ()
+    unavailable: dict[str, str] = field(default_factory=dict)
+    period_s: float | None = None
+    t_idle_start: int | None = None  # the worker's idle wait before the phase began (baseline window)
+    t_start: int | None = None
+    t_end: int | None = None
+    power_source_start: str | None = None
+    power_source_end: str | None = None
+    thermal_pressure_start: str | None = None
+    thermal_pressure_end: str | None = None
+    samples: tuple[TelemetrySample, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline(Record):
+    """Idle power before the phase: the mean over the samples wholly inside the idle window."""
+
+    watts: float | None = None
+    window_s: float | None = None
+    samples: int = 0
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Energy(Record):
+    """Joules of the total domain over the requests' prefill windows [t0, t_1] and decode
+    windows [t_1, t_n], less the idle baseline over the same time; null with ``reason`` where
+    unknown."""
+
+    reason: str | None = None
+    domain: str | None = None
+    baseline_w: float | None = None
+    prefill_j: float | None = None
+    decode_j: float | None = None
+    prefill_gross_j: float | None = None
+    decode_gross_j: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    prefill_j_per_token: float | None = None
+    decode_j_per_token: float | None = None
+    avg_w: float | None = None
+    requests: int = 0
+    samples: int = 0
+    short_windows: int = 0  # windows shorter than the sampling period: per request unresolved
+    note: str | None = ABSENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Throttle(Record):
+    """Decode speed falling across the phase while temperature or thermal pressure rose.
+    ``throttled`` is null when it cannot be told (too few requests, no temperature or pressure)."""
+
+    throttled: bool | None = None
+    reason: str | None = None
+    decode_drop: float | None = None  # 1 - late median / early median of decode tok/s
+    temp_rise_c: float | None = None
+    pressure_from: str | None = None
+    pressure_to: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseTelemetry(TelemetryRaw):
+    """A phase's telemetry in the run log: the raw journal record plus the derived figures."""
+
+    baseline: Baseline = field(default_factory=Baseline)
+    energy: Energy = field(default_factory=Energy)
+    thermal_pressure_max: str | None = None
+    temp_max_c: float | None = None
+    throttle: Throttle = field(default_factory=Throttle)
