@@ -18,6 +18,11 @@ from macprof.model.telemetry import TelemetryRaw
 @dataclass(frozen=True, kw_only=True)
 class Event(Record):
     KIND: ClassVar[str]
+    # The journal fsyncs after an event that carries a measurement or ends something; one that
+    # only announces what comes next (DURABLE False) is written at once but made durable by the
+    # next fsync, which covers every earlier line: a power cut can lose an announcement, never
+    # a measurement, and a request costs one fsync instead of two.
+    DURABLE: ClassVar[bool] = True
 
     model: str | None = ABSENT
     worker: str | None = ABSENT
@@ -145,6 +150,7 @@ class Loaded(Event):
 @dataclass(frozen=True, kw_only=True)
 class PhaseStart(Event):
     KIND = "phase_start"
+    DURABLE = False
     phase: str
     rss_bytes: int | None = None
     footprint_bytes: int | None = ABSENT  # macOS only: phys_footprint now
@@ -208,6 +214,7 @@ class RequestStart(_RequestHead):
     """Before a measurement: the parent's per-request timeout runs from it."""
 
     KIND = "request_start"
+    DURABLE = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -80,8 +80,9 @@ class Journal:
         with signals.deferred():  # the line on disk and the event in memory, or neither
             try:
                 self.fh.write(line)
-                self.fh.flush()
-                os.fsync(self.fh.fileno())
+                self.fh.flush()  # in the OS's hands: a crash of macprof loses nothing from here
+                if event.DURABLE:
+                    os.fsync(self.fh.fileno())
             except OSError as exc:
                 raise MacprofError(f"{self.path}: writing the journal failed ({exc.strerror}); "
                                    f"what was measured until now is in it") from None
