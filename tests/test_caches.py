@@ -47,6 +47,19 @@ def test_recurrent_fake_extends_but_cannot_rewind(tmp_path):
     assert engine.reused_tokens == len(other) + 4 and engine.reuse_refused is None
 
 
+def _run_prefix_depth(root, models: dict, depths, prompt, prefix, gen, reps, timeout):
+    """`macprof run` of the prefix phase and a depth sweep on the models (file -> engine) in
+    root, each named after its file: -> (the run log's path, the finished process)."""
+    toml = [f'[[models]]\nname = "{f.removesuffix(".gguf")}"\nengine = "{engine}"\npath = "{f}"\n'
+            for f, engine in models.items()]
+    (root / "models.toml").write_text("\n".join(toml))
+    log = root / "run.json"
+    proc = macprof("run", "--config", str(root / "models.toml"), "--phases", "prefix,depth", "--depth", depths,
+                   "--prompt-tokens", prompt, "--prefix-tokens", prefix, "--gen-tokens", gen, "--reps", reps,
+                   "--timeout", timeout, "--log", str(log))
+    return log, proc
+
+
 def test_window_fake_cuts_only_while_nothing_left_its_window(tmp_path):
     engine = _fake(tmp_path, "window:32")
     list(engine.generate(list(range(300, 320)), 4))  # 23 held: nothing has left the window
@@ -105,15 +118,9 @@ def test_depth_refills_where_the_cache_cannot_be_cut(tmp_path):
     tokens (refilled, untimed), the case says why; the prefix phase extends its cached prefix,
     which every cache can, so it reuses it. A full cache is cut back as before."""
     kinds = {"fake-full": "full", "fake-recurrent": "recurrent", "fake-window": "window:44"}
-    toml = []
     for name, cache in kinds.items():
         write_model(tmp_path / f"{name}.gguf", cache=cache)
-        toml.append(f'[[models]]\nname = "{name}"\nengine = "fake"\npath = "{name}.gguf"\n')
-    (tmp_path / "models.toml").write_text("\n".join(toml))
-    log = tmp_path / "run.json"
-    proc = macprof("run", "--config", str(tmp_path / "models.toml"), "--phases", "prefix,depth", "--depth", "0,40",
-                   "--prompt-tokens", "40", "--prefix-tokens", "32", "--gen-tokens", "8", "--reps", "2",
-                   "--timeout", "60", "--log", str(log))
+    log, proc = _run_prefix_depth(tmp_path, {f"{name}.gguf": "fake" for name in kinds}, "0,40", "40", "32", "8", "2", "60")
     runlog.load(log)
     data = json.loads(log.read_text())
     for m in data["models"]:
@@ -207,15 +214,9 @@ def test_mlx_sliding_window_and_recurrent_caches(tiny_dir, tmp_path):
     a depth case deeper than the window (gemma3_text) or on a recurrent layer (lfm2) cannot be
     cut back: refilled, with mlx-lm's reason recorded."""
     pytest.importorskip("mlx_lm")
-    toml = []
     for name, arch in (("gemma3-swa", GEMMA3), ("lfm2-conv", LFM2)):
         write_mlx_model(tmp_path / name, arch, tiny_dir / "mlx" / "demo-tiny-f16")
-        toml.append(f'[[models]]\nname = "{name}"\nengine = "mlx"\npath = "{name}"\n')
-    (tmp_path / "models.toml").write_text("\n".join(toml))
-    log = tmp_path / "run.json"
-    proc = macprof("run", "--config", str(tmp_path / "models.toml"), "--phases", "prefix,depth", "--depth", "24",
-                   "--prompt-tokens", "28", "--prefix-tokens", "24", "--gen-tokens", "6", "--reps", "1",
-                   "--timeout", "120", "--log", str(log))
+    log, proc = _run_prefix_depth(tmp_path, {"gemma3-swa": "mlx", "lfm2-conv": "mlx"}, "24", "28", "24", "6", "1", "120")
     runlog.load(log)
     for m, what in zip(json.loads(log.read_text())["models"], ("RotatingKVCache, window 16", "ArraysCache")):
         prefix = m["phases"]["prefix"]
