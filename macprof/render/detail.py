@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from macprof.model.log import Machine, RunLog
-from macprof.model.phases import Metrics, PrefixSummary
+from macprof.model.phases import Metrics, PhaseMemory, PrefixSummary
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
 
@@ -56,8 +56,7 @@ def render_detail(log: RunLog) -> str:
                 lines.append(f"   {phase} ceiling at {roof.context_tokens:.0f} tokens of context: decode "
                              f"{fmt_rate(roof.decode_tok_s)} tok/s = {ceiling_text(roof)}; bound: {bound}")
             mem = ph.memory
-            lines.append(f"   {phase} memory: peak RSS {fmt_bytes(mem.peak_rss_bytes if mem else None)}"
-                         + (f", engine {_engine_mem(mem.engine)}" if mem and mem.engine else ""))
+            lines.append(f"   {phase} memory: {_peak(mem)}" + (f", engine {_engine_mem(mem.engine)}" if mem and mem.engine else ""))
         kv = m.memory.kv_cache
         lines.append(f"   KV cache: {fmt_bytes(kv.bytes_per_token)}/token, {fmt_bytes(kv.computed_bytes)} computed "
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")
@@ -74,6 +73,14 @@ def _metrics_line(summ: Metrics) -> str:
             f"{p(summ.decode_tok_s, fmt_rate)} tok/s, e2e {p(summ.e2e_tok_s, fmt_rate)} tok/s, ITL p50 "
             f"{fmt_s(summ.itl_s.median)} p99 {fmt_s(summ.itl_s.p99)} max "
             f"{fmt_s(summ.itl_s.max)}; n={summ.ttft_s.n}, failures {summ.ttft_s.failures}")
+
+
+def _peak(mem: PhaseMemory | None) -> str:
+    """The footprint first where the log has one (macOS: it counts the GPU's buffers, RSS does not)."""
+    rss = f"peak RSS {fmt_bytes(mem.peak_rss_bytes if mem else None)}"
+    if mem is None or not mem.has("peak_footprint_bytes"):
+        return rss
+    return f"peak footprint {fmt_bytes(mem.peak_footprint_bytes)} ({rss})"
 
 
 def _engine_mem(mem: dict) -> str:
