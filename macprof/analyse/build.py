@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 
 from macprof.analyse import energy as power
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
+from macprof.collect.macos import THERMAL_STATES
 from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
 from macprof.measure import stats
@@ -170,10 +171,24 @@ def _build_warm(events: list[ev.Event], requests: list[Request], failures: list[
 def _with_telemetry(record, events: Sequence[ev.Event], phase: str, measured: Sequence[Request],
                     trend: bool = True):
     """The phase record with its telemetry (energy, baseline, throttling) where the journal has
-    any; a journal from before telemetry leaves the key absent."""
+    any, and the thermal state at its boundaries where the worker read one (macOS); a journal
+    from before either leaves its keys absent."""
+    record = record.replace(**_thermal_states(events, phase))
     found = power.phase_telemetry([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase],
                                   sorted(measured, key=lambda r: r.t0), trend)
     return record if found is None else record.replace(telemetry=found)
+
+
+def _thermal_states(events: Sequence[ev.Event], phase: str) -> dict:
+    """thermal_state_start / _end from the phase's boundary events: only a macOS worker journals
+    them, so elsewhere (and in older journals) nothing, and the log keeps its layout. Only
+    NSProcessInfo's four states: an older worker's pmset fallback text is not that figure."""
+    bounds = [next((e for e in events if isinstance(e, kind) and e.phase == phase), None)
+              for kind in (ev.PhaseStart, ev.PhaseEnd)]
+    if not any(e is not None and e.has("thermal_state") for e in bounds):
+        return {}
+    start, end = (e.thermal_state if e is not None and e.thermal_state in THERMAL_STATES else None for e in bounds)
+    return {"thermal_state_start": start, "thermal_state_end": end}
 
 
 def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.Event], failures: list[Failure],

@@ -18,7 +18,7 @@ from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, med
 from macprof.measure import stats
 from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_figures
 from macprof.model.log import Machine, ModelResult, RunLog
-from macprof.model.phases import SweepCase, WarmPhase
+from macprof.model.phases import Sweep, SweepCase, WarmPhase
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak memory", False)}
@@ -49,6 +49,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
         s = m.settings
         head, lengths = headline(m), (s.prompt_tokens, s.gen_tokens)
         block: WarmPhase | SweepCase | None = m.phases.warm
+        states = thermal_state_of(m.phases.warm)
         if case:
             sweep = m.phases.sweep(case[0])
             found = next((c for c in sweep.cases if c.id == case[1]), None) if sweep else None
@@ -58,7 +59,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                         decode_tok_s=found.summary.decode_tok_s.median, efficiency=measured_efficiency(found.roofline),
                         **memory_figures([sweep.memory] if sweep.memory else []))
             head.update(energy_figures(sweep.telemetry), **_case_energy(found))
-            block, lengths = found, (found.prompt_tokens, found.gen_tokens)
+            block, lengths, states = found, (found.prompt_tokens, found.gen_tokens), thermal_state_of(sweep)
         ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
         rows.append({
             "source": source,
@@ -75,6 +76,8 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 "thermal_pressure": head["thermal_pressure"],
                 "phase_power_source": head["phase_power_source"],
                 "memory_figure": head["memory_figure"],
+                # NSProcessInfo's at the phase's boundaries (macOS; absent from older logs)
+                "phase_thermal_state": states,
             },
         })
     return rows
@@ -83,12 +86,20 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
 _FLAG_NAMES = {"lengths": "prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
                "power_source": "power source", "thermal_state": "thermal state",
                "thermal_pressure": "thermal pressure during the phase", "phase_power_source": "power source during the phase",
-               "memory_figure": "memory: footprint vs RSS"}
+               "memory_figure": "memory: footprint vs RSS", "phase_thermal_state": "thermal state during the phase"}
 
 
 # flagged only when both sides know them: a log from before telemetry, or an OS that reads
 # neither, says nothing about them
-_KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure")
+_KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase_thermal_state")
+THERMAL_RANK = {"nominal": 0, "fair": 1, "serious": 2, "critical": 3}
+
+
+def thermal_state_of(phase: WarmPhase | Sweep | None) -> str | None:
+    """The worse of a phase's thermal states at its start and end; None where none was read."""
+    states = [s for s in (getattr(phase, "thermal_state_start", None), getattr(phase, "thermal_state_end", None))
+              if s in THERMAL_RANK]
+    return max(states, key=THERMAL_RANK.__getitem__) if states else None
 
 
 def _case_energy(case: SweepCase) -> dict:

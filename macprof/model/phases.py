@@ -283,6 +283,9 @@ class WarmPhase(Record):
     memory: PhaseMemory | None = None
     roofline: Ceiling | None = ABSENT  # a schema 1 log gets it (with the reason) on migration
     telemetry: PhaseTelemetry | None = ABSENT  # logs before telemetry lack it
+    # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
+    thermal_state_start: str | None = ABSENT
+    thermal_state_end: str | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,6 +319,9 @@ class PrefixPhase(Record):
     # why the engine could not keep the cached prefix (its pairs then ran from an empty cache)
     reuse_not_possible: str | None = ABSENT
     telemetry: PhaseTelemetry | None = ABSENT
+    # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
+    thermal_state_start: str | None = ABSENT
+    thermal_state_end: str | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,3 +379,6 @@ class Sweep(Record):
     memory: PhaseMemory | None = None
     tradeoff: tuple[TradeoffRow, ...] | None = ABSENT  # batch
     telemetry: PhaseTelemetry | None = ABSENT
+    # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
+    thermal_state_start: str | None = ABSENT
+    thermal_state_end: str | None = ABSENT

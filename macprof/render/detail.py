@@ -57,6 +57,9 @@ def render_detail(log: RunLog) -> str:
                              f"{fmt_rate(roof.decode_tok_s)} tok/s = {ceiling_text(roof)}; bound: {bound}")
             mem = ph.memory
             lines.append(f"   {phase} memory: {_peak(mem)}" + (f", engine {_engine_mem(mem.engine)}" if mem and mem.engine else ""))
+            if ph.has("thermal_state_start") or ph.has("thermal_state_end"):  # macOS workers only
+                lines.append(f"   {phase} thermal state (NSProcessInfo): {ph.thermal_state_start or '?'} at the start, "
+                             f"{ph.thermal_state_end or '?'} at the end")
         kv = m.memory.kv_cache
         lines.append(f"   KV cache: {fmt_bytes(kv.bytes_per_token)}/token, {fmt_bytes(kv.computed_bytes)} computed "
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")
