@@ -288,7 +288,8 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
 
 
 def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
-    trials = [_cold_trial(e, worker, failures) for e, worker in _cold_attempts(events, workers)]
+    base = power.idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
+    trials = [_cold_trial(e, worker, failures, base) for e, worker in _cold_attempts(events, workers)]
     ok = [t for t in trials if t.status == "ok"]
     # a trial interrupted and measured again after a resume is listed (its requests are kept)
     # but is no failure: the trial it stood for succeeded
@@ -321,8 +322,10 @@ def _span(a: int | None, b: int | None) -> float | None:
     return (b - a) / 1e9 if a is not None and b is not None else None
 
 
-def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure]) -> ColdTrial:
-    """One cold trial: the phases of its fresh worker's start-up from their timestamps."""
+def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure],
+                base: tuple = (None, None)) -> ColdTrial:
+    """One cold trial: the phases of its fresh worker's start-up from their timestamps; ``base``,
+    the idle baseline its energy is set against and the phase it came from."""
     if w is None or not isinstance(w[0], ev.WorkerSpawn):
         return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed")
     spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)
@@ -356,7 +359,10 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
         prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None,
         tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
         if joint else ABSENT,
-        failure=(fails[0] if fails else None) if failed else ABSENT)
+        failure=(fails[0] if fails else None) if failed else ABSENT,
+        # the windows ready_s adds up: spawn -> the worker's first line, the engine's import -> ready
+        **power.cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
+                                  [(spawn.t_spawn, t_main), (t_import_start, t_tokenizer)], base))
 
 
 def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -> PrefixPhase:

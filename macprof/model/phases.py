@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from macprof.model.records import ABSENT, Record
-from macprof.model.telemetry import Energy, PhaseTelemetry
+from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
 
 
 # -- one request and the statistics of many ------------------------------------------------
@@ -255,6 +255,7 @@ class ColdTrial(Record):
     prompt_build_s: float | None = ABSENT
     tokenizer_note: str | None = ABSENT
     failure: Failure | None = ABSENT
+    energy: ColdEnergy | None = ABSENT  # spawn -> ready, where the trial's telemetry was journaled
 
 
 @dataclass(frozen=True, kw_only=True)
