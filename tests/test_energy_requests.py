@@ -101,3 +101,32 @@ def test_show_says_why_where_energy_is_unknown(fake_dir, tmp_path):
     (trial,) = built.models[0].phases.cold.trials
     assert trial.energy.gross_j is None and trial.energy.reason
     assert "energy spawn to ready unknown:" in render_detail(built) and "warm energy: unknown:" in render_detail(built)
+
+
+# -- a recorded log with telemetry: a real llama.cpp run on a Linux VM (tests/fixtures/runlogs/make.sh) --
+def test_the_recorded_telemetry_fixture_loads_with_its_reasons():
+    """On the VM that recorded it nothing is readable: every telemetry figure is null with the
+    reason, never a zero, and the summary, show and compare read the log as it is."""
+    from macprof.analyse.compare import compare, rows_from
+    from macprof.model.log import SCHEMA_VERSION
+    from macprof.render.summary import render_summary
+    from tests.conftest import FIXTURES
+
+    log = runlog.load(FIXTURES / "runlogs" / "tiny-telemetry.json")
+    assert log.schema_version == SCHEMA_VERSION and log.machine.os == "Linux"
+    (m,) = log.models
+    for phase in (m.phases.warm, m.phases.prefix, m.phases.depth):
+        tel = phase.telemetry
+        assert tel.source is None and tel.period_s == 0.25 and tel.samples  # sampled, but nothing readable
+        assert {"power", "temperature", "thermal_pressure", "power_source"} <= set(tel.unavailable)
+        assert tel.energy.decode_j_per_token is None and tel.energy.reason == tel.unavailable["power"]
+        assert tel.baseline.watts is None and tel.per_request == ()
+        assert not phase.has("thermal_state_start")  # a Linux worker reads no NSProcessInfo state
+    assert all(c.energy.reason for c in m.phases.depth.cases)
+    (trial,) = m.phases.cold.trials
+    assert trial.energy.gross_j is None and trial.energy.reason == m.phases.warm.telemetry.unavailable["power"]
+    assert "energy per token unknown for demo-tiny-q8_0 warm" in render_summary(log)
+    assert "warm energy: unknown: no RAPL" in render_detail(log)
+    old = runlog.load(FIXTURES / "runlogs" / "tiny-a.json")
+    rows = compare(rows_from(old, "tiny-a") + rows_from(log, "tiny-telemetry"))["rows"]
+    assert rows[-1]["energy_reason"] and rows[-1]["memory_figure"] == "RSS"
