@@ -158,6 +158,52 @@ GGUF_FAMILIES = {
 }
 
 
+def _recurrent(tmp: Path, arch: str, kv: dict) -> Path:
+    return write_gguf(tmp / f"{arch}.gguf", arch, {"attention.head_count": 0, **kv}, {**EMB, **HEAD})
+
+
+# purely recurrent (llm_arch_is_recurrent): per layer n_embd_r + n_embd_s f32 values, nothing per
+# position, so the same bytes at c = 0 as at c = 4096 (llama-hparams.cpp n_embd_r / n_embd_s)
+RECURRENT = {
+    # Mamba 130M: 24 layers, d_inner 1536, d_state 16, d_conv 4, no groups:
+    # ((4 - 1) x 1536 + 16 x 1536) x 4 B = 116,736 per layer; x 24 = 2,801,664
+    "mamba": ({"block_count": 24, "embedding_length": 768, "ssm.conv_kernel": 4, "ssm.inner_size": 1536,
+               "ssm.state_size": 16, "ssm.time_step_rank": 48}, 24 * (3 * 1536 + 16 * 1536) * 4),
+    # Mamba2 130M: 24 layers, d_inner 1536, d_state 128, 1 group, d_conv 4:
+    # ((4 - 1)(1536 + 2 x 1 x 128) + 128 x 1536) x 4 B = 807,936 per layer; x 24 = 19,390,464
+    "mamba2": ({"block_count": 24, "embedding_length": 768, "ssm.conv_kernel": 4, "ssm.inner_size": 1536,
+                "ssm.state_size": 128, "ssm.group_count": 1, "ssm.time_step_rank": 24},
+               24 * (3 * (1536 + 2 * 128) + 128 * 1536) * 4),
+    # RWKV6 1.6B: 24 layers, n_embd 2048, wkv head 64, token_shift_count 2 written:
+    # (2 x 2048 + 2048 x 64) x 4 B = 540,672 per layer; x 24 = 12,976,128
+    "rwkv6": ({"block_count": 24, "embedding_length": 2048, "wkv.head_size": 64, "token_shift_count": 2},
+              24 * (2 * 2048 + 2048 * 64) * 4),
+    # RWKV7 190M: 12 layers, n_embd 768, wkv head 64, no token_shift_count key (llama.cpp's default 2):
+    # (2 x 768 + 768 x 64) x 4 B = 202,752 per layer; x 12 = 2,433,024
+    "rwkv7": ({"block_count": 12, "embedding_length": 768, "wkv.head_size": 64}, 12 * (2 * 768 + 768 * 64) * 4),
+}
+
+
+@pytest.mark.parametrize("arch", RECURRENT)
+def test_recurrent_models_hold_a_constant_state(tmp_path, arch):
+    """A pure Mamba / RWKV model's ceiling stays flat with depth: its cache is a fixed state,
+    never attention K/V growing with c."""
+    kv, by_hand = RECURRENT[arch]
+    info = inspect(_recurrent(tmp_path, arch, kv))
+    assert info.kv_layout.known, info.kv_layout.reason
+    assert [g.kind for g in info.kv_layout.groups] == ["state"]
+    assert info.kv_bytes_read(0) == info.kv_bytes_read(C) == by_hand
+    assert info.kv_bytes_per_token is None  # not c x a constant
+    shape = info.to_dict()
+    flat = {roofline_for(Metrics(), shape, c, _bandwidth(), info.file_bytes).spec.ceiling_tok_s for c in (1, C, 32 * C)}
+    assert len(flat) == 1
+
+
+def test_rwkv_without_embedding_length_is_unknown_with_the_reason(tmp_path):
+    info = inspect(_recurrent(tmp_path, "rwkv7", {"block_count": 12, "wkv.head_size": 64}))
+    assert not info.kv_layout.known and "embedding_length" in (info.kv_layout.reason or "")
+
+
 @pytest.mark.parametrize("family", GGUF_FAMILIES)
 def test_gguf_kv_bytes_read_at_4096(tmp_path, family):
     build, by_hand = GGUF_FAMILIES[family]
@@ -269,11 +315,11 @@ def _bandwidth() -> Bandwidth:
 
 def test_unknown_architecture_gives_an_unknown_ceiling_with_the_reason(tmp_path):
     kv = {"block_count": 24, "embedding_length": 2048, "attention.head_count": 16}
-    info = inspect(write_gguf(tmp_path / "x.gguf", "rwkv7", kv, {**EMB, **HEAD}))
-    assert not info.kv_layout.known and "rwkv7" in (info.kv_layout.reason or "")
+    info = inspect(write_gguf(tmp_path / "x.gguf", "t5", kv, {**EMB, **HEAD}))
+    assert not info.kv_layout.known and "t5" in (info.kv_layout.reason or "")
     assert info.kv_bytes_per_token is None and info.kv_bytes_read(C) is None
     ceiling = roofline_for(Metrics(), info.to_dict(), C, _bandwidth(), info.file_bytes)
-    assert ceiling.reason and "rwkv7" in ceiling.reason and not ceiling.has("spec")
+    assert ceiling.reason and "t5" in ceiling.reason and not ceiling.has("spec")
     with pytest.raises(MacprofError, match="unknown"):
         estimate(model=tmp_path / "x.gguf", bandwidth_gbs=100, context=C)
     assert estimate(model=tmp_path / "x.gguf", bandwidth_gbs=100, context=0)["ceiling_tok_s"] > 0

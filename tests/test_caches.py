@@ -323,3 +323,11 @@ def test_llama_cpp_recurrent_memory(tiny_dir, tmp_path):
     (d24,) = m["phases"]["depth"]["cases"]
     assert "llama.cpp recurrent memory" in d24["reuse_not_possible"]
     assert all(r["reused_tokens"] == 24 and r["cached_tokens_before"] == 24 for r in d24["requests"])
+    # the ceiling's K/V term is Mamba's constant state, not attention growing with depth (a
+    # wrong per-position term once put this case at 104 % of its ceiling): 2 layers x
+    # ((4 - 1) x 128 + 8 x 128) x 4 B = 11,264 B, the same at the prefix's context and at depth 24
+    assert [g["kind"] for g in m["shape"]["kv_layout"]["groups"]] == ["state"]
+    assert d24["roofline"]["kv_bytes_read"] == m["phases"]["prefix"]["roofline"]["kv_bytes_read"] == 2 * (3 * 128 + 8 * 128) * 4
+    for side in ("spec", "measured"):  # where a bandwidth is known here, the case stays under its ceiling
+        eff = (d24["roofline"].get(side) or {}).get("efficiency")
+        assert eff is None or eff <= 1.0

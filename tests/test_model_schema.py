@@ -83,7 +83,7 @@ def test_the_walk_finds_a_difference():
     assert "log.models[].phases.warm.summary.ttft_s.p90: in the schema, not a field of Summary" in found
 
 
-@pytest.mark.parametrize("name", ["tiny-a.json", "tiny-b.json", "tiny-sweeps.json", "schema1.json"])
+@pytest.mark.parametrize("name", ["tiny-a.json", "tiny-b.json", "tiny-sweeps.json", "tiny-telemetry.json", "schema1.json"])
 def test_real_logs_round_trip(name):
     data = runlog.migrate(json.loads((LOGS / name).read_text()))
     runlog.validate(data)

@@ -95,6 +95,8 @@ def env(tmp_path, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     for key, value in values.items():
         monkeypatch.setenv(key, value)
+    # this machine's own Ollama service store, if it has one, stays out of the tests
+    monkeypatch.setattr(stores, "OLLAMA_SERVICE_ROOT", tmp_path / "no-service-install")
     importlib.reload(hub_constants)
     yield values
     monkeypatch.undo()
@@ -175,6 +177,24 @@ def test_ollama_names_through_the_manifest(built):
     assert (r.store, r.format) == ("ollama", "gguf") and r.path.parent == built["ollama"] / "blobs"
     assert r.path.read_bytes() == built["a"].read_bytes() and r.path.name.startswith("sha256-")
     assert resolve.resolve("ollama:someone/tiny").path.read_bytes() == built["b"].read_bytes()  # tag latest
+
+
+def test_ollama_linux_service_store_is_searched_when_ollama_models_is_unset(built, env, tmp_path, monkeypatch):
+    """Linux's install script runs the server as the user ``ollama`` (home /usr/share/ollama):
+    its pulls are found beside the user's own store; OLLAMA_MODELS, when set, is the only store."""
+    service = tmp_path / "usr-share-ollama"
+    ollama_model(service, "library", "served", "1b", built["a"])
+    monkeypatch.setattr(stores, "OLLAMA_SERVICE_ROOT", service)
+    assert "served" not in str([e.ref for e in stores.discover()])  # OLLAMA_MODELS set: it alone
+    monkeypatch.delenv("OLLAMA_MODELS")
+    assert stores.ollama_roots() == [Path(env["HOME"]) / ".ollama" / "models", service]
+    assert "ollama:served:1b" in [e.ref for e in stores.discover()]
+    assert resolve.resolve("ollama:served:1b").path.parent == service / "blobs"
+    assert any(str(service) in where for where in stores.locations())
+    with pytest.raises(MacprofError, match="no-such"):  # a miss names both stores
+        resolve.resolve("ollama:no-such")
+    monkeypatch.setattr(stores, "OLLAMA_SERVICE_ROOT", tmp_path / "absent")  # no service install: the home alone
+    assert stores.ollama_roots() == [Path(env["HOME"]) / ".ollama" / "models"]
 
 
 def test_ollama_manifest_without_a_model_layer(built):

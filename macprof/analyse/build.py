@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 
 from macprof.analyse import energy as power
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
+from macprof.collect.macos import THERMAL_STATES
 from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
 from macprof.measure import stats
@@ -170,10 +171,24 @@ def _build_warm(events: list[ev.Event], requests: list[Request], failures: list[
 def _with_telemetry(record, events: Sequence[ev.Event], phase: str, measured: Sequence[Request],
                     trend: bool = True):
     """The phase record with its telemetry (energy, baseline, throttling) where the journal has
-    any; a journal from before telemetry leaves the key absent."""
+    any, and the thermal state at its boundaries where the worker read one (macOS); a journal
+    from before either leaves its keys absent."""
+    record = record.replace(**_thermal_states(events, phase))
     found = power.phase_telemetry([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase],
                                   sorted(measured, key=lambda r: r.t0), trend)
     return record if found is None else record.replace(telemetry=found)
+
+
+def _thermal_states(events: Sequence[ev.Event], phase: str) -> dict:
+    """thermal_state_start / _end from the phase's boundary events: only a macOS worker journals
+    them, so elsewhere (and in older journals) nothing, and the log keeps its layout. Only
+    NSProcessInfo's four states: an older worker's pmset fallback text is not that figure."""
+    bounds = [next((e for e in events if isinstance(e, kind) and e.phase == phase), None)
+              for kind in (ev.PhaseStart, ev.PhaseEnd)]
+    if not any(e is not None and e.has("thermal_state") for e in bounds):
+        return {}
+    start, end = (e.thermal_state if e is not None and e.thermal_state in THERMAL_STATES else None for e in bounds)
+    return {"thermal_state_start": start, "thermal_state_end": end}
 
 
 def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.Event], failures: list[Failure],
@@ -273,7 +288,8 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
 
 
 def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
-    trials = [_cold_trial(e, worker, failures) for e, worker in _cold_attempts(events, workers)]
+    base = power.idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
+    trials = [_cold_trial(e, worker, failures, base) for e, worker in _cold_attempts(events, workers)]
     ok = [t for t in trials if t.status == "ok"]
     # a trial interrupted and measured again after a resume is listed (its requests are kept)
     # but is no failure: the trial it stood for succeeded
@@ -306,8 +322,10 @@ def _span(a: int | None, b: int | None) -> float | None:
     return (b - a) / 1e9 if a is not None and b is not None else None
 
 
-def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure]) -> ColdTrial:
-    """One cold trial: the phases of its fresh worker's start-up from their timestamps."""
+def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure],
+                base: tuple = (None, None)) -> ColdTrial:
+    """One cold trial: the phases of its fresh worker's start-up from their timestamps; ``base``,
+    the idle baseline its energy is set against and the phase it came from."""
     if w is None or not isinstance(w[0], ev.WorkerSpawn):
         return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed")
     spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)
@@ -341,7 +359,10 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
         prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None,
         tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
         if joint else ABSENT,
-        failure=(fails[0] if fails else None) if failed else ABSENT)
+        failure=(fails[0] if fails else None) if failed else ABSENT,
+        # the windows ready_s adds up: spawn -> the worker's first line, the engine's import -> ready
+        **power.cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
+                                  [(spawn.t_spawn, t_main), (t_import_start, t_tokenizer)], base))
 
 
 def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -> PrefixPhase:

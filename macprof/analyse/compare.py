@@ -16,12 +16,12 @@ from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
 from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_interval, min_reps, verdict
 from macprof.measure import stats
-from macprof.analyse.headline import energy_figures, headline, measured_efficiency
+from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_figures
 from macprof.model.log import Machine, ModelResult, RunLog
-from macprof.model.phases import SweepCase, WarmPhase
+from macprof.model.phases import Sweep, SweepCase, WarmPhase
 
-# metric -> (what, higher is better)
-METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak RSS", False)}
+# metric -> (what, higher is better); memory is named after the figure judged (memory_label)
+METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak memory", False)}
 
 
 def _engine_version(model: ModelResult, software: dict | None) -> str | None:
@@ -49,6 +49,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
         s = m.settings
         head, lengths = headline(m), (s.prompt_tokens, s.gen_tokens)
         block: WarmPhase | SweepCase | None = m.phases.warm
+        states = thermal_state_of(m.phases.warm)
         if case:
             sweep = m.phases.sweep(case[0])
             found = next((c for c in sweep.cases if c.id == case[1]), None) if sweep else None
@@ -56,9 +57,9 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 continue
             head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=found.summary.ttft_s.median,
                         decode_tok_s=found.summary.decode_tok_s.median, efficiency=measured_efficiency(found.roofline),
-                        peak_rss_bytes=sweep.memory.peak_rss_bytes if sweep.memory else None)
+                        **memory_figures([sweep.memory] if sweep.memory else []))
             head.update(energy_figures(sweep.telemetry), **_case_energy(found))
-            block, lengths = found, (found.prompt_tokens, found.gen_tokens)
+            block, lengths, states = found, (found.prompt_tokens, found.gen_tokens), thermal_state_of(sweep)
         ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
         rows.append({
             "source": source,
@@ -74,6 +75,9 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 # over time, from the phase's telemetry (absent from older logs: None on both sides)
                 "thermal_pressure": head["thermal_pressure"],
                 "phase_power_source": head["phase_power_source"],
+                "memory_figure": head["memory_figure"],
+                # NSProcessInfo's at the phase's boundaries (macOS; absent from older logs)
+                "phase_thermal_state": states,
             },
         })
     return rows
@@ -81,12 +85,21 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
 
 _FLAG_NAMES = {"lengths": "prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
                "power_source": "power source", "thermal_state": "thermal state",
-               "thermal_pressure": "thermal pressure during the phase", "phase_power_source": "power source during the phase"}
+               "thermal_pressure": "thermal pressure during the phase", "phase_power_source": "power source during the phase",
+               "memory_figure": "memory: footprint vs RSS", "phase_thermal_state": "thermal state during the phase"}
 
 
 # flagged only when both sides know them: a log from before telemetry, or an OS that reads
 # neither, says nothing about them
-_KNOWN_ONLY = ("thermal_pressure", "phase_power_source")
+_KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase_thermal_state")
+THERMAL_RANK = {"nominal": 0, "fair": 1, "serious": 2, "critical": 3}
+
+
+def thermal_state_of(phase: WarmPhase | Sweep | None) -> str | None:
+    """The worse of a phase's thermal states at its start and end; None where none was read."""
+    states = [s for s in (getattr(phase, "thermal_state_start", None), getattr(phase, "thermal_state_end", None))
+              if s in THERMAL_RANK]
+    return max(states, key=THERMAL_RANK.__getitem__) if states else None
 
 
 def _case_energy(case: SweepCase) -> dict:
@@ -121,7 +134,8 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
         if twin is r:
             twin = None
         row["same_model_baseline"] = None if twin is None else f"{twin['model']}@{twin['source']}"
-        row["same_model"] = None if twin is None else dict(zip(("ratios", "calls", "intervals"), _against(r, twin)))
+        row["same_model"] = None if twin is None else dict(zip(("ratios", "calls", "intervals"), _against(r, twin)),
+                                                           memory_figure=twin["memory_figure"])
         out.append(row)
     return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
             "interval": f"{CONFIDENCE:.0%} percentile bootstrap of the ratio of medians, {RESAMPLES} resamples per side, "
@@ -132,13 +146,32 @@ def _against(r: dict, base: dict) -> tuple[dict, dict, dict]:
     """Ratios of medians to ``base``; for the sampled metrics, the test's call and the interval."""
     ratios = {"decode": stats.ratio(r["decode_tok_s"], base["decode_tok_s"]),
               "ttft": stats.ratio(r["warm_ttft_s"], base["warm_ttft_s"]),
-              "memory": stats.ratio(r["peak_rss_bytes"], base["peak_rss_bytes"])}
+              "memory": _memory_ratio(r, base)}
     if r is base:
         return ratios, {}, {}
     calls = {key: verdict(base["samples"][key], r["samples"][key], higher_is_better=METRICS[key][1])
              for key in ("decode", "ttft")}
     intervals = {key: median_ratio_interval(base["samples"][key], r["samples"][key]) for key in ("decode", "ttft")}
     return ratios, calls, intervals
+
+
+def _memory_ratio(r: dict, base: dict) -> float | None:
+    """The peak memory ratio, only between like figures: a macOS footprint counts the GPU's
+    buffers (weights, K/V) that an RSS leaves out, so footprint / RSS measures nothing. RSS on
+    both sides is not offered instead: on macOS it would judge a figure that misses the model."""
+    if r["memory_figure"] != base["memory_figure"]:
+        return None
+    return stats.ratio(r["peak_memory_bytes"], base["peak_memory_bytes"])
+
+
+def memory_label(rows: list[dict]) -> str:
+    """'peak footprint' or 'peak RSS': the figure a memory verdict is about."""
+    kinds = {r.get("memory_figure") for r in rows} - {None}
+    return f"peak {kinds.pop()}" if len(kinds) == 1 else "peak memory"
+
+
+def _label(metric: str, rows: list[dict]) -> str:
+    return memory_label(rows) if metric == "memory" else METRICS[metric][0]
 
 
 _FAIL_RE = re.compile(r"^(decode|ttft|memory):([+-]?\d+(?:\.\d+)?)%$")
@@ -171,7 +204,7 @@ def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
             worse = change < limit if higher_is_better else change > abs(limit)
             call = row["same_model"]["calls"].get(metric, {}).get("call")
             if worse and call in (None, "slower"):
-                found.append(f"{row['model']}@{row['source']}: {METRICS[metric][0]} {change:+.1%} vs "
+                found.append(f"{row['model']}@{row['source']}: {_label(metric, [row])} {change:+.1%} vs "
                              f"{row['same_model_baseline']} (limit {metric}:{limit:+.0%})")
     return found
 
@@ -179,8 +212,8 @@ def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
 def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
     """One line naming each --fail-if metric and model that cannot be judged, or None when every
     one can. A gate judges only what was measured: it must not pass on a model with no successful
-    request (or no peak RSS) on either side, on sample sizes that could never be significant,
-    or when no model of the baseline's run appears in another run at all."""
+    request (or no peak memory, or a footprint against an RSS) on either side, on sample sizes
+    that could never be significant, or when no model of the baseline's run appears in another run."""
     if not specs:
         return None
     judged = [row for row in result["rows"] if row["same_model"]]
@@ -191,9 +224,14 @@ def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
     unmeasured, few = [], []
     for metric in dict.fromkeys(m for m, _ in specs):
         none, small = _unjudged(judged, metric)
-        unmeasured += [f"{METRICS[metric][0]} of {', '.join(none)}"] if none else []
-        few += [f"{METRICS[metric][0]} of {', '.join(small)}"] if small else []
+        unmeasured += [f"{_label(metric, judged)} of {', '.join(none)}"] if none else []
+        few += [f"{_label(metric, judged)} of {', '.join(small)}"] if small else []
     parts = []
+    mixed = [f"{row['model']}@{row['source']} (peak {row['memory_figure']}) against {row['same_model_baseline']} "
+             f"(peak {row['same_model']['memory_figure']})" for row in judged if _mixed_memory(row)]
+    if mixed and "memory" in (m for m, _ in specs):
+        parts.append(f"memory of {', '.join(mixed)}: not comparable, footprint vs RSS (a macOS footprint counts the "
+                     f"GPU's buffers, which RSS leaves out)")
     if unmeasured:
         parts.append(f"{'; '.join(unmeasured)}: nothing was measured there, and a gate judges only what was measured")
     if few:
@@ -203,6 +241,12 @@ def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
     return "--fail-if cannot judge " + "; nor ".join(parts) if parts else None
 
 
+def _mixed_memory(row: dict) -> bool:
+    """A footprint on one side, an RSS on the other."""
+    mine, twin = row["memory_figure"], row["same_model"]["memory_figure"]
+    return bool(mine and twin and mine != twin)
+
+
 def _unjudged(rows: list[dict], metric: str) -> tuple[list[str], list[str]]:
     """The rows whose ``metric`` has nothing measured on a side, and those whose sample sizes
     could never reach significance, each named with what it had."""
@@ -210,8 +254,8 @@ def _unjudged(rows: list[dict], metric: str) -> tuple[list[str], list[str]]:
     for row in rows:
         what = f"{row['model']}@{row['source']}"
         if metric == "memory":  # one figure per run, not a sample: judged whenever both sides have it
-            if row["same_model"]["ratios"]["memory"] is None:
-                none.append(f"{what} (no peak RSS against {row['same_model_baseline']})")
+            if row["same_model"]["ratios"]["memory"] is None and not _mixed_memory(row):
+                none.append(f"{what} (no peak {row['memory_figure'] or 'RSS'} against {row['same_model_baseline']})")
             continue
         call = row["same_model"]["calls"].get(metric) or {}
         n_base, n = call.get("sizes") or (0, 0)

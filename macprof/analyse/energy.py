@@ -16,7 +16,8 @@ from macprof.measure.stats import median
 from macprof.model.events import Telemetry
 from macprof.model.phases import Request
 from macprof.model.records import record_fields
-from macprof.model.telemetry import Baseline, Energy, PhaseTelemetry, TelemetryRaw, TelemetrySample, Throttle
+from macprof.model.telemetry import (Baseline, ColdEnergy, Energy, PhaseTelemetry, RequestEnergy, TelemetryRaw,
+                                     TelemetrySample, Throttle)
 
 GAP_NS = 1_000  # a window may lack this much sample coverage (stamp rounding) and still count
 THROTTLE_DROP = 0.05  # decode falls by 5 % or more from the phase's early to its late requests
@@ -28,6 +29,10 @@ ENERGY_DEFINITIONS = {
     "baseline_w": "mean power of the samples wholly inside the idle wait before the phase (nothing running)",
     "prefill_j_per_token": "(prefill joules - baseline_w x prefill seconds) / computed prompt tokens",
     "decode_j_per_token": "(decode joules - baseline_w x decode seconds) / generated tokens after the first",
+    "request_energy": "per measured request, E(t0, t_n), its prefill [t0, t_1] and decode [t_1, t_n] net of the "
+                      "baseline; null with the reason where a window is shorter than the sampling period",
+    "cold_energy": "E over the windows ready_s counts (spawn -> worker's first line, engine import -> ready), less a "
+                   "baseline from the model's warm (else prefix) phase x those seconds",
     "throttle": f"decode median of the last third of requests {THROTTLE_DROP:.0%} or more below the first third's, "
                 f"while the hottest sensor rose {THROTTLE_TEMP_RISE_C:g} degC or more or thermal pressure rose",
 }
@@ -137,6 +142,88 @@ def _energy_record(domain: str, sums: dict, base: Baseline, used: int, short: in
     return record
 
 
+def per_request(requests: Sequence[Request], raw: TelemetryRaw | None, base: Baseline) -> tuple[RequestEnergy, ...]:
+    """Each measured request's energy where the samples resolve it: a window at least one
+    sampling period long (shorter, the sample's mean power says nothing of that one request)."""
+    if raw is None or raw.total_domain is None:
+        return ()
+    period_ns, out = int((raw.period_s or 0) * 1e9), []
+    for r in requests:
+        if r.status != "ok" or not r.token_times:
+            continue
+        tags = {k: getattr(r, k) for k in ("case", "mode") if r.has(k) and getattr(r, k) is not None}
+        out.append(_request_energy(r, raw, base, period_ns).replace(index=r.index, kind=r.kind, **tags))
+    return tuple(out)
+
+
+def _request_energy(r: Request, raw: TelemetryRaw, base: Baseline, period_ns: int) -> RequestEnergy:
+    domain, w = raw.total_domain or "", base.watts
+    t0, t1, tn = r.t0, r.token_times[0], r.token_times[-1]
+    found = RequestEnergy(seconds=(tn - t0) / 1e9)
+    if tn - t0 < period_ns:
+        return found.replace(reason=f"the request ({(tn - t0) / 1e9:.3g} s) is shorter than the sampling period "
+                                    f"({raw.period_s:g} s): its energy is not resolved")
+    gross = integrate(raw.samples, domain, t0, tn)
+    if gross is None:
+        return found.replace(reason="the telemetry samples do not cover the request")
+    if w is None:
+        return found.replace(gross_j=gross, reason=f"idle baseline unknown ({base.reason}): net joules unknown")
+
+    def net(a: int, b: int) -> float | None:
+        joules = integrate(raw.samples, domain, a, b) if b - a >= period_ns else None
+        return None if joules is None else joules - w * (b - a) / 1e9
+
+    pre, dec = net(t0, t1), net(t1, tn)
+    tokens = (len(r.token_times) - 1) * (r.batch or 1)
+    short = [name for name, part in (("prefill", pre), ("decode", dec)) if part is None]
+    return found.replace(gross_j=gross, net_j=gross - w * (tn - t0) / 1e9, prefill_j=pre, decode_j=dec,
+                         decode_j_per_token=dec / tokens if dec is not None and tokens else None,
+                         reason=f"its {' and '.join(short)} window is shorter than the sampling period "
+                                f"({raw.period_s:g} s): not resolved" if short else None)
+
+
+def idle_baseline(events: Sequence[Telemetry]) -> tuple[Baseline | None, str | None]:
+    """The idle power a cold trial's energy is set against: a cold worker waits for nothing
+    before its requests, so the model's warm phase's baseline (else the prefix's), where measured."""
+    for phase in ("warm", "prefix"):
+        raw = merged([e for e in events if e.phase == phase])
+        base = baseline(raw) if raw else None
+        if base and base.watts is not None:
+            return base, phase
+    return None, None
+
+
+def cold_trial_energy(events: Sequence[Telemetry], windows: Sequence[tuple[int | None, int | None]],
+                      base: tuple[Baseline | None, str | None]) -> dict:
+    """``energy=`` for a cold trial whose worker's telemetry was journaled; nothing (the key
+    stays absent) for a log from before telemetry."""
+    return {"energy": cold_energy(merged(events), windows, *base)} if events else {}
+
+
+def cold_energy(raw: TelemetryRaw | None, windows: Sequence[tuple[int | None, int | None]],
+                base: Baseline | None, base_from: str | None) -> ColdEnergy:
+    """A cold trial's energy over ``windows`` (those ready_s adds up), less ``base`` where known."""
+    if raw is None:
+        return ColdEnergy(reason="no telemetry was journaled for this trial")
+    domain = raw.total_domain
+    if domain is None:
+        return ColdEnergy(reason=_power_reason(raw))
+    spans = [(a, b) for a, b in windows if a is not None and b is not None and b > a]
+    if not spans or len(spans) < len(windows):
+        return ColdEnergy(domain=domain, reason="the trial's start-up stamps are missing (it never became ready)")
+    parts = [integrate(raw.samples, domain, a, b) for a, b in spans]
+    if any(p is None for p in parts):
+        return ColdEnergy(domain=domain, reason="the telemetry samples do not cover spawn to ready (a log recorded "
+                                                "before the sampler kept a cold worker's start-up)")
+    gross, seconds = sum(p or 0.0 for p in parts), sum(b - a for a, b in spans) / 1e9
+    w = base.watts if base else None
+    return ColdEnergy(domain=domain, seconds=seconds, gross_j=gross, baseline_w=w, baseline_from=base_from if w else None,
+                      net_j=gross - w * seconds if w is not None else None, avg_w=gross / seconds,
+                      samples=sum(1 for s in raw.samples if any(s.t1 > a and s.t0 < b for a, b in spans)),
+                      reason=None if w is not None else "no idle baseline from the model's warm or prefix phase: "
+                                                        "net joules unknown")
+
+
 def _hottest(s: TelemetrySample) -> float | None:
     return max(s.temps_c.values()) if s.temps_c else None
 
@@ -187,7 +274,7 @@ def phase_telemetry(events: Sequence[Telemetry], requests: Sequence[Request], tr
                              raw.thermal_pressure_end] if p in PRESSURE_RANK]
     temps = [t for t in (_hottest(s) for s in raw.samples) if t is not None]
     return PhaseTelemetry(**{f.name: getattr(raw, f.name) for f in record_fields(TelemetryRaw)}, baseline=base,
-                          energy=energy(requests, raw, base),
+                          energy=energy(requests, raw, base), per_request=per_request(requests, raw, base),
                           thermal_pressure_max=max(pressures, key=PRESSURE_RANK.__getitem__) if pressures else None,
                           temp_max_c=max(temps) if temps else None,
                           throttle=throttle(requests, raw) if trend else Throttle(

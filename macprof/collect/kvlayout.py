@@ -9,7 +9,10 @@ pattern; MLA (``attention.key_length_mla`` present): one latent of key_length =
 kv_lora_rank + rope dims per layer, V a view of it; recurrent layers (n_head_kv(il) = 0 in
 hybrids, ``attention.recurrent_layers`` or ``full_attention_interval`` in qwen3next) hold
 n_embd_r + n_embd_s f32 values: LFM2 n_embd x (l_cache - 1); SSM / gated delta net
-(d_conv - 1) x (d_inner + 2 n_group d_state) + d_state x d_inner.
+(d_conv - 1) x (d_inner + 2 n_group d_state) + d_state x d_inner; RWKV (``wkv.head_size`` set)
+token_shift_count (default 2) x n_embd + n_embd x wkv head size. The purely recurrent
+architectures (llm_arch_is_recurrent: mamba, mamba2, rwkv6, rwkv6qwen2, rwkv7, arwkv7) keep
+that state in every layer and nothing per position, so their kv(c) is a constant.
 
 MLX, as mlx-lm's models/*.py make_cache: KVCache (all positions), RotatingKVCache (the window),
 the MLA latent and rope key (deepseek_v2/v3), ArraysCache for recurrent layers (conv state in
@@ -34,14 +37,16 @@ seed_oss minicpm baichuan gpt2 gptneox bitnet deepseek2""".split()) | {"macprof-
 GGUF_SWA = {"gemma2": (2, 4096), "gemma3": (6, 0), "gemma-embedding": (6, 0), "gpt-oss": (2, 0),
             "cohere2": (4, 0), "olmo2": (4, 0), "exaone4": (4, 0)}
 GGUF_HYBRID_KVH0 = frozenset({"lfm2", "lfm2moe", "granitehybrid", "jamba"})  # n_head_kv(il) == 0: recurrent
-GGUF_RECURRENT_ONLY = frozenset({"mamba", "mamba2"})
+# llama-arch.cpp llm_arch_is_recurrent: one llama_memory_recurrent, no K/V cache at all
+GGUF_RECURRENT_ONLY = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+RWKV_TOKEN_SHIFT = 2  # llama_hparams::token_shift_count's default when the header has no key
 
 # keys (after "<arch>.") the layout reads; the header reader keeps these arrays
 GGUF_KEYS = ("attention.head_count_kv", "attention.key_length", "attention.value_length",
              "attention.sliding_window", "attention.sliding_window_pattern", "attention.key_length_mla",
              "attention.kv_lora_rank", "attention.recurrent_layers", "full_attention_interval",
              "shortconv.l_cache", "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
-             "rope.dimension_count")
+             "rope.dimension_count", "wkv.head_size", "token_shift_count")
 
 
 def _per_layer(value: Any, n: int) -> list[int] | None:
@@ -125,6 +130,12 @@ def _gguf_sliding(raw, arch: str, n_layers: int, recurrent: list[bool]) -> tuple
 
 def _gguf_state(raw, n_embd: int | None) -> float | str:
     """Bytes of one recurrent layer's state (llama_hparams::n_embd_r + n_embd_s, f32)."""
+    wkv = raw("wkv.head_size")
+    if wkv:  # RWKV: the token-shift rows and the wkv state (n_embd_r and n_embd_s check it first)
+        if not n_embd:
+            return "RWKV header without embedding_length"
+        shift = raw("token_shift_count")
+        return ((RWKV_TOKEN_SHIFT if shift is None else shift) * n_embd + n_embd * wkv) * F32
     l_cache = raw("shortconv.l_cache")
     if l_cache and n_embd:
         return n_embd * (l_cache - 1) * F32
@@ -132,7 +143,7 @@ def _gguf_state(raw, n_embd: int | None) -> float | str:
     if d_conv and d_inner and d_state:
         n_group = raw("ssm.group_count") or 0
         return ((d_conv - 1) * (d_inner + 2 * n_group * d_state) + d_state * d_inner) * F32
-    return "recurrent layers without shortconv.l_cache or ssm.* sizes in the GGUF header"
+    return "recurrent layers without shortconv.l_cache, ssm.* or wkv.head_size sizes in the GGUF header"
 
 
 # -- MLX (mlx-lm's make_cache) -------------------------------------------------------------

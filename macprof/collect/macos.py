@@ -23,6 +23,7 @@ POWER_MODES = {0: "automatic", 1: "low", 2: "high"}
 
 # NSProcessInfoThermalState (Foundation, NSProcessInfo.h): nominal, fair, serious, critical.
 THERMAL_STATES = ("nominal", "fair", "serious", "critical")
+NS_THERMAL_SOURCE = "NSProcessInfo.thermalState"
 
 PMSET_NO_LEVEL = ("pmset -g therm gave no thermal level (Apple Silicon prints 'No thermal warning level has been "
                   "recorded' even while throttling)")
@@ -98,7 +99,7 @@ def thermal_state(read: Callable[[], int] = _ns_thermal_state, run: Runner = _ru
     try:
         value = read()
         if 0 <= value < len(THERMAL_STATES):
-            return THERMAL_STATES[value], "NSProcessInfo.thermalState"
+            return THERMAL_STATES[value], NS_THERMAL_SOURCE
         reason = f"NSProcessInfo.thermalState gave {value}, not a known state"
     except (OSError, AttributeError, ValueError) as exc:
         reason = f"NSProcessInfo.thermalState could not be read ({exc})"

@@ -196,11 +196,12 @@ def _ollama(ref: str) -> Resolved:
     if not all(_OLLAMA_PART.fullmatch(p) for p in (namespace, model, tag)) or ".." in (host, namespace, model, tag) \
             or not re.fullmatch(r"[\w.-]+(:\d+)?", host) or name.count("/") > 2:
         raise MacprofError(f"{ref}: not an Ollama model name ([namespace/]model[:tag], e.g. ollama:qwen3:8b)")
-    root = stores.ollama_root()
-    manifest = root / "manifests" / host / namespace / model / tag
+    roots = stores.ollama_roots()
+    found = [(root, root / "manifests" / host / namespace / model / tag) for root in roots]
+    root, manifest = next(((r, m) for r, m in found if m.is_file()), found[0])
     if not manifest.is_file():
-        raise MacprofError(f"{ref}: Ollama has no manifest {manifest} (its store: {root}; OLLAMA_MODELS moves it); "
-                           f"pull the model first: `ollama pull {name}`")
+        raise MacprofError(f"{ref}: Ollama has no manifest {manifest} (its store: {' or '.join(map(str, roots))}; "
+                           f"OLLAMA_MODELS moves it); pull the model first: `ollama pull {name}`")
     blob = stores.ollama_blob(root, manifest)
     if not stores.is_gguf(blob):
         raise MacprofError(f"{ref}: its model blob {blob} is not a GGUF file")

@@ -9,7 +9,8 @@ Each store is read as its own tool writes it:
   and at the hub cache otherwise (common/hf-cache.cpp); ``-mu`` URLs and older versions wrote
   flat files to ``fs_get_cache_directory()``: LLAMA_CACHE, else ~/Library/Caches/llama.cpp on
   macOS and $XDG_CACHE_HOME (or ~/.cache) + /llama.cpp elsewhere (common/common.cpp);
-- Ollama: OLLAMA_MODELS or ~/.ollama/models; ``manifests/<host>/<namespace>/<model>/<tag>``
+- Ollama: OLLAMA_MODELS, else ~/.ollama/models and, where it exists, /usr/share/ollama/.ollama/models
+  (Linux's service install runs the server as the user ``ollama`` whose home that is); ``manifests/<host>/<namespace>/<model>/<tag>``
   (JSON) whose layer of mediaType ``application/vnd.ollama.image.model`` names the GGUF blob
   ``blobs/sha256-<hex>``;
 - LM Studio: its settings' ``downloadsFolder`` (~/.lmstudio/settings.json), ~/.lmstudio/models
@@ -75,8 +76,24 @@ def hub_caches() -> list[tuple[str, Path]]:
     return out
 
 
+# Ollama's Linux install script (scripts/install.sh) creates a system user ``ollama`` with this
+# home and runs the server as it: its pulls land here, not in the invoking user's home
+OLLAMA_SERVICE_ROOT = Path("/usr/share/ollama/.ollama/models")
+
+
 def ollama_root() -> Path:
-    return Path(os.environ.get("OLLAMA_MODELS") or Path.home() / ".ollama" / "models").expanduser()
+    return ollama_roots()[0]
+
+
+def ollama_roots() -> list[Path]:
+    """Where Ollama keeps models: OLLAMA_MODELS alone when set (the server reads only it), else
+    the user's ~/.ollama/models, then the service install's store where one exists."""
+    if os.environ.get("OLLAMA_MODELS"):
+        return [Path(os.environ["OLLAMA_MODELS"]).expanduser()]
+    roots = [Path.home() / ".ollama" / "models"]
+    if OLLAMA_SERVICE_ROOT.is_dir():
+        roots.append(OLLAMA_SERVICE_ROOT)
+    return roots
 
 
 def lmstudio_roots() -> list[Path]:
@@ -96,7 +113,7 @@ def lmstudio_roots() -> list[Path]:
 def locations(folders: list[Path] | tuple[Path, ...] = ()) -> list[str]:
     """Every place `discover` looks, in words."""
     return ([f"{'Hugging Face hub cache' if kind == 'hf' else 'llama.cpp -hf cache'} {cache}" for kind, cache in hub_caches()]
-            + [f"llama.cpp cache {llama_cache()}", f"Ollama {ollama_root()}"]
+            + [f"llama.cpp cache {llama_cache()}"] + [f"Ollama {root}" for root in ollama_roots()]
             + [f"LM Studio {root}" for root in lmstudio_roots()] + [f"folder {f}" for f in folders])
 
 
@@ -143,7 +160,8 @@ def discover(folders: list[Path] | tuple[Path, ...] = ()) -> list[Entry]:
     for kind, cache in hub_caches():
         entries += hub_entries(cache, kind)
     entries += flat_llama_entries(llama_cache())
-    entries += ollama_entries(ollama_root())
+    for root in ollama_roots():
+        entries += ollama_entries(root)
     for root in lmstudio_roots():
         entries += lmstudio_entries(root)
     for folder in folders:

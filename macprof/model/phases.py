@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from macprof.model.records import ABSENT, Record
-from macprof.model.telemetry import Energy, PhaseTelemetry
+from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
 
 
 # -- one request and the statistics of many ------------------------------------------------
@@ -255,6 +255,7 @@ class ColdTrial(Record):
     prompt_build_s: float | None = ABSENT
     tokenizer_note: str | None = ABSENT
     failure: Failure | None = ABSENT
+    energy: ColdEnergy | None = ABSENT  # spawn -> ready, where the trial's telemetry was journaled
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,6 +284,9 @@ class WarmPhase(Record):
     memory: PhaseMemory | None = None
     roofline: Ceiling | None = ABSENT  # a schema 1 log gets it (with the reason) on migration
     telemetry: PhaseTelemetry | None = ABSENT  # logs before telemetry lack it
+    # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
+    thermal_state_start: str | None = ABSENT
+    thermal_state_end: str | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,6 +320,9 @@ class PrefixPhase(Record):
     # why the engine could not keep the cached prefix (its pairs then ran from an empty cache)
     reuse_not_possible: str | None = ABSENT
     telemetry: PhaseTelemetry | None = ABSENT
+    # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
+    thermal_state_start: str | None = ABSENT
+    thermal_state_end: str | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,3 +380,6 @@ class Sweep(Record):
     memory: PhaseMemory | None = None
     tradeoff: tuple[TradeoffRow, ...] | None = ABSENT  # batch
     telemetry: PhaseTelemetry | None = ABSENT
+    # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
+    thermal_state_start: str | None = ABSENT
+    thermal_state_end: str | None = ABSENT

@@ -82,6 +82,42 @@ class Energy(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RequestEnergy(Record):
+    """One measured request's energy, attributed by overlap like the phase's; a window shorter
+    than the sampling period is not resolved (a sample's power is its interval's mean), so its
+    figure is null with ``reason``. Net figures subtract the phase's idle baseline."""
+
+    index: int | None = None
+    kind: str | None = None
+    case: str | None = ABSENT  # a sweep's case id
+    mode: str | None = ABSENT  # prefix: reuse / noreuse
+    seconds: float | None = None  # t_n - t0
+    gross_j: float | None = None  # E(t0, t_n)
+    net_j: float | None = None
+    prefill_j: float | None = None  # net, over [t0, t_1]
+    decode_j: float | None = None  # net, over [t_1, t_n]
+    decode_j_per_token: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdEnergy(Record):
+    """A cold trial's energy from spawn to ready (the windows ready_s counts: spawn -> the
+    worker's first line, then the engine's import -> tokenizer loaded), less an idle baseline
+    where the model's warm (else prefix) phase measured one: a cold worker has no idle wait."""
+
+    reason: str | None = None
+    domain: str | None = None
+    seconds: float | None = None
+    gross_j: float | None = None
+    baseline_w: float | None = None
+    baseline_from: str | None = None
+    net_j: float | None = None
+    avg_w: float | None = None
+    samples: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Throttle(Record):
     """Decode speed falling across the phase while temperature or thermal pressure rose.
     ``throttled`` is null when it cannot be told (too few requests, no temperature or pressure)."""
@@ -103,3 +139,4 @@ class PhaseTelemetry(TelemetryRaw):
     thermal_pressure_max: str | None = None
     temp_max_c: float | None = None
     throttle: Throttle = field(default_factory=Throttle)
+    per_request: tuple[RequestEnergy, ...] | None = ABSENT  # absent from logs before it

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from macprof.model.log import Machine, RunLog
-from macprof.model.phases import Metrics, PrefixSummary
+from macprof.model.phases import Metrics, PhaseMemory, PrefixPhase, PrefixSummary, WarmPhase
+from macprof.render.energy import cold_energy, phase_energy
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
 
@@ -34,7 +35,8 @@ def render_detail(log: RunLog) -> str:
                     f"interpreter {fmt_s(t.interpreter_s)} + import {fmt_s(t.import_s)} + load "
                     f"{fmt_s(t.model_load_s)} + tokenizer {fmt_s(t.tokenizer_load_s)}; first request "
                     f"{fmt_signed_s(t.first_request_extra_s)} over a warm one; first token at {fmt_s(t.time_to_first_token_s)}"
-                    + (f" (macprof's own start-up, {fmt_s(t.harness_s)}, not counted)" if t.harness_s else ""))
+                    + (f" (macprof's own start-up, {fmt_s(t.harness_s)}, not counted)" if t.harness_s else "")
+                    + cold_energy(t.energy))
         for phase, ph in (("warm", m.phases.warm), ("prefix", m.phases.prefix)):
             if not ph:
                 continue
@@ -55,9 +57,7 @@ def render_detail(log: RunLog) -> str:
                 bound = (roof.measured.bound if roof.measured else None) or (roof.spec.bound if roof.spec else None)
                 lines.append(f"   {phase} ceiling at {roof.context_tokens:.0f} tokens of context: decode "
                              f"{fmt_rate(roof.decode_tok_s)} tok/s = {ceiling_text(roof)}; bound: {bound}")
-            mem = ph.memory
-            lines.append(f"   {phase} memory: peak RSS {fmt_bytes(mem.peak_rss_bytes if mem else None)}"
-                         + (f", engine {_engine_mem(mem.engine)}" if mem and mem.engine else ""))
+            lines += _conditions(phase, ph)
         kv = m.memory.kv_cache
         lines.append(f"   KV cache: {fmt_bytes(kv.bytes_per_token)}/token, {fmt_bytes(kv.computed_bytes)} computed "
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")
@@ -74,6 +74,27 @@ def _metrics_line(summ: Metrics) -> str:
             f"{p(summ.decode_tok_s, fmt_rate)} tok/s, e2e {p(summ.e2e_tok_s, fmt_rate)} tok/s, ITL p50 "
             f"{fmt_s(summ.itl_s.median)} p99 {fmt_s(summ.itl_s.p99)} max "
             f"{fmt_s(summ.itl_s.max)}; n={summ.ttft_s.n}, failures {summ.ttft_s.failures}")
+
+
+def _conditions(phase: str, ph: WarmPhase | PrefixPhase) -> list[str]:
+    """The phase's memory, its energy (where the log has telemetry) and its thermal state at
+    its boundaries (macOS)."""
+    mem = ph.memory
+    lines = [f"   {phase} memory: {_peak(mem)}" + (f", engine {_engine_mem(mem.engine)}" if mem and mem.engine else "")]
+    if ph.has("telemetry"):  # logs from before telemetry: no line
+        lines.append(f"   {phase} energy: {phase_energy(ph.telemetry)}")
+    if ph.has("thermal_state_start") or ph.has("thermal_state_end"):  # macOS workers only
+        lines.append(f"   {phase} thermal state (NSProcessInfo): {ph.thermal_state_start or '?'} at the start, "
+                     f"{ph.thermal_state_end or '?'} at the end")
+    return lines
+
+
+def _peak(mem: PhaseMemory | None) -> str:
+    """The footprint first where the log has one (macOS: it counts the GPU's buffers, RSS does not)."""
+    rss = f"peak RSS {fmt_bytes(mem.peak_rss_bytes if mem else None)}"
+    if mem is None or not mem.has("peak_footprint_bytes"):
+        return rss
+    return f"peak footprint {fmt_bytes(mem.peak_footprint_bytes)} ({rss})"
 
 
 def _engine_mem(mem: dict) -> str:

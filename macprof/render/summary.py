@@ -11,6 +11,7 @@ from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
 from macprof.render.energy import ENERGY_FIELDS, energy_lines, fmt_j, throttle_warnings
+from macprof.render.memory import MEMORY_FIELDS, memory_column
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, clean_lines
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
@@ -62,7 +63,7 @@ SUMMARY_COLUMNS = (
 # what JSON and CSV carry: raw values, units in the names (the ceiling text is shown, its numbers carried)
 SUMMARY_FIELDS = ("model", "engine", "quant", "file_bytes", "cold_ttft_s", "cold_state", "warm_ttft_s",
                   "prefix_ttft_s", "prefix_speedup", "decode_tok_s", "efficiency", "ceiling_measured_tok_s",
-                  "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures", *ENERGY_FIELDS)
+                  "ceiling_spec_tok_s", "itl_p99_s", "peak_rss_bytes", "failures", *ENERGY_FIELDS, *MEMORY_FIELDS)
 
 
 def summary_table(log: RunLog) -> Table:
@@ -70,6 +71,8 @@ def summary_table(log: RunLog) -> Table:
     # a log from before telemetry has no energy to show: its table stays as it was
     columns = SUMMARY_COLUMNS if any(r["has_telemetry"] for r in rows) else \
         tuple(c for c in SUMMARY_COLUMNS if c.name != "decode J/tok")
+    # the memory column is named after its figure: the footprint on macOS, RSS elsewhere
+    columns = tuple(memory_column(rows) if c.name == "peak RSS" else c for c in columns)
     return Table("summary", columns, rows, SUMMARY_FIELDS)  # JSON and CSV always carry the energy fields
 
 

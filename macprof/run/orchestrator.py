@@ -210,13 +210,15 @@ class Runner:
                # the idle wait before each phase gives the power baseline: only where power is read
                "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
+        # a cold trial's sampler starts before the spawn: its energy runs from spawn to ready
+        sampler = TelemetrySampler(self._source(), from_spawn=phases == ["cold"])
         proc, stderr, t_spawn = watch.spawn(self.python, job)
         self._proc = proc
         journal.write(ev.WorkerSpawn(model=model.name, worker=worker_id, phases=tuple(phases), trial=trial, t_spawn=t_spawn,
                                      pid=proc.pid))
         state = watch.watch(proc, s.timeout, lambda e: journal.write(e.replace(model=model.name, worker=worker_id)),
                             lambda e: self.progress.advance(_request_line(model.name, e, s)), self._kill_worker,
-                            TelemetrySampler(self._source()))
+                            sampler)
         rc = watch.wait(proc)
         self._proc = None
         recorded = watch.failure_record(model, worker_id, state, rc, stderr)

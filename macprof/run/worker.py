@@ -34,7 +34,10 @@ def _mac(phase_boundary: bool = True) -> dict:
     now, peak = footprint.read(os.getpid())
     if not phase_boundary:
         return {"footprint_bytes": now}
-    return {"footprint_bytes": now, "footprint_max_bytes": peak, "thermal_state": macos.thermal_state()[0]}
+    state, source = macos.thermal_state()
+    # NSProcessInfo's state only: pmset's Intel fallback is another figure (a CPU speed limit)
+    return {"footprint_bytes": now, "footprint_max_bytes": peak,
+            "thermal_state": state if source == macos.NS_THERMAL_SOURCE else None}
 
 
 class Stream:
