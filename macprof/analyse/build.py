@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from macprof.analyse.distributed import build_group
 from macprof.analyse import energy as power
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.cases import SWEEP_PHASES, mean_context, plan
@@ -98,11 +99,23 @@ def build_model(events: list[ev.Event], bw: Bandwidth | None = None) -> ModelRes
             workers.setdefault(e.worker, []).append(e)
     versions = next((e.versions for e in events if isinstance(e, ev.Loaded) and e.versions is not None), None)
     warm = [request_record(e) for e in events if isinstance(e, ev.Request) and e.phase == "warm"]
+    phases = _phases(events, head, workers, failures, warm, bw)
     return ModelResult(
         identity=head.identity, shape=head.shape, shape_error=head.shape_error, settings=head.settings,
-        engine_versions=versions, phases=_phases(events, head, workers, failures, warm, bw),
+        engine_versions=versions, phases=phases,
         memory=_model_memory(events, head, [r for r in warm if r.kind == "measured"]),
-        failures=tuple(failures), complete=any(isinstance(e, ev.ModelEnd) for e in events))
+        failures=tuple(failures), complete=any(isinstance(e, ev.ModelEnd) for e in events),
+        **_group(events, head, phases, bw))
+
+
+def _group(events: list[ev.Event], head: ev.ModelStart, phases: Phases, bw: Bandwidth | None) -> dict:
+    """A sharded model's group (analyse/distributed.py); nothing for a one-machine model."""
+    if head.settings.distributed is None:
+        return {}
+    spec = head.settings.distributed.to_json()
+    s = head.settings
+    decode = phases.warm.summary.decode_tok_s.median if phases.warm else None
+    return {"distributed": build_group(events, head.shape, spec, mean_context(s.prompt_tokens, s.gen_tokens), decode, bw)}
 
 
 def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list[ev.Event]],

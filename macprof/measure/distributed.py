@@ -19,7 +19,8 @@ for one sequence nothing overlaps:
 Embeddings and the output head are counted in W as for one machine and spread like the
 layers: a simplification (mlx-lm keeps them whole on every rank), said so in the result.
 Ranks on one host share its memory bandwidth: bw_r = host bandwidth / ranks on that host.
-Units: bytes, bytes/s, seconds. ``latency`` is per collective; 0 leaves it out of the model.
+Units: bytes, bytes/s, seconds. ``latency`` is per collective; 0 leaves it out of the model, and
+an infinite ``link`` leaves the bytes out (a latency-only model).
 """
 
 from __future__ import annotations
@@ -60,8 +61,12 @@ def tensor_step_s(g: Group) -> dict:
     read = max((g.weight_bytes + g.kv_bytes) / n / bw for bw in g.rank_bandwidth)
     collectives = 2 * g.layers if n > 1 else 0
     wire = ring_wire_bytes(tensor_payload_bytes(g.layers, g.hidden, g.element_bytes), n)
-    comm = wire / g.link + collectives * g.latency if n > 1 else 0.0
+    comm = _comm(wire, g.link, collectives, g.latency) if n > 1 else 0.0
     return _result(read, comm, collectives, wire)
+
+
+def _comm(wire: float, link: float, collectives: int, latency: float) -> float:
+    return wire / link + collectives * latency
 
 
 def layer_split(layers: int, size: int) -> list[int]:
@@ -78,8 +83,9 @@ def pipeline_step_s(g: Group) -> dict:
     hops = n - 1
     # the result's all_gather: every rank's copy of the last hidden state, once per token
     wire = hops * activation + (n - 1) * activation
-    comm = wire / g.link + (hops + (1 if n > 1 else 0)) * g.latency if n > 1 else 0.0
-    return {**_result(read, comm, hops + (1 if n > 1 else 0), wire), "layers_per_rank": split}
+    collectives = hops + (1 if n > 1 else 0)
+    comm = _comm(wire, g.link, collectives, g.latency) if n > 1 else 0.0
+    return {**_result(read, comm, collectives, wire), "layers_per_rank": split}
 
 
 def _result(read: float, comm: float, collectives: int, wire: float) -> dict:
@@ -92,7 +98,7 @@ def _result(read: float, comm: float, collectives: int, wire: float) -> dict:
 def predict(g: Group) -> dict:
     """Both layouts for one group, with the model's terms spelled out."""
     return {"tensor": tensor_step_s(g), "pipeline": pipeline_step_s(g), "size": g.size,
-            "link_gbs": g.link / 1e9, "rank_bandwidth_gbs": [bw / 1e9 for bw in g.rank_bandwidth],
+            "link_gbs": g.link / 1e9 if g.link != float("inf") else None, "rank_bandwidth_gbs": [bw / 1e9 for bw in g.rank_bandwidth],
             "latency_s": g.latency,
             "payload_bytes_per_token": tensor_payload_bytes(g.layers, g.hidden, g.element_bytes),
             "model": "tensor: max_r (W + kv) / N / bw_r + wire / link + 2 x layers x latency, wire = "
