@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -54,13 +53,13 @@ class RankContext:
         import mlx.core as mx
 
         data = json.dumps(payload, separators=(",", ":")).encode()
-        longest = int(mx.distributed.all_max(mx.array([len(data)]), group=self.group, stream=mx.cpu).item())
+        longest = int(mx.distributed.all_max(mx.array([len(data)]), group=self.group, stream=mx.cpu).item())  # type: ignore[arg-type]  # an int array's item
         padded = mx.array(list(data) + [0x20] * (longest - len(data)), dtype=mx.uint8)
         rows = mx.distributed.all_gather(padded[None], group=self.group, stream=mx.cpu)
         mx.eval(rows)
         if self.rank != 0:
             return None
-        return [json.loads(bytes(bytearray(r.tolist())).decode()) for r in rows]
+        return [json.loads(bytes(bytearray(r.tolist())).decode()) for r in rows]  # type: ignore[arg-type]  # a uint8 row: ints
 
     def phase_end(self, phase: str, emit: Callable) -> None:
         from macprof.model import events as ev
@@ -114,7 +113,7 @@ def facts(ctx: RankContext) -> dict:
 
     machine = collect_machine()
     keep = ("host_id", "os", "os_version", "arch", "cpu_model", "cpu_cores", "memory_total_bytes", "chip", "gpu_cores")
-    return {"rank": ctx.rank, "pid": os.getpid(), "device": str(mx.default_device()), "mlx": mx.__version__,
+    return {"rank": ctx.rank, "pid": os.getpid(), "device": str(mx.default_device()), "mlx": getattr(mx, "__version__", None),
             **{k: machine.get(k) for k in keep if k in machine}}
 
 
@@ -197,7 +196,3 @@ def finish(ctx: RankContext, engine: Any, builder: Any, settings: Any, emit: Cal
                                    "compute = step - comm; untimed, not the decode rate",
                             ranks=tuple(every)))
 
-
-def say(message: str) -> None:
-    """A rank other than 0 has no event stream: its last words go to stderr, which the parent keeps."""
-    print(f"rank {rank_of_env()}: {message}", file=sys.stderr, flush=True)

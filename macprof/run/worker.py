@@ -11,6 +11,7 @@ import time
 T_MAIN = time.perf_counter_ns()  # first statement: interpreter start-up ends here
 
 import json  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -162,7 +163,7 @@ def _with_fault(emit, fault: dict, model: str):
 
 
 def main() -> None:
-    emit = Stream()
+    emit: Callable[[Any], None] = Stream()
     job = json.loads(sys.stdin.readline())
     if job["settings"].get("distributed") and os.environ.get("MLX_RANK", "0") != "0":
         emit = _silent  # mlx.launch merges every rank's stdout: only rank 0 streams events
