@@ -199,3 +199,13 @@ def test_a_rank_that_dies_is_named_and_what_was_measured_is_kept(tiny_dir, tmp_p
     first, *rest = m.phases.warm.requests
     assert (first.kind, first.status) == ("warmup", "ok")  # rank 0's request before the fault is kept
     assert all(r.status != "ok" for r in rest)  # the one in flight is recorded as not done
+
+
+def test_run_hosts_on_the_command_line_reaches_the_preflight(fake_dir, tmp_path):
+    log = tmp_path / "run.json"
+    proc = macprof("run", str(fake_dir / "fake-b.gguf"), "--hosts", "2", "--parallel", "tensor", "--phases", "warm",
+                   "--log", str(log), check=False)
+    assert proc.returncode == 3  # the only model was refused
+    (m,) = runlog.load(log).models
+    assert m.settings.distributed.hosts == ("127.0.0.1", "127.0.0.1")
+    assert m.failures[0].reason == "engine 'llama.cpp' cannot be sharded: only mlx runs over MLX's distributed runtime"
