@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from macprof import __version__
+from macprof import __version__, cli_dist
 from macprof.errors import MacprofError, NothingMeasured
 from macprof.run.signals import Interrupted
 from macprof.options import csv_ints, number, sweep_overrides
@@ -113,9 +113,10 @@ def main() -> None:
 @click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
 @click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
+@cli_dist.run_options
 @click.pass_context
 def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens,
-        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
+        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite, **dist) -> None:
     """Measure every model of the config, or the MODELs named (GGUF file, MLX directory, hub id
     org/repo[:QUANT], ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO; `macprof models` lists them):
     cold start, warm residence, prefix reuse; and, when asked, a grid of lengths
@@ -129,7 +130,7 @@ def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
         "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
-        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force,
+        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force, "distributed": cli_dist.run_override(**dist),
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
     }
     with signals.guard() as guard:  # from here to the summary: a signal is answered in one line
@@ -268,8 +269,9 @@ def plot(paths, output) -> None:
 @click.option("--context", type=int, default=0, show_default=True, help="Tokens of context per sequence.")
 @click.option("--batch", "batches", callback=csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
 @click.option("--json", "as_json", is_flag=True)
+@cli_dist.estimate_options
 def estimate(model, params, active_params, bits, bytes_per_param, file_size, bandwidth, chip, gpu_cores, tflops,
-             layers, kv_heads, head_dim, kv_bits, kv_type, context, batches, as_json) -> None:
+             layers, kv_heads, head_dim, kv_bits, kv_type, context, batches, as_json, **group) -> None:
     """The roofline with no model run (MODEL: a path or a reference, as `run` takes): ceiling
     tok/s, KV cache size and the batching trade-off."""
     import json as _json
@@ -282,6 +284,7 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
                           bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
                           chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
                           head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches, kv_type=kv_type)
+    result = cli_dist.with_group(result, **group)  # --hosts N: the group's two layouts beside it
     click.echo(_json.dumps(result, indent=1) if as_json else render_estimate(result))
 
 

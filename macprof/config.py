@@ -30,6 +30,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from macprof.config_dist import Distributed
+from macprof.config_dist import finish as _finish_distributed
+from macprof.config_dist import partial as _distributed_table
 from macprof.errors import MacprofError
 
 PHASES = ("cold", "warm", "prefix", "grid", "depth", "batch")
@@ -57,6 +60,7 @@ class Settings:
     depths: tuple[int, ...] = ()
     batches: tuple[int, ...] = ()
     kv_type: str = "f16"  # K/V cache type: llama.cpp type_k / type_v, MLX kv_bits (macprof.measure.kvmodel)
+    distributed: Distributed | None = None  # sharded over an MLX distributed group (macprof/config_dist.py)
 
 
 # key -> (accepted types, check, what a valid value is)
@@ -92,6 +96,7 @@ _SETTING_TYPES: dict[str, tuple] = {
     "depths": _int_list(0, "a non-empty list of distinct integers >= 0"),
     "batches": _int_list(1, "a non-empty list of distinct positive integers"),
     "kv_type": (str, lambda v: v in ("f16", "q8_0", "q4_0"), "one of f16, q8_0, q4_0"),
+    "distributed": ((dict, Distributed), lambda v: True, "a table"),  # checked key by key in config_dist
 }
 _TUPLE_KEYS = {"phases", "prompt_grid", "gen_grid", "shapes", "depths", "batches"}
 _MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())
@@ -147,6 +152,8 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         ok = isinstance(value, types) and check(value)
     if not ok:
         raise MacprofError(f"{where}: key '{key}' must be {what}, not {value!r}")
+    if key == "distributed":
+        return _distributed_table(where, value)
     return tuple(value) if key in _TUPLE_KEYS else value
 
 
@@ -168,13 +175,19 @@ def check_settings(where: str, s: Settings) -> Settings:
         raise MacprofError(f"{where}: phase 'depth' needs depths (--depth 0,1024,4096 or depths = [...])")
     if "batch" in s.phases and not s.batches:
         raise MacprofError(f"{where}: phase 'batch' needs batch sizes (--batch 1,2,4,8 or batches = [...])")
+    if isinstance(s.distributed, dict):
+        return replace(s, distributed=_finish_distributed(where, s.distributed))
     return s
 
 
 def merge(base: Settings, *layers: dict) -> Settings:
-    values = {}
+    values: dict[str, Any] = {"distributed": base.distributed.to_dict()} if base.distributed else {}
     for layer in layers:
+        # a distributed table merges key by key: --parallel pipeline keeps models.toml's hosts
+        table = {**values.get("distributed", {}), **(layer.get("distributed") or {})}
         values.update({k: v for k, v in layer.items() if v is not None})
+        if table:
+            values["distributed"] = table
     return replace(base, **values)
 
 
@@ -241,7 +254,7 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
         raise MacprofError(f"{path}: no models: add at least one [[models]] table")
     models: list[ModelSpec] = []
     seen_names: dict[str, int] = {}
-    seen_paths: dict[tuple[str, Path], str] = {}
+    seen_paths: dict[tuple[str, Path, str], str] = {}
     for i, entry in enumerate(entries):
         where = f"{path}: models[{i}]"
         if not isinstance(entry, dict):
@@ -254,11 +267,13 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
             raise MacprofError(f"{where}: duplicate name '{name}' (also models[{seen_names[name]}])")
         seen_names[name] = i
         model_path, demo = checked_path(where, entry, path, check_engines)
-        key = (engine, model_path.resolve())
+        key = (engine, model_path.resolve(), repr(entry.get("distributed")))  # sharded and whole: two models
         if key in seen_paths:
             raise MacprofError(f"{where}: key 'path': the same model is already listed as '{seen_paths[key]}'")
         seen_paths[key] = name
         settings = check_settings(where, merge(Settings(), file_settings, *_entry_settings(where, entry), cli))
+        if settings.distributed is not None and engine != "mlx":
+            raise MacprofError(f"{where}: key 'distributed': only engine \"mlx\" shards over MLX's distributed runtime")
         models.append(ModelSpec(name, engine, model_path, entry.get("quant"), settings, demo))
     return Config(path, tuple(models))
 
@@ -330,11 +345,18 @@ def _entry_settings(where: str, entry: dict) -> tuple[dict, dict]:
 
 
 def settings_dict(s: Settings) -> dict:
-    return {f.name: (list(getattr(s, f.name)) if f.name in _TUPLE_KEYS else getattr(s, f.name)) for f in fields(s)}
+    out = {f.name: (list(getattr(s, f.name)) if f.name in _TUPLE_KEYS else getattr(s, f.name)) for f in fields(s)}
+    if s.distributed is None:  # a one-machine model's settings keep the layout they always had
+        del out["distributed"]
+    else:
+        out["distributed"] = s.distributed.to_dict()
+    return out
 
 
 def settings_from_dict(d: dict) -> Settings:
     """The inverse of settings_dict (a worker's job, a log's settings)."""
     known = {f.name for f in fields(Settings)}
     values: dict[str, Any] = {k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known}
+    if values.get("distributed") is not None:
+        values["distributed"] = _finish_distributed("settings", values["distributed"])
     return Settings(**values)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from macprof.analyse.cold import build_cold
+from macprof.analyse.distributed import build_group
+from macprof.analyse.requests import request_record, summarize_requests, summarized
 from macprof.analyse import energy as power
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.collect.macos import THERMAL_STATES
@@ -16,49 +19,18 @@ from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
 from macprof.measure import stats
 from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
-from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS, derive
+from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.log import Bandwidth, KvCache, ModelMemory, ModelResult, Phases, RunLog, RunMemory
-from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, ColdSummary, ColdTrial, DepthFill, Failure, Itl,
-                                  Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
-                                  Request, Summary, Sweep, SweepCase, WarmPhase)
+from macprof.model.phases import (BatchCheck, Checks, Ceiling, DepthFill, Failure, Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
+                                  Request, Sweep, SweepCase, WarmPhase)
 from macprof.model.records import ABSENT
 
 Roof = Callable[[Metrics], Ceiling]  # a phase's summary -> its ceiling at the phase's context
 
 
 # -- building the log (pure) -----------------------------------------------------------
-def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
-    return Summary(**stats.summarize(values, failures=failures))
-
-
-def request_record(e: ev.Request) -> Request:
-    """A raw request event plus the figures derived from its timestamps."""
-    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0)
-    itl = sorted(d.itl_s)
-    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before") if e.has(k)}
-    return Request(
-        index=e.index, kind=e.kind, mode=e.mode, status=e.status, error=e.error, t0=e.t0, t_tokenized=e.t_tokenized,
-        token_times=e.token_times, tokens=e.tokens, prompt_tokens=e.prompt_tokens, reused_tokens=e.reused_tokens,
-        computed_prompt_tokens=e.computed_prompt_tokens, cached_tokens_after=e.cached_tokens_after,
-        kv_cache_bytes=e.kv_cache_bytes, engine_memory=e.engine_memory, **tags, n_tokens=d.n_tokens,
-        ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s, e2e_tok_s=d.e2e_tok_s,
-        tokenize_s=d.tokenize_s, total_s=d.total_s,
-        itl=Itl(mean=sum(itl) / len(itl), p50=stats.percentile(itl, 50), p95=stats.percentile(itl, 95),
-                p99=stats.percentile(itl, 99), max=itl[-1]) if itl else None)
-
-
-def summarize_requests(requests: Sequence[Request], failures: int = 0) -> Metrics:
-    ok = [r for r in requests if r.status == "ok"]
-    bad = len(requests) - len(ok) + failures
-    itls = [(b - a) / 1e9 for r in ok for a, b in zip(r.token_times, r.token_times[1:])]
-    return Metrics(ttft_s=summarized([r.ttft_s for r in ok], bad),
-                   prefill_tok_s=summarized([r.prefill_tok_s for r in ok], bad),
-                   decode_tok_s=summarized([r.decode_tok_s for r in ok], bad),
-                   e2e_tok_s=summarized([r.e2e_tok_s for r in ok], bad), itl_s=summarized(itls, bad))
-
-
 def _phase_failures(failures: list[Failure], phase: str) -> list[Failure]:
     return [f for f in failures if f.phase == phase]
 
@@ -99,11 +71,23 @@ def build_model(events: list[ev.Event], bw: Bandwidth | None = None) -> ModelRes
             workers.setdefault(e.worker, []).append(e)
     versions = next((e.versions for e in events if isinstance(e, ev.Loaded) and e.versions is not None), None)
     warm = [request_record(e) for e in events if isinstance(e, ev.Request) and e.phase == "warm"]
+    phases = _phases(events, head, workers, failures, warm, bw)
     return ModelResult(
         identity=head.identity, shape=head.shape, shape_error=head.shape_error, settings=head.settings,
-        engine_versions=versions, phases=_phases(events, head, workers, failures, warm, bw),
+        engine_versions=versions, phases=phases,
         memory=_model_memory(events, head, [r for r in warm if r.kind == "measured"]),
-        failures=tuple(failures), complete=any(isinstance(e, ev.ModelEnd) for e in events))
+        failures=tuple(failures), complete=any(isinstance(e, ev.ModelEnd) for e in events),
+        **_group(events, head, phases, bw))
+
+
+def _group(events: list[ev.Event], head: ev.ModelStart, phases: Phases, bw: Bandwidth | None) -> dict:
+    """A sharded model's group (analyse/distributed.py); nothing for a one-machine model."""
+    if head.settings.distributed is None:
+        return {}
+    spec = head.settings.distributed.to_json()
+    s = head.settings
+    decode = phases.warm.summary.decode_tok_s.median if phases.warm else None
+    return {"distributed": build_group(events, head.shape, spec, mean_context(s.prompt_tokens, s.gen_tokens), decode, bw)}
 
 
 def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list[ev.Event]],
@@ -116,7 +100,7 @@ def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list
 
     phases: dict = {}
     if "cold" in s.phases:
-        phases["cold"] = _build_cold(events, workers, failures)
+        phases["cold"] = build_cold(events, workers, failures)
     if "warm" in s.phases:
         phases["warm"] = _build_warm(events, warm, _phase_failures(failures, "warm"), roof)
     if "prefix" in s.phases:
@@ -285,84 +269,6 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
                                 peak_footprint_bytes=end.peak_footprint_bytes if end else None,
                                 footprint_samples=end.footprint_samples if end else None)
     return memory
-
-
-def _build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
-    base = power.idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
-    trials = [_cold_trial(e, worker, failures, base) for e, worker in _cold_attempts(events, workers)]
-    ok = [t for t in trials if t.status == "ok"]
-    # a trial interrupted and measured again after a resume is listed (its requests are kept)
-    # but is no failure: the trial it stood for succeeded
-    failed = [t for t in trials if t.status != "ok" and t.index not in {o.index for o in ok}]
-
-    def summary(values: list[float | None]) -> Summary:
-        return summarized(values, failures=len(failed))
-
-    return ColdPhase(trials=tuple(trials), failures=tuple(_phase_failures(failures, "cold")),
-                     summary=ColdSummary(interpreter_s=summary([t.interpreter_s for t in ok]),
-                                         import_s=summary([t.import_s for t in ok]),
-                                         model_load_s=summary([t.model_load_s for t in ok]),
-                                         tokenizer_load_s=summary([t.tokenizer_load_s for t in ok]),
-                                         ready_s=summary([t.ready_s for t in ok]),
-                                         first_request_extra_s=summary([t.first_request_extra_s for t in ok]),
-                                         time_to_first_token_s=summary([t.time_to_first_token_s for t in ok])))
-
-
-def _cold_attempts(events: list[ev.Event], workers: dict[str, list[ev.Event]]):
-    """Each cold_trial event with the events of the worker spawned for it: the next cold worker
-    of that trial (a resumed run can try a trial again)."""
-    for k, e in enumerate(events):
-        if isinstance(e, ev.ColdTrial):
-            spawn = next((x for x in events[k + 1:] if isinstance(x, ev.WorkerSpawn) and tuple(x.phases) == ("cold",)
-                          and x.trial == e.index), None)
-            yield e, workers.get(spawn.worker or "") if spawn else None
-
-
-def _span(a: int | None, b: int | None) -> float | None:
-    return (b - a) / 1e9 if a is not None and b is not None else None
-
-
-def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure],
-                base: tuple = (None, None)) -> ColdTrial:
-    """One cold trial: the phases of its fresh worker's start-up from their timestamps; ``base``,
-    the idle baseline its energy is set against and the phase it came from."""
-    if w is None or not isinstance(w[0], ev.WorkerSpawn):
-        return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed")
-    spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)
-    loaded = next((e for e in w if isinstance(e, ev.Loaded)), None)
-    reqs = {e.kind: request_record(e) for e in w if isinstance(e, ev.Request)}
-    first, second = reqs.get("first"), reqs.get("second")
-    t_main = started.t_main if started else None
-    t_imported, t_model, t_tokenizer = (loaded.t_imported, loaded.t_model, loaded.t_tokenizer) if loaded else (None,) * 3
-    # macprof's own start-up in the worker (reading its job, importing its records) is no part
-    # of the engine's cold start: timed apart, and left out of ready_s (older journals lack it)
-    t_import_start = loaded.t_import_start if loaded and loaded.t_import_start is not None else t_main
-    harness = _span(t_main, t_import_start)
-    ready = _span(spawn.t_spawn, t_tokenizer)
-    if ready is not None and harness:
-        ready -= harness
-    # an engine that reads the vocabulary with the model has no tokenizer load of its own
-    joint = bool(loaded and loaded.tokenizer_separate is False)
-    fails = [f for f in failures if f.worker == spawn.worker]
-    failed = bool(fails) or not (first and second and first.status == second.status == "ok")
-    return ColdTrial(
-        index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed" if failed else "ok",
-        interpreter_s=_span(spawn.t_spawn, t_main), harness_s=harness if loaded and loaded.t_import_start else ABSENT,
-        import_s=_span(t_import_start, t_imported),
-        model_load_s=_span(t_imported, t_model), tokenizer_load_s=None if joint else _span(t_model, t_tokenizer),
-        ready_s=ready, first_request=first, second_request=second,
-        first_request_extra_s=first.total_s - second.total_s
-        if first and second and first.total_s is not None and second.total_s is not None else None,
-        # spawn -> ready, then the first request's own TTFT: macprof's prompt preparation
-        # between the two (prompt_build_s) is not the engine's cold start
-        time_to_first_token_s=ready + first.ttft_s if first and first.ttft_s is not None and ready is not None else None,
-        prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None,
-        tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
-        if joint else ABSENT,
-        failure=(fails[0] if fails else None) if failed else ABSENT,
-        # the windows ready_s adds up: spawn -> the worker's first line, the engine's import -> ready
-        **power.cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
-                                  [(spawn.t_spawn, t_main), (t_import_start, t_tokenizer)], base))
 
 
 def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -> PrefixPhase:

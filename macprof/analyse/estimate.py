@@ -53,7 +53,7 @@ def _weights(model: Path | None, params: float | None, active_params: float | No
         info = modelinfo.inspect(model, kv_type)
         shape = {"file_bytes": info.file_bytes, "params": info.n_params, "active_params": info.active_params,
                  "layers": info.n_layers, "kv_heads": info.n_kv_heads, "head_dim": info.head_dim,
-                 "kv_layout": info.kv_layout}
+                 "kv_layout": info.kv_layout, "hidden": info.hidden}
         return info.weight_bytes_per_token, "model metadata: weight bytes read per token", shape
     if file_size_gb is not None:
         return file_size_gb * 1e9, "--file-size", {}
@@ -113,7 +113,7 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
         "inputs": {"model": str(model) if model else None, "params": params, "active_params": active_params,
                    "bits": bits, "bytes_per_param": bytes_per_param, "file_size_gb": file_size_gb, "chip": chip,
                    "gpu_cores": gpu_cores, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
-                   "kv_bits": kv_bits, "kv_type": kv_type, "context": context},
+                   "kv_bits": kv_bits, "kv_type": kv_type, "context": context, "hidden": shape.get("hidden")},
         "weight_bytes_per_token": weights, "weights_from": weights_how, "file_bytes": file_bytes,
         "bandwidth_gbs": bandwidth_gbs, "bandwidth_source": source, "tflops": tflops,
         "weight_read_s": read_s, "compute_s": compute_s,

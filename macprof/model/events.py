@@ -302,12 +302,47 @@ class Telemetry(Event, TelemetryRaw):
     KIND = "telemetry"
 
 
+# -- a distributed model's ranks (run/rank.py), streamed by rank 0 ---------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RankGroup(Event):
+    """The group once the model is loaded: every rank's own machine facts."""
+
+    KIND = "rank_group"
+    size: int
+    backend: str | None = None
+    parallel: str | None = None
+    hosts: tuple[str, ...] = ()
+    ranks: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankTimeline(Event):
+    """Another rank's request stamps of one phase (rank 0's are its request events)."""
+
+    KIND = "rank_timeline"
+    phase: str
+    rank: int
+    requests: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommProfile(Event):
+    """The untimed diagnostic pass: per rank, per decode step, time inside the collectives."""
+
+    KIND = "comm_profile"
+    parallel: str | None = None
+    prompt_tokens: int | None = None
+    gen_tokens: int | None = None
+    method: str | None = None
+    ranks: tuple[dict[str, Any], ...] = ()
+
+
 # -- the registry ----------------------------------------------------------------------------
 EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
-    ReuseNotPossible, Telemetry)}
+    ReuseNotPossible, Telemetry, RankGroup, RankTimeline, CommProfile)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

@@ -10,6 +10,7 @@ from typing import Any, Self
 from macprof.config import Settings, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
+from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.records import ABSENT, Record
 
@@ -136,6 +137,7 @@ class ModelSettings(Record):
     depths: tuple[int, ...] | None = ABSENT
     batches: tuple[int, ...] | None = ABSENT
     kv_type: str | None = ABSENT  # absent from logs before the option: f16
+    distributed: DistributedSettings | None = ABSENT  # a sharded model: hosts, backend, parallel, link_gbs
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -188,6 +190,7 @@ class ModelResult(Record):
     memory: ModelMemory = field(default_factory=ModelMemory)
     failures: tuple[Failure, ...] = ()
     complete: bool = False
+    distributed: GroupResult | None = ABSENT  # a model sharded over an MLX distributed group
 
 
 # -- the run -------------------------------------------------------------------------------

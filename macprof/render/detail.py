@@ -5,6 +5,7 @@ from __future__ import annotations
 from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Metrics, PhaseMemory, PrefixPhase, PrefixSummary, WarmPhase
 from macprof.render.energy import cold_energy, phase_energy
+from macprof.render.distributed import group_lines
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
 
@@ -61,6 +62,8 @@ def render_detail(log: RunLog) -> str:
         kv = m.memory.kv_cache
         lines.append(f"   KV cache: {fmt_bytes(kv.bytes_per_token)}/token, {fmt_bytes(kv.computed_bytes)} computed "
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")
+        if m.distributed:
+            lines += group_lines(m.distributed)
         for f in m.failures:
             lines.append(f"   FAILURE {f.phase}: {f.status}: {f.reason}")
     return "\n".join(clean(line) for line in lines)  # each one line: a name's "\n" adds none

@@ -34,6 +34,8 @@ def render(e: dict) -> str:
     rows = [[str(r["batch"]), f"{r['itl_s'] * 1e3:.1f} ms", f"{r['aggregate_tok_s']:.1f}",
              f"x{r['aggregate_vs_batch1']:.2f}", r["bound"]] for r in e["batch"]]
     lines += ["", render_table(["batch", "per-user ITL", "aggregate tok/s", "vs batch 1", "bound"], rows)]
+    if e.get("group"):
+        lines += ["", render_group(e["group"])]
     return "\n".join(lines)
 
 
@@ -49,3 +51,15 @@ def kv_rows(layout: dict, read_at: dict) -> list[list[str]]:
         rows.append([f"kv layers: {g['kind']}", f"{g['layers']} x {what} ({layout['kv_type']})"])
     rows += [[f"kv bytes read per token at c={c}", f"{fmt_bytes(b)} ({b:.0f} B)"] for c, b in read_at.items()]
     return rows
+
+
+def render_group(g: dict) -> str:
+    """The group's two layouts beside one machine (measure/distributed.py)."""
+    rows = [[layout, f"{g[layout]['tok_s']:.1f}", f"x{g[layout]['vs_one_machine']:.2f}",
+             f"{g[layout]['read_s'] * 1e3:.2f} ms", f"{g[layout]['comm_s'] * 1e3:.3f} ms",
+             f"{g[layout]['comm_share']:.0%}", fmt_bytes(g[layout]['wire_bytes_per_token'])]
+            for layout in ("tensor", "pipeline")]
+    head = (f"{g['size']} machines, link {g['link_gbs']:g} GB/s, latency {g['latency_s'] * 1e6:g} us per collective "
+            f"(one machine: {g['one_machine_tok_s']:.1f} tok/s)")
+    return "\n".join([head, render_table(["parallel", "decode tok/s", "vs one", "read", "comm", "comm share",
+                                          "wire per token"], rows), f"model: {g['model']}"])

@@ -27,7 +27,7 @@ from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
-from macprof.run import resume, signals, watch
+from macprof.run import distributed, resume, signals, watch
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
@@ -137,9 +137,13 @@ class Runner:
         # refused before any worker loads it: one clear reason instead of an engine's crash.
         context = (start.shape or {}).get("context_length")
         refusal = start.files_error or start.shape_error or context_refusal(model, context)
-        if refusal is None and not s.force:
+        # a sharded model is there because it does not fit one machine: each rank holds its share
+        if refusal is None and not s.force and s.distributed is None:
             run_start = next((e for e in journal.events if isinstance(e, ev.RunStart)), None)
             refusal = memory_refusal(model, run_start.machine if run_start else None)
+        if refusal is None and s.distributed is not None:  # backend, layout, hosts: before any rank starts
+            self.progress.note(f"{model.name}: checking the {s.distributed.backend} backend and {len(s.distributed.hosts)} hosts")
+            refusal = distributed.preflight(self.python, model)
         if refusal:
             journal.write(ev.Failure(model=model.name, phase=None, status="refused", reason=refusal))
             self.progress.note(f"{model.name}: skipped: {refusal}")

@@ -22,9 +22,10 @@ from typing import IO, Callable
 import psutil
 
 from macprof.collect import footprint
-from macprof.config import ModelSpec
+from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.run import distributed
 from macprof.run.sampling import TelemetrySampler
 
 RSS_PERIOD_S = 0.1
@@ -104,12 +105,17 @@ def spawn(python: str, job: dict) -> tuple[subprocess.Popen, IO[bytes], int]:
     """The worker process with its job on stdin; its stderr goes to a temporary file (its tail
     is kept with a failure). Returns the process, that file and the spawn time (ns)."""
     stderr = tempfile.TemporaryFile()
+    spec = settings_from_dict(job["settings"]).distributed
+    cmd = [python, "-m", "macprof.run.worker"] if spec is None else distributed.command(python, spec)
     t_spawn = time.perf_counter_ns()
-    proc = subprocess.Popen([python, "-m", "macprof.run.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(job) + "\n").encode())
-    proc.stdin.close()
+    if spec is None:  # mlx.launch forwards its stdin to every rank and, at its end, spins: kept open (wait closes it)
+        proc.stdin.close()
+    else:
+        proc.stdin.flush()
     return proc, stderr, t_spawn
 
 
@@ -165,6 +171,9 @@ def failure_record(model: ModelSpec, worker_id: str, state: _State, rc: int | No
     failure = state.failure or (None if state.finished else ("crashed", _exit_reason(rc)))
     if failure is None:
         return None
+    spec = model.settings.distributed
+    if spec is not None and failure[0] == "crashed":  # mlx.launch exits 0 whatever its ranks did: name the rank
+        failure = (failure[0], distributed.rank_reason(_tail(stderr), len(spec.hosts)) or failure[1])
     request = state.request
     return ev.Failure(
         model=model.name, worker=worker_id, status=failure[0], reason=failure[1],
@@ -192,6 +201,8 @@ def _parse_event(line: bytes) -> ev.Event | None:
 
 
 def wait(proc: subprocess.Popen) -> int | None:
+    if proc.stdin is not None and not proc.stdin.closed:
+        proc.stdin.close()
     try:
         return proc.wait(timeout=30)
     except subprocess.TimeoutExpired:

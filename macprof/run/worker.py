@@ -11,6 +11,7 @@ import time
 T_MAIN = time.perf_counter_ns()  # first statement: interpreter start-up ends here
 
 import json  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -38,6 +39,10 @@ def _mac(phase_boundary: bool = True) -> dict:
     # NSProcessInfo's state only: pmset's Intel fallback is another figure (a CPU speed limit)
     return {"footprint_bytes": now, "footprint_max_bytes": peak,
             "thermal_state": state if source == macos.NS_THERMAL_SOURCE else None}
+
+
+def _silent(event) -> None:
+    """A rank other than 0: its events stay home (run/rank.py gathers its stamps)."""
 
 
 class Stream:
@@ -69,11 +74,17 @@ def run(job: dict, emit) -> None:
     from macprof.errors import MacprofError
 
     settings = settings_from_dict(job["settings"])
+    group = None
+    if settings.distributed is not None:  # one rank of a sharded model (run/rank.py)
+        from macprof.run import rank
+
+        group = rank.open_group(settings.distributed.to_dict())
+        emit = group.keep(emit)
     # macprof's own start-up ends here: the engine's import is timed from this stamp, so a cold
     # start's import_s is the engine's alone (nothing imported above is shared with an engine:
     # numpy, which llama.cpp and MLX import, is not)
     t_import_start = time.perf_counter_ns()
-    engine = engines.create(job["engine"])
+    engine = engines.create(job["engine"]) if group is None else rank.sharded(job["engine"], group)
     t_imported = time.perf_counter_ns()
     try:
         engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads,
@@ -89,12 +100,17 @@ def run(job: dict, emit) -> None:
                    engine_memory=engine.memory(), versions=engine.versions(), vocab_size=engine.vocab_size,
                    tokenizer_separate=getattr(engine, "separate_tokenizer", True), **_mac(False)))
 
-    _phases(job, engine, settings, emit)
+    if group is not None:
+        rank.group_event(group, emit)
+    builder = _phases(job, engine, settings, emit, group.phase_end if group is not None else None)
+    if group is not None:
+        rank.finish(group, engine, builder, settings, emit)
     engine.close()
 
 
-def _phases(job: dict, engine, settings, emit) -> None:
-    """The job's phases in turn, each between a phase_start and a phase_end event."""
+def _phases(job: dict, engine, settings, emit, after=None):
+    """The job's phases in turn, each between a phase_start and a phase_end event; ``after``
+    (a distributed rank's) runs after each phase_end. Returns the prompt builder."""
     from macprof.collect import peak
     from macprof.model import events as ev
     from macprof.run.phases import PHASES, PhaseContext
@@ -118,12 +134,16 @@ def _phases(job: dict, engine, settings, emit) -> None:
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
                          t=time.perf_counter_ns(), **_mac()))
+        if after is not None:
+            after(phase, emit)
+    return builder
 
 
 def _with_fault(emit, fault: dict, model: str):
-    """MACPROF_TEST_FAULT='{"model": NAME, "kind": "segfault|hang|oom", "after_requests": N}':
-    the fault strikes when request N+1 of that model's worker starts."""
-    if fault.get("model") not in (None, model):
+    """MACPROF_TEST_FAULT='{"model": NAME, "kind": "segfault|hang|oom", "after_requests": N, "rank": R}':
+    the fault strikes when request N+1 of that model's worker starts (on rank R of a distributed
+    model, 0 by default)."""
+    if fault.get("model") not in (None, model) or fault.get("rank", 0) != int(os.environ.get("MLX_RANK", "0")):
         return emit
     import signal
 
@@ -146,15 +166,20 @@ def _with_fault(emit, fault: dict, model: str):
 
 
 def main() -> None:
-    emit = Stream()
+    emit: Callable[[Any], None] = Stream()
     job = json.loads(sys.stdin.readline())
+    if job["settings"].get("distributed") and os.environ.get("MLX_RANK", "0") != "0":
+        emit = _silent  # mlx.launch merges every rank's stdout: only rank 0 streams events
     try:
         run(job, emit)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which records it
         from macprof.errors import MacprofError
         from macprof.model import events as ev
 
-        emit(ev.Error(message=str(exc) if isinstance(exc, MacprofError) else f"{type(exc).__name__}: {exc}"))
+        message = str(exc) if isinstance(exc, MacprofError) else f"{type(exc).__name__}: {exc}"
+        emit(ev.Error(message=message))
+        if emit is _silent:
+            print(f"rank {os.environ.get('MLX_RANK')}: {message}", file=sys.stderr, flush=True)
         sys.exit(3)
     from macprof.model import events as ev
 

@@ -1,0 +1,88 @@
+"""The cold phase's record from its journal events: each trial's fresh worker, from spawn to
+ready, split into interpreter, import, load and tokenizer from their timestamps (pure)."""
+
+from __future__ import annotations
+
+from macprof.analyse import energy as power
+from macprof.analyse.requests import request_record, summarized
+from macprof.model import events as ev
+from macprof.model.phases import ColdPhase, ColdSummary, ColdTrial, Failure, Summary
+from macprof.model.records import ABSENT
+
+
+def build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
+    base = power.idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
+    trials = [_cold_trial(e, worker, failures, base) for e, worker in _cold_attempts(events, workers)]
+    ok = [t for t in trials if t.status == "ok"]
+    # a trial interrupted and measured again after a resume is listed (its requests are kept)
+    # but is no failure: the trial it stood for succeeded
+    failed = [t for t in trials if t.status != "ok" and t.index not in {o.index for o in ok}]
+
+    def summary(values: list[float | None]) -> Summary:
+        return summarized(values, failures=len(failed))
+
+    return ColdPhase(trials=tuple(trials), failures=tuple(f for f in failures if f.phase == "cold"),
+                     summary=ColdSummary(interpreter_s=summary([t.interpreter_s for t in ok]),
+                                         import_s=summary([t.import_s for t in ok]),
+                                         model_load_s=summary([t.model_load_s for t in ok]),
+                                         tokenizer_load_s=summary([t.tokenizer_load_s for t in ok]),
+                                         ready_s=summary([t.ready_s for t in ok]),
+                                         first_request_extra_s=summary([t.first_request_extra_s for t in ok]),
+                                         time_to_first_token_s=summary([t.time_to_first_token_s for t in ok])))
+
+
+def _cold_attempts(events: list[ev.Event], workers: dict[str, list[ev.Event]]):
+    """Each cold_trial event with the events of the worker spawned for it: the next cold worker
+    of that trial (a resumed run can try a trial again)."""
+    for k, e in enumerate(events):
+        if isinstance(e, ev.ColdTrial):
+            spawn = next((x for x in events[k + 1:] if isinstance(x, ev.WorkerSpawn) and tuple(x.phases) == ("cold",)
+                          and x.trial == e.index), None)
+            yield e, workers.get(spawn.worker or "") if spawn else None
+
+
+def _span(a: int | None, b: int | None) -> float | None:
+    return (b - a) / 1e9 if a is not None and b is not None else None
+
+
+def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure],
+                base: tuple = (None, None)) -> ColdTrial:
+    """One cold trial: the phases of its fresh worker's start-up from their timestamps; ``base``,
+    the idle baseline its energy is set against and the phase it came from."""
+    if w is None or not isinstance(w[0], ev.WorkerSpawn):
+        return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed")
+    spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)
+    loaded = next((e for e in w if isinstance(e, ev.Loaded)), None)
+    reqs = {e.kind: request_record(e) for e in w if isinstance(e, ev.Request)}
+    first, second = reqs.get("first"), reqs.get("second")
+    t_main = started.t_main if started else None
+    t_imported, t_model, t_tokenizer = (loaded.t_imported, loaded.t_model, loaded.t_tokenizer) if loaded else (None,) * 3
+    # macprof's own start-up in the worker (reading its job, importing its records) is no part
+    # of the engine's cold start: timed apart, and left out of ready_s (older journals lack it)
+    t_import_start = loaded.t_import_start if loaded and loaded.t_import_start is not None else t_main
+    harness = _span(t_main, t_import_start)
+    ready = _span(spawn.t_spawn, t_tokenizer)
+    if ready is not None and harness:
+        ready -= harness
+    # an engine that reads the vocabulary with the model has no tokenizer load of its own
+    joint = bool(loaded and loaded.tokenizer_separate is False)
+    fails = [f for f in failures if f.worker == spawn.worker]
+    failed = bool(fails) or not (first and second and first.status == second.status == "ok")
+    return ColdTrial(
+        index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed" if failed else "ok",
+        interpreter_s=_span(spawn.t_spawn, t_main), harness_s=harness if loaded and loaded.t_import_start else ABSENT,
+        import_s=_span(t_import_start, t_imported),
+        model_load_s=_span(t_imported, t_model), tokenizer_load_s=None if joint else _span(t_model, t_tokenizer),
+        ready_s=ready, first_request=first, second_request=second,
+        first_request_extra_s=first.total_s - second.total_s
+        if first and second and first.total_s is not None and second.total_s is not None else None,
+        # spawn -> ready, then the first request's own TTFT: macprof's prompt preparation
+        # between the two (prompt_build_s) is not the engine's cold start
+        time_to_first_token_s=ready + first.ttft_s if first and first.ttft_s is not None and ready is not None else None,
+        prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None,
+        tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
+        if joint else ABSENT,
+        failure=(fails[0] if fails else None) if failed else ABSENT,
+        # the windows ready_s adds up: spawn -> the worker's first line, the engine's import -> ready
+        **power.cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
+                                  [(spawn.t_spawn, t_main), (t_import_start, t_tokenizer)], base))

@@ -1,0 +1,41 @@
+"""A request's figures from its raw timestamps, and a phase's summary of them: the pure
+derivations every phase's record is built from (analyse/build.py, analyse/cold.py)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from macprof.measure import stats
+from macprof.measure.timeline import derive
+from macprof.model import events as ev
+from macprof.model.phases import Itl, Metrics, Request, Summary
+
+
+def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
+    return Summary(**stats.summarize(values, failures=failures))
+
+
+def request_record(e: ev.Request) -> Request:
+    """A raw request event plus the figures derived from its timestamps."""
+    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0)
+    itl = sorted(d.itl_s)
+    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before") if e.has(k)}
+    return Request(
+        index=e.index, kind=e.kind, mode=e.mode, status=e.status, error=e.error, t0=e.t0, t_tokenized=e.t_tokenized,
+        token_times=e.token_times, tokens=e.tokens, prompt_tokens=e.prompt_tokens, reused_tokens=e.reused_tokens,
+        computed_prompt_tokens=e.computed_prompt_tokens, cached_tokens_after=e.cached_tokens_after,
+        kv_cache_bytes=e.kv_cache_bytes, engine_memory=e.engine_memory, **tags, n_tokens=d.n_tokens,
+        ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s, e2e_tok_s=d.e2e_tok_s,
+        tokenize_s=d.tokenize_s, total_s=d.total_s,
+        itl=Itl(mean=sum(itl) / len(itl), p50=stats.percentile(itl, 50), p95=stats.percentile(itl, 95),
+                p99=stats.percentile(itl, 99), max=itl[-1]) if itl else None)
+
+
+def summarize_requests(requests: Sequence[Request], failures: int = 0) -> Metrics:
+    ok = [r for r in requests if r.status == "ok"]
+    bad = len(requests) - len(ok) + failures
+    itls = [(b - a) / 1e9 for r in ok for a, b in zip(r.token_times, r.token_times[1:])]
+    return Metrics(ttft_s=summarized([r.ttft_s for r in ok], bad),
+                   prefill_tok_s=summarized([r.prefill_tok_s for r in ok], bad),
+                   decode_tok_s=summarized([r.decode_tok_s for r in ok], bad),
+                   e2e_tok_s=summarized([r.e2e_tok_s for r in ok], bad), itl_s=summarized(itls, bad))

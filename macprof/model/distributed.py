@@ -1,0 +1,36 @@
+"""A distributed model's group in the run log: its ranks, their timelines, the communication
+pass and the group's ceiling (analyse/distributed.py builds it; docs/runlog.md "distributed")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from macprof.model.records import Record
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupResult(Record):
+    backend: str | None = None
+    parallel: str | None = None
+    hosts: tuple[str, ...] = ()
+    size: int | None = None
+    ranks: tuple[dict[str, Any], ...] = ()  # each rank's own machine facts (rank_group)
+    timelines: tuple[dict[str, Any], ...] = ()  # the other ranks' request stamps, per rank and phase
+    comm_method: str | None = None
+    comm: tuple[dict[str, Any], ...] = ()  # per rank: the diagnostic pass's medians per decode step
+    bytes_per_token: dict[str, Any] | None = None  # formula, computed, measured
+    prediction: dict[str, Any] | None = None  # measure/distributed.predict, with its inputs' sources
+    decode_tok_s: float | None = None  # rank 0's warm median: the user-visible figure
+    efficiency: float | None = None  # decode_tok_s / the predicted tok/s of the layout run
+    reason: str | None = None  # what could not be given, and why
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistributedSettings(Record):
+    """macprof.config_dist.Distributed as the log's settings record it."""
+
+    hosts: tuple[str, ...] = ()
+    backend: str | None = None
+    parallel: str | None = None
+    link_gbs: float | None = None
