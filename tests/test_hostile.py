@@ -213,3 +213,19 @@ def test_head_reads_one_line():
     out = subprocess.run(f"'{sys.executable}' -m macprof show '{A}' | head -1", shell=True, check=False,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.startswith("macprof ") and out.stdout.count("\n") == 1 and out.stderr == ""
+
+
+def test_share_leaves_a_host_name_that_is_a_common_word_in_macprofs_own_messages():
+    """Host "vm": telemetry's reason "(a desktop or a VM reports none)" is macprof's wording, not
+    the host's name, and stays; the home directory in a library's message still goes."""
+    from macprof.store.share import redact
+
+    log = {"models": [{"phases": {"warm": {"telemetry": {"unavailable": {
+        "power_source": "no mains supply listed (a desktop or a VM reports none)",
+        "power": "cannot load /home/max/lib/libmacmon.dylib"}}}}}],
+        "machine": {"hostname_note": "ran on vm"}}
+    out, _ = redact(log, [("/home/max", "<home>"), ("max", "<user>"), ("vm", "<host>")])
+    unavailable = out["models"][0]["phases"]["warm"]["telemetry"]["unavailable"]
+    assert unavailable["power_source"].endswith("(a desktop or a VM reports none)")
+    assert unavailable["power"] == "cannot load <home>/lib/libmacmon.dylib"
+    assert out["machine"]["hostname_note"] == "ran on <host>"

@@ -29,6 +29,10 @@ VOCABULARY = frozenset({"sha256", "definitions", "chip", "cpu_model", "arch", "o
                         "tflops_method", "source", "device", "status", "kind", "mode", "engine", "bound", "format",
                         "kv_type", "architecture", "quant_declared", "tool_version", "started_utc",
                         "ended_utc", "utc", "software", "engine_versions"})
+# keys whose values are macprof's own words on what the OS or a library does not give (telemetry's
+# "unavailable" reasons): a host name that is a common word ("vm") must not be taken from them,
+# while a path in a library's message still loses its home directory
+OWN_MESSAGES = frozenset({"unavailable"})
 _WORD = r"[^\W_]"  # a letter or digit: a name next to one is part of a longer word, not the name
 _OTHER_HOMES = r"/(?:Users|home)/[^/\s\"']+"  # any other user's home directory (a mounted volume)
 NAMES = {"<home>": "home-directory paths", "<user>": "user names", "<host>": "host names"}
@@ -71,6 +75,8 @@ class _Scrubber:
         alts = [_pattern(t, lab) for t, lab in ordered] + [_OTHER_HOMES]
         self.rx = re.compile("|".join(f"(?P<g{i}>{a})" for i, a in enumerate(alts)))
         self.hits: dict[str, int] = {}
+        homes = [(t, lab) for t, lab in replacements if lab == "<home>"]
+        self.homes_only = _Scrubber(homes) if len(homes) < len([t for t, _ in replacements if t]) else None
 
     def text(self, value: str, count: bool = True) -> str:
         def sub(m: re.Match) -> str:
@@ -85,6 +91,8 @@ class _Scrubber:
     def value(self, value, key: str | None = None):
         if key in VOCABULARY:
             return value
+        if key in OWN_MESSAGES and self.homes_only is not None:
+            return self.homes_only.value(value)
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
