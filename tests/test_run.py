@@ -102,10 +102,14 @@ def test_prefix_reuse_output_unchanged(e2e_log):
 
 @real_engines
 def test_prefix_reuse_is_faster(e2e_log):
-    """A real engine skips the cached prefix's computation (the fake engine's speed means nothing)."""
+    """A real engine skips the cached prefix's computation (the fake engine's speed means nothing):
+    it computes only the suffix, and its quickest reused TTFT beats the quickest uncached one (the
+    minimum, not the median of two: one request slowed by another process must not decide)."""
     for m in json.loads(e2e_log[0].read_text())["models"]:
-        s = m["phases"]["prefix"]["summary"]
-        assert s["reuse"]["ttft_s"]["median"] < s["noreuse"]["ttft_s"]["median"]
+        pairs = [p for p in m["phases"]["prefix"]["pairs"] if p["kind"] == "measured"]
+        for p in pairs:
+            assert p["reuse"]["computed_prompt_tokens"] < p["noreuse"]["computed_prompt_tokens"]
+        assert min(p["reuse"]["ttft_s"] for p in pairs) < min(p["noreuse"]["ttft_s"] for p in pairs)
 
 
 def test_cold_trials_report_residency(e2e_log):
