@@ -13,6 +13,7 @@ import click
 from macprof import __version__
 from macprof.errors import MacprofError, NothingMeasured
 from macprof.run.signals import Interrupted
+from macprof.cli_quality import quality_options, quality_overrides
 from macprof.options import csv_ints, number, sweep_overrides
 from macprof.sanitise import clean
 
@@ -87,7 +88,7 @@ def main() -> None:
               show_default=True, help="models.toml listing the models to measure (with MODEL arguments: only its "
                                       "[settings], when given).")
 @click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
-@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch "
+@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch,quality "
                                 "[cold,warm,prefix; with sweep options, just the sweeps].")
 @click.option("--prompt-tokens", callback=csv_ints,
               help="Prompt length in tokens [512]; a list (128,512,2048) makes a grid with --gen-tokens.")
@@ -113,9 +114,11 @@ def main() -> None:
 @click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
 @click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
+@quality_options
 @click.pass_context
 def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens,
-        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite) -> None:
+        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite,
+        **quality) -> None:
     """Measure every model of the config, or the MODELs named (GGUF file, MLX directory, hub id
     org/repo[:QUANT], ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO; `macprof models` lists them):
     cold start, warm residence, prefix reuse; and, when asked, a grid of lengths
@@ -131,6 +134,7 @@ def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens
         "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
         "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force,
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
+        **quality_overrides(**quality),
     }
     with signals.guard() as guard:  # from here to the summary: a signal is answered in one line
         selected = selected_models(ctx, refs, engine, config_path,

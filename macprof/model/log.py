@@ -11,6 +11,7 @@ from macprof.config import Settings, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
+from macprof.model.quality import QualityPhase
 from macprof.model.records import ABSENT, Record
 
 _DEFAULT = Settings()
@@ -136,6 +137,10 @@ class ModelSettings(Record):
     depths: tuple[int, ...] | None = ABSENT
     batches: tuple[int, ...] | None = ABSENT
     kv_type: str | None = ABSENT  # absent from logs before the option: f16
+    quality_tokens: int | None = ABSENT  # absent from logs before the quality phase
+    quality_ctx: int | None = ABSENT
+    reference: str | None = ABSENT
+    text: str | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -171,6 +176,7 @@ class Phases(Record):
     grid: Sweep | None = ABSENT
     depth: Sweep | None = ABSENT
     batch: Sweep | None = ABSENT
+    quality: QualityPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""
