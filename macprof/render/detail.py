@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Metrics, PrefixSummary
+from macprof.render.quality import quality_lines
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
 
@@ -58,6 +59,8 @@ def render_detail(log: RunLog) -> str:
             mem = ph.memory
             lines.append(f"   {phase} memory: peak RSS {fmt_bytes(mem.peak_rss_bytes if mem else None)}"
                          + (f", engine {_engine_mem(mem.engine)}" if mem and mem.engine else ""))
+        if m.phases.quality:
+            lines += quality_lines(m.phases.quality)
         kv = m.memory.kv_cache
         lines.append(f"   KV cache: {fmt_bytes(kv.bytes_per_token)}/token, {fmt_bytes(kv.computed_bytes)} computed "
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")

@@ -132,6 +132,10 @@ def _with_fault(emit, fault: dict, model: str):
         emit(event)
         if event.KIND == "request":
             done += 1
+        elif event.KIND == "quality_chunk" and fault.get("phase") == "quality":  # the quality phase has no requests
+            done += 1
+            if done > fault.get("after_requests", 0):
+                os.kill(os.getpid(), signal.SIGKILL)
         elif event.KIND == "request_start" and done >= fault.get("after_requests", 0):
             if fault["kind"] == "segfault":
                 os.kill(os.getpid(), signal.SIGSEGV)
