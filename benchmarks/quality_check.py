@@ -92,9 +92,9 @@ def main() -> None:
                                                                         str(kl_base), "--kl-divergence"]))
             for key in FIGURES:
                 t, o = theirs[key], mine[key]
-                rel = abs(o - t) / abs(t) if t and o is not None else float("nan")
-                print(f"{name:<22}{key:<12}{t if t is not None else float('nan'):>18.6f}"
-                      f"{o if o is not None else float('nan'):>14.6f}{rel:>10.2%}")
+                rel = abs(o - t) / abs(t) if t and o is not None else float('nan')
+                print(f"{name:<22}{key:<12}{t if t is not None else float('nan'):>18.6g}"
+                      f"{o if o is not None else float('nan'):>14.6g}{rel:>10.2%}")
 
 
 if __name__ == "__main__":
