@@ -33,5 +33,6 @@ def frontier_panel(ax, rows: list[dict], label) -> None:
         ax.text(0.01, 0.01, "not placed (no KLD or no decode figure): " + ", ".join(label(r).replace("\n", " ")
                                                                                for r in left_out),
                 transform=ax.transAxes, fontsize=6, va="bottom")
+    ax.margins(x=0.2, y=0.15)  # room for the labels beside the outer points
     if len(best) > 1:
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="best")

@@ -70,7 +70,7 @@ def quality_lines(ph: QualityPhase) -> list[str]:
     lines = [f"   quality: {ph.scored_tokens} tokens scored in {len(ph.chunks)}/{ph.chunks_planned} chunks of {ph.n_ctx}; "
              f"text {clean(t.source) if t else '?'} ({t.tokens if t else '?'} tokens, sha256 {(t.sha256 or '?')[:12] if t else '?'}); "
              f"token ids sha256 {(ph.tokens_sha256 or '?')[:12]}"]
-    ppl = "-" if ph.ppl is None else f"{ph.ppl:.4f} ± {ph.ppl_unc:.4f}"
+    ppl = "-" if ph.ppl is None else f"{ph.ppl:.6g} ± {ph.ppl_unc:.3g}"
     lines.append(f"   PPL {ppl}; scoring {fmt_rate(ph.score_tok_s)} tok/s")
     if ph.kld is not None and ph.kld.mean is not None:
         k = ph.kld
