@@ -167,3 +167,31 @@ def test_real_engines_score_against_the_f16_reference(tiny_dir, tmp_path):
     mlx = by["demo-tiny-mlx-f16"]
     assert mlx.tokens_sha256 == by["demo-tiny-f16"].tokens_sha256, mlx.reference_reason
     assert mlx.kld.mean < by["demo-tiny-q4_k_m"].kld.mean  # the same weights in float16: near zero
+
+
+def test_plot_draws_the_frontier(fake_run, tmp_path):
+    _, log, _ = fake_run
+    out = _macprof("plot", str(log), "-o", str(tmp_path / "f.png"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_quality_settings_are_checked(tmp_path):
+    from macprof import config
+
+    toml = tmp_path / "models.toml"
+    toml.write_text('[settings]\nquality_ctx = 63\n[[models]]\nname = "x"\nengine = "fake"\npath = "x.gguf"\n')
+    (tmp_path / "x.gguf").write_bytes(b"")
+    with pytest.raises(MacprofError, match="quality_ctx.*even integer"):
+        config.load(toml, check_engines=False)
+    toml.write_text('[settings]\nphases = ["quality"]\nquality_tokens = 100\n'
+                    '[[models]]\nname = "x"\nengine = "fake"\npath = "x.gguf"\n')
+    with pytest.raises(MacprofError, match="at least one chunk"):
+        config.load(toml, check_engines=False)
+
+
+def test_a_quality_only_run_measured_something(fake_dir, tmp_path):
+    proc = _macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "quality",
+                    "--quality-ctx", "64", "--quality-tokens", "64", "--log", str(tmp_path / "o.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert "Quality (against the reference)" in proc.stdout
