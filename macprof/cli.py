@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,65 +10,14 @@ from typing import TYPE_CHECKING
 import click
 
 from macprof import __version__, cli_dist
+from macprof.cli_errors import Group, echo_err
 from macprof.errors import MacprofError, NothingMeasured
-from macprof.run.signals import Interrupted
+from macprof.cli_quality import quality_options, quality_overrides
 from macprof.options import csv_ints, number, sweep_overrides
 from macprof.sanitise import clean
 
-# A reader that went away (`macprof show LOG | head -1`) ends the command as SIGPIPE ends a
-# shell tool: quietly, with the status a shell gives it (128 + 13). Not 0: a `compare --fail-if`
-# cut short never reached its verdict, and must not read as a pass.
-BROKEN_PIPE_EXIT = 141
-
 if TYPE_CHECKING:
     from macprof.model.log import RunLog
-
-
-class Group(click.Group):
-    """Turns the project's errors into one line on stderr and the error's exit code (2; 3 for
-    NothingMeasured), never a traceback; any other exception into one line and exit 1, and a
-    closed pipe into a quiet exit 141. An error's text may quote a log (a model name): it is
-    sanitised like everything printed."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:
-            _reader_gone()
-            ctx.exit(BROKEN_PIPE_EXIT)
-        except MacprofError as exc:
-            _echo_err(f"macprof: error: {clean(exc)}")
-            ctx.exit(exc.exit_code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except (KeyboardInterrupt, Interrupted):  # before a run's journal held anything: nothing is lost
-            _echo_err("macprof: interrupted")
-            ctx.exit(130)
-        except Exception as exc:  # a bug of ours: still one line, the traceback on request
-            if os.environ.get("MACPROF_DEBUG") == "1":
-                raise
-            _echo_err(f"macprof: internal error: {type(exc).__name__}: {clean(exc)} "
-                      f"(MACPROF_DEBUG=1 shows the traceback)")
-            ctx.exit(1)
-
-
-def _echo_err(line: str) -> None:
-    try:
-        click.echo(line, err=True)
-    except BrokenPipeError:  # stderr's reader is gone too: nobody is left to tell
-        _reader_gone()
-
-
-def _reader_gone() -> None:
-    """As Python's docs advise for SIGPIPE: point stdout and stderr at devnull, so the flush at
-    exit of what is still buffered raises nothing more."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            os.dup2(devnull, stream.fileno())
-        except (OSError, ValueError):  # not a real file (a test runner's capture)
-            pass
-    os.close(devnull)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,7 +35,7 @@ def main() -> None:
               show_default=True, help="models.toml listing the models to measure (with MODEL arguments: only its "
                                       "[settings], when given).")
 @click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
-@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch "
+@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch,quality "
                                 "[cold,warm,prefix; with sweep options, just the sweeps].")
 @click.option("--prompt-tokens", callback=csv_ints,
               help="Prompt length in tokens [512]; a list (128,512,2048) makes a grid with --gen-tokens.")
@@ -114,9 +62,11 @@ def main() -> None:
               help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
 @click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
 @cli_dist.run_options
+@quality_options
 @click.pass_context
 def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens,
-        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite, **dist) -> None:
+        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite,
+        **extra) -> None:
     """Measure every model of the config, or the MODELs named (GGUF file, MLX directory, hub id
     org/repo[:QUANT], ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO; `macprof models` lists them):
     cold start, warm residence, prefix reuse; and, when asked, a grid of lengths
@@ -130,8 +80,9 @@ def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
         "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
-        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force, "distributed": cli_dist.run_override(**dist),
+        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force, "distributed": cli_dist.run_override(**{k: v for k, v in extra.items() if k.startswith("dist_")}),
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
+        **quality_overrides(**{k: v for k, v in extra.items() if not k.startswith("dist_")}),
     }
     with signals.guard() as guard:  # from here to the summary: a signal is answered in one line
         selected = selected_models(ctx, refs, engine, config_path,
@@ -145,7 +96,7 @@ def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens
             display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
         click.echo(render_summary(log, str(log_path)))
         if guard.received or not log.complete:
-            _echo_err(clean(session.interrupted_note(log, log_path)))
+            echo_err(clean(session.interrupted_note(log, log_path)))
             sys.exit(130)
     if not session.measured_anything(log_path):  # a run that measured nothing must not read as a success
         raise NothingMeasured(f"the run measured nothing: every model was refused or failed (the warnings above "
@@ -194,8 +145,8 @@ def _load_logs(paths) -> list[tuple[str, RunLog]]:
 @click.option("--case", "case", help="Compare one sweep case instead of the warm phase: depth:d4096, batch:b8, "
                                      "grid:p512-g128, grid:rag.")
 @click.option("--fail-if", "fail_if", multiple=True,
-              help="Exit 1 when a model regressed against the same model in the baseline's run, "
-                   "significantly and past a limit: decode:-5%, ttft:+10%, memory:+10%. Exit 2 when too few "
+              help="Exit 1 when a model regressed against the same model in the baseline's run, significantly and "
+                   "past a limit: decode:-5%, ttft:+10%, memory:+10%, kld:+0.01 (mean KLD, nats). Exit 2 when too few "
                    "requests were recorded for the test to ever call a difference.")
 def compare(paths, baseline, fmt, case, fail_if) -> None:
     """Compare models across run logs (files or folders), with significance on raw samples."""

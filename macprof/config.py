@@ -35,7 +35,7 @@ from macprof.config_dist import finish as _finish_distributed
 from macprof.config_dist import partial as _distributed_table
 from macprof.errors import MacprofError
 
-PHASES = ("cold", "warm", "prefix", "grid", "depth", "batch")
+PHASES = ("cold", "warm", "prefix", "grid", "depth", "batch", "quality")
 DEFAULT_PHASES = ("cold", "warm", "prefix")
 PLATFORM_KEYS = {"linux": "linux", "darwin": "macos"}
 
@@ -61,6 +61,12 @@ class Settings:
     batches: tuple[int, ...] = ()
     kv_type: str = "f16"  # K/V cache type: llama.cpp type_k / type_v, MLX kv_bits (macprof.measure.kvmodel)
     distributed: Distributed | None = None  # sharded over an MLX distributed group (macprof/config_dist.py)
+    # the quality phase (run/phases/quality.py): tokens scored, in chunks of quality_ctx; the
+    # reference model's name (None: the run's highest-precision model); the text (None: the shipped one)
+    quality_tokens: int = 2048
+    quality_ctx: int = 512
+    reference: str | None = None
+    text: str | None = None
 
 
 # key -> (accepted types, check, what a valid value is)
@@ -97,6 +103,10 @@ _SETTING_TYPES: dict[str, tuple] = {
     "batches": _int_list(1, "a non-empty list of distinct positive integers"),
     "kv_type": (str, lambda v: v in ("f16", "q8_0", "q4_0"), "one of f16, q8_0, q4_0"),
     "distributed": ((dict, Distributed), lambda v: True, "a table"),  # checked key by key in config_dist
+    "quality_tokens": _POSITIVE_INT,
+    "quality_ctx": (int, lambda v: v >= 4 and v % 2 == 0, "an even integer >= 4"),
+    "reference": (str, lambda v: bool(v.strip()), "a model name"),
+    "text": (str, lambda v: bool(v.strip()), "the path of a UTF-8 text file"),
 }
 _TUPLE_KEYS = {"phases", "prompt_grid", "gen_grid", "shapes", "depths", "batches"}
 _MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())
@@ -173,6 +183,9 @@ def check_settings(where: str, s: Settings) -> Settings:
                            f"prompt_tokens ({s.prompt_tokens}): the suffix needs at least one token")
     if "depth" in s.phases and not s.depths:
         raise MacprofError(f"{where}: phase 'depth' needs depths (--depth 0,1024,4096 or depths = [...])")
+    if "quality" in s.phases and s.quality_tokens < s.quality_ctx:
+        raise MacprofError(f"{where}: quality_tokens ({s.quality_tokens}) must hold at least one chunk of "
+                           f"quality_ctx ({s.quality_ctx}) tokens")
     if "batch" in s.phases and not s.batches:
         raise MacprofError(f"{where}: phase 'batch' needs batch sizes (--batch 1,2,4,8 or batches = [...])")
     if isinstance(s.distributed, dict):

@@ -18,7 +18,7 @@ from macprof.analyse.build import build
 from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
 from macprof.errors import MacprofError
-from macprof.model.events import Request
+from macprof.model.events import QualityChunkScored, Request
 from macprof.model.log import RunLog
 from macprof.run import resume as resumed
 from macprof.run import signals
@@ -96,8 +96,9 @@ def interrupted_note(log: RunLog, log_path: Path) -> str:
 
 def measured_anything(log_path: Path) -> bool:
     """Whether the run of ``log_path`` measured at least one request (a warm-up is not a
-    measurement), from its journal: every event is there, a resumed run's included."""
-    return any(isinstance(e, Request) and e.status == "ok" and e.kind != "warmup"
+    measurement) or scored a quality chunk, from its journal: every event is there, a resumed
+    run's included."""
+    return any((isinstance(e, Request) and e.status == "ok" and e.kind != "warmup") or isinstance(e, QualityChunkScored)
                for e in read_journal(journal_path(log_path)))
 
 

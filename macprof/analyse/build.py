@@ -13,6 +13,7 @@ from macprof.analyse.cold import build_cold
 from macprof.analyse.distributed import build_group
 from macprof.analyse.requests import request_record, summarize_requests, summarized
 from macprof.analyse import energy as power
+from macprof.analyse.quality import build_quality
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.collect.macos import THERMAL_STATES
 from macprof.cases import SWEEP_PHASES, mean_context, plan
@@ -105,6 +106,8 @@ def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list
         phases["warm"] = _build_warm(events, warm, _phase_failures(failures, "warm"), roof)
     if "prefix" in s.phases:
         phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"), roof)
+    if "quality" in s.phases:
+        phases["quality"] = build_quality(events, _phase_failures(failures, "quality"), _phase_memory(events, "quality"))
     planned = _planned(events, head) if set(s.phases) & set(SWEEP_PHASES) else {}
     for phase in SWEEP_PHASES:
         if phase in s.phases:

@@ -17,11 +17,13 @@ from macprof.errors import MacprofError
 from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_interval, min_reps, verdict
 from macprof.measure import stats
 from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_figures
+from macprof.analyse.quality import quality_figures
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Sweep, SweepCase, WarmPhase
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
-METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak memory", False)}
+METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak memory", False),
+           "kld": ("mean KLD", False)}
 
 
 def _engine_version(model: ModelResult, software: dict | None) -> str | None:
@@ -47,7 +49,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
     rows = []
     for m in log.models:
         s = m.settings
-        head, lengths = headline(m), (s.prompt_tokens, s.gen_tokens)
+        head, lengths = {**headline(m), **quality_figures(m)}, (s.prompt_tokens, s.gen_tokens)
         block: WarmPhase | SweepCase | None = m.phases.warm
         states = thermal_state_of(m.phases.warm)
         if case:
@@ -146,7 +148,9 @@ def _against(r: dict, base: dict) -> tuple[dict, dict, dict]:
     """Ratios of medians to ``base``; for the sampled metrics, the test's call and the interval."""
     ratios = {"decode": stats.ratio(r["decode_tok_s"], base["decode_tok_s"]),
               "ttft": stats.ratio(r["warm_ttft_s"], base["warm_ttft_s"]),
-              "memory": _memory_ratio(r, base)}
+              "memory": _memory_ratio(r, base),
+              # a difference, not a ratio: KLD is 0 for the reference itself
+              "kld": None if None in (r.get("kld_mean"), base.get("kld_mean")) else r["kld_mean"] - base["kld_mean"]}
     if r is base:
         return ratios, {}, {}
     calls = {key: verdict(base["samples"][key], r["samples"][key], higher_is_better=METRICS[key][1])
@@ -175,15 +179,21 @@ def _label(metric: str, rows: list[dict]) -> str:
 
 
 _FAIL_RE = re.compile(r"^(decode|ttft|memory):([+-]?\d+(?:\.\d+)?)%$")
+_KLD_RE = re.compile(r"^kld:\+?(\d+(?:\.\d+)?)$")  # an absolute rise of the mean KLD, in nats
 
 
 def parse_fail_if(specs: list[str]) -> list[tuple[str, float]]:
     out = []
     for spec in specs:
+        k = _KLD_RE.match(spec.strip())
+        if k:
+            out.append(("kld", float(k.group(1))))
+            continue
         m = _FAIL_RE.match(spec.strip())
         if not m:
             raise MacprofError(f"--fail-if {spec!r}: expected METRIC:±N% with METRIC one of decode, ttft, memory "
-                               f"(e.g. decode:-5% fails when decode tok/s drops more than 5%)")
+                               f"(e.g. decode:-5% fails when decode tok/s drops more than 5%), or kld:+X "
+                               f"(the mean KLD rose by more than X nats)")
         out.append((m.group(1), float(m.group(2)) / 100))
     return out
 
@@ -198,6 +208,11 @@ def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
         for metric, limit in specs:
             ratio = row["same_model"]["ratios"][metric]
             if ratio is None:
+                continue
+            if metric == "kld":  # judged on the means' difference, the one figure per run
+                if ratio > limit:
+                    found.append(f"{row['model']}@{row['source']}: mean KLD {ratio:+.4f} vs {row['same_model_baseline']} "
+                                 f"(limit kld:+{limit:g})")
                 continue
             change = ratio - 1
             higher_is_better = METRICS[metric][1]
@@ -256,6 +271,10 @@ def _unjudged(rows: list[dict], metric: str) -> tuple[list[str], list[str]]:
         if metric == "memory":  # one figure per run, not a sample: judged whenever both sides have it
             if row["same_model"]["ratios"]["memory"] is None and not _mixed_memory(row):
                 none.append(f"{what} (no peak {row['memory_figure'] or 'RSS'} against {row['same_model_baseline']})")
+            continue
+        if metric == "kld":
+            if row["same_model"]["ratios"]["kld"] is None:
+                none.append(f"{what} (no mean KLD against {row['same_model_baseline']})")
             continue
         call = row["same_model"]["calls"].get(metric) or {}
         n_base, n = call.get("sizes") or (0, 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 from macprof.errors import MacprofError
 
@@ -109,6 +109,15 @@ class Engine(Protocol):
     def versions(self) -> dict: ...
 
     def close(self) -> None: ...
+
+
+class Scorer(Protocol):
+    """What the quality phase needs beyond ``Engine`` (an engine without it is told so, in the
+    phase's failure): the model's logits at every position of ``ids``, one forward pass from
+    an empty cache, as float32 [len(ids), vocab_size] (a numpy array). The cache is emptied
+    after it."""
+
+    def score(self, ids: Sequence[int]) -> Any: ...
 
 
 class CacheCutRefused(MacprofError):

@@ -209,6 +209,19 @@ class FakeEngine:
         logit = 8.0 + (state >> 40 & 0xFF) / 256
         return TopTwo(first, logit, (first + 1) % self.vocab, logit - 1.0 - (state >> 48 & 0xFF) / 256)
 
+    def score(self, ids: Sequence[int]):
+        """Logits for every position, a pure function of the context like its tokens: noise
+        seeded by the state after each token, with the token ``generate`` would pick 8 above."""
+        import numpy as np
+
+        states: list[int] = []
+        _feed(states, ids, max(self.n_ctx, len(ids)))
+        out = np.empty((len(ids), self.vocab), dtype=np.float32)
+        for i, state in enumerate(states):
+            out[i] = np.random.default_rng(state).standard_normal(self.vocab, dtype=np.float32)
+            out[i, self._next(state)] += 8.0
+        return out
+
     # -- memory and facts ----------------------------------------------------------------
     def kv_cache_bytes(self) -> int | None:
         """What a real cache of this shape would hold for the cached tokens."""

@@ -250,6 +250,24 @@ class LlamaCppEngine:
         finally:
             lc.llama_batch_free(batch)
 
+    def score(self, ids: Sequence[int]) -> np.ndarray:
+        """Logits for every position: a llama_batch with logits requested at each entry (as
+        llama-perplexity asks for them), decoded n_batch tokens at a time from an empty cache."""
+        self.reset()
+        out = np.empty((len(ids), self.vocab_size), dtype=np.float32)
+        batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        try:
+            for start in range(0, len(ids), self.n_batch):
+                chunk = [(_SEQ, start + k, t) for k, t in enumerate(ids[start:start + self.n_batch])]
+                _fill(batch, chunk, None)
+                _decode_batch(self.ctx, batch, f"scoring tokens {start}..{start + len(chunk) - 1}")
+                ptr = lc.llama_get_logits(self.ctx)
+                out[start:start + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.vocab_size))
+        finally:
+            lc.llama_batch_free(batch)
+            self.reset()
+        return out
+
     def top2(self, ids: Sequence[int]) -> TopTwo:
         self.reset()
         self._decode(ids)

@@ -241,6 +241,16 @@ class MlxEngine:
         finally:
             gen.close()
 
+    def score(self, ids: Sequence[int]) -> np.ndarray:
+        """Logits for every position: one forward pass of the model over ``ids`` from an
+        empty cache (what mlx-lm's perplexity evaluation runs), as float32."""
+        self.reset()
+        with mx.stream(self._stream):
+            logits = self.model(mx.array(list(ids), dtype=mx.uint32)[None], cache=self._cache)[0]
+            values = np.array(logits.astype(mx.float32))
+        self.reset()
+        return values
+
     def top2(self, ids: Sequence[int]) -> TopTwo:
         self.reset()
         cache = self._cache

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
 from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
+from macprof.model.quality import QualityText
 from macprof.model.records import ABSENT, Record
 from macprof.model.telemetry import TelemetryRaw
 
@@ -275,6 +276,37 @@ class CaseError(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QualityStart(Event):
+    """The quality phase's tokens are ready: what will be scored, against what."""
+
+    KIND = "quality_start"
+    phase: str
+    text: QualityText | None = None
+    n_ctx: int | None = None
+    chunks: int | None = None
+    tokens_sha256: str | None = None
+    vocab_size: int | None = None
+    reference: str | None = None
+    is_reference: bool = False
+    reference_reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityChunkScored(Event):
+    """One chunk scored: its forward pass's stamps and the raw figures per scored position."""
+
+    KIND = "quality_chunk"
+    phase: str
+    index: int
+    t_start: int | None = None
+    t_end: int | None = None
+    tokens: int = 0
+    nll: tuple[float, ...] = ()
+    kld: tuple[float, ...] | None = None
+    same_top: tuple[bool, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReuseNotPossible(Event):
     """The engine's cache could not be cut back to a prefix (the prefix phase: that pair was
     measured from an empty cache; a depth case: its fill was recomputed, untimed, before each
@@ -342,7 +374,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
-    ReuseNotPossible, Telemetry, RankGroup, RankTimeline, CommProfile)}
+    ReuseNotPossible, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

@@ -12,6 +12,7 @@ from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
+from macprof.model.quality import QualityPhase
 from macprof.model.records import ABSENT, Record
 
 _DEFAULT = Settings()
@@ -138,6 +139,10 @@ class ModelSettings(Record):
     batches: tuple[int, ...] | None = ABSENT
     kv_type: str | None = ABSENT  # absent from logs before the option: f16
     distributed: DistributedSettings | None = ABSENT  # a sharded model: hosts, backend, parallel, link_gbs
+    quality_tokens: int | None = ABSENT  # absent from logs before the quality phase
+    quality_ctx: int | None = ABSENT
+    reference: str | None = ABSENT
+    text: str | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -173,6 +178,7 @@ class Phases(Record):
     grid: Sweep | None = ABSENT
     depth: Sweep | None = ABSENT
     batch: Sweep | None = ABSENT
+    quality: QualityPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""

@@ -12,6 +12,7 @@ from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Ceiling, SweepCase
+from macprof.render.frontier import frontier_panel
 from macprof.render.text import clean
 
 FORMATS = (".png", ".svg", ".html")
@@ -65,6 +66,8 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
                    lambda ax: _ttft_bars(ax, rows, len(logs) > 1)]
     if any(r.get(k) is not None for r in rows for k in ("decode_j_per_token", "prefill_j_per_token")):
         panels.append(lambda ax: _energy_bars(ax, rows, len(logs) > 1))
+    if any(r.get("kld_mean") is not None for r in rows):
+        panels.append(lambda ax: frontier_panel(ax, rows, lambda r: _label(r, len(logs) > 1)))
     if any(m.phases.grid for _, m in models):
         panels.append(lambda ax: _grid(ax, models))
     if any(m.phases.depth for _, m in models):

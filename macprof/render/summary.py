@@ -10,6 +10,7 @@ from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
+from macprof.render.quality import quality_table
 from macprof.render.energy import ENERGY_FIELDS, energy_lines, fmt_j, throttle_warnings
 from macprof.render.memory import MEMORY_FIELDS, memory_column
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, clean_lines
@@ -158,6 +159,9 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
     sweeps = sweep_tables(log)
     if sweeps:
         parts.append("\n" + sweeps)
+    quality = quality_table(log)
+    if quality:
+        parts.append("\n" + quality)
     energy = energy_lines(log)
     if energy:
         parts.append("\n" + "\n".join(energy))

@@ -27,7 +27,7 @@ from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
-from macprof.run import distributed, resume, signals, watch
+from macprof.run import distributed, reference, resume, signals, watch
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
@@ -50,6 +50,8 @@ class Runner:
         self.python = python
         self._proc: subprocess.Popen | None = None
         self._telemetry: telemetry.Source | None = None  # opened with the first worker, closed at the end
+        self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
+        self._store = reference.store_path(journal.path, self._reference) if self._reference else None
 
     def _source(self) -> telemetry.Source:
         if self._telemetry is None:
@@ -67,6 +69,8 @@ class Runner:
                 journal.write(ev.Interrupted(utc=utc_now()))
                 self.progress.note("interrupted: writing the run log from what was measured")
             journal.write(ev.RunEnd(utc=utc_now(), complete=complete, memory=facts.system_memory()))
+            if complete and self._store:  # the reference's distributions served this run only
+                reference.remove_store(self._store)
         except BaseException:  # e.g. the disk filled: no worker outlives the run
             self._kill_worker()
             raise
@@ -98,7 +102,7 @@ class Runner:
         pasts = {m.name: resume.past(journaled, m.name) for m in self.models}
         self.progress.plan(sum(_units_left(m, pasts[m.name]) for m in self.models))
         units = 0  # planned units of the models measured so far
-        for model in self.models:
+        for model in reference.ordered(self.models, self._reference):  # the reference scores first
             past = pasts[model.name]
             if past.finished:
                 self.progress.note(f"{model.name}: already measured (resumed)")
@@ -206,13 +210,16 @@ class Runner:
         # cases get a context of their own for the batch, but check it one sequence at a time
         # in this one: a worker that runs only the batch phase, after a failure or a resume,
         # needs it too)
-        need = [0 if p in sweeps.SWEEP_PHASES else s.prompt_tokens + s.gen_tokens for p in phases]
+        need = [0 if p in sweeps.SWEEP_PHASES else s.quality_ctx if p == "quality" else s.prompt_tokens + s.gen_tokens
+                for p in phases]
         need += [sweeps.tokens_per_sequence(c) for p in sweeps.SWEEP_PHASES if p in phases for c in cases.get(p, [])]
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
                "cases": cases, "done": done or [],
                # the idle wait before each phase gives the power baseline: only where power is read
                "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
+        if "quality" in phases:
+            job["quality"] = reference.job(model, self._reference, self._store, journal.events)
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         # a cold trial's sampler starts before the spawn: its energy runs from spawn to ready
         sampler = TelemetrySampler(self._source(), from_spawn=phases == ["cold"])

@@ -130,7 +130,8 @@ def _phases(job: dict, engine, settings, emit, after=None):
                            t_idle_start=t_idle if idle_s > 0 else None, **_mac()))
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
-                                   trial=job.get("trial", 0), done=done_requests(job.get("done", []))))
+                                   trial=job.get("trial", 0), done=done_requests(job.get("done", [])),
+                                   quality=job.get("quality") or {}))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
                          t=time.perf_counter_ns(), **_mac()))
@@ -154,6 +155,10 @@ def _with_fault(emit, fault: dict, model: str):
         emit(event)
         if event.KIND == "request":
             done += 1
+        elif event.KIND == "quality_chunk" and fault.get("phase") == "quality":  # the quality phase has no requests
+            done += 1
+            if done > fault.get("after_requests", 0):
+                os.kill(os.getpid(), signal.SIGKILL)
         elif event.KIND == "request_start" and done >= fault.get("after_requests", 0):
             if fault["kind"] == "segfault":
                 os.kill(os.getpid(), signal.SIGSEGV)

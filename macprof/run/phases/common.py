@@ -35,6 +35,7 @@ class PhaseContext:
     trial: int = 0
     clock: Clock = time.perf_counter_ns
     done: dict[tuple, tuple] = field(default_factory=dict)
+    quality: dict = field(default_factory=dict)  # the quality phase's reference and store (run/phases/quality.py)
 
 
 def request_key(head: dict) -> tuple:

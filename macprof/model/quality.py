@@ -1,0 +1,69 @@
+"""The quality phase's records: the text scored, each chunk's raw per-position figures, and
+what they give against the reference (perplexity, KL divergence, top-1 agreement).
+Definitions: macprof/measure/quality.py (llama-perplexity's); fields: docs/runlog.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from macprof.model.phases import Failure, PhaseMemory
+from macprof.model.records import ABSENT, Record
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityText(Record):
+    """The text scored: where it came from, its sha256 and size, and its token count."""
+
+    source: str | None = None
+    sha256: str | None = None
+    bytes: int | None = None
+    tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityChunk(Record):
+    """One chunk's raw figures, one value per scored position (the chunk's second half)."""
+
+    index: int = 0
+    t_start: int | None = None
+    t_end: int | None = None
+    tokens: int = 0  # the chunk's length: one forward pass over this many tokens
+    nll: tuple[float, ...] = ()
+    kld: tuple[float, ...] | None = None  # null without a reference to compare with
+    same_top: tuple[bool, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KldSummary(Record):
+    """KL divergence per token against the reference: mean ± standard error (and its 95 %
+    normal interval), median, 99th percentile, maximum."""
+
+    n: int = 0
+    mean: float | None = None
+    unc: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    median: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityPhase(Record):
+    text: QualityText | None = None
+    n_ctx: int | None = None
+    chunks_planned: int | None = None
+    tokens_sha256: str | None = None  # of the scored token ids: equal across models that saw the same ids
+    reference: str | None = None  # the model compared against
+    is_reference: bool = False
+    reference_reason: str | None = None  # why there is no KLD (no reference, tokenizers differ, ...)
+    scored_tokens: int = 0
+    ppl: float | None = None
+    ppl_unc: float | None = None
+    kld: KldSummary | None = None
+    same_top: float | None = None
+    same_top_unc: float | None = None
+    score_tok_s: float | None = None  # median over chunks of tokens / forward-pass seconds
+    chunks: tuple[QualityChunk, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    memory: PhaseMemory | None = ABSENT

@@ -1,0 +1,121 @@
+"""The quality phase: the model scores a fixed token sequence chunk by chunk, as llama.cpp's
+llama-perplexity does (macprof/measure/quality.py has the definitions), one forward pass per
+chunk with the logits of every position. Against the run's reference model it gives the KL
+divergence and top-1 agreement per scored position; alone, the perplexity.
+
+The reference scores first (the orchestrator orders the models so) and writes its
+log-probabilities, in llama.cpp's compact uint16 form, to a file the parent names in the job;
+a sidecar JSON written once every chunk is in says which tokens they are for. A later model
+reads that file one chunk at a time, so no model's full distributions are ever held in memory,
+and the reference's are stored once. A model whose token ids differ from the reference's
+(another tokenizer, another BOS rule) gets its perplexity and, for KLD, the reason: never an
+approximation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from macprof.errors import MacprofError
+from macprof.measure import quality as q
+from macprof.model import events as ev
+from macprof.model.quality import QualityText
+from macprof.run.phases.common import PhaseContext
+from macprof.run.qualitytext import read_text
+
+PHASE = "quality"
+
+
+def chunked_ids(ids: list[int], bos: list[int], n_ctx: int, max_tokens: int) -> list[list[int]]:
+    """The chunks a model scores: whole chunks of ``n_ctx`` from the start of the text's ids,
+    at most ``max_tokens`` in all, each starting with BOS where the model adds one (its first
+    token replaced, as llama-perplexity does)."""
+    n_chunks = min(max_tokens // n_ctx, len(ids) // n_ctx)
+    chunks = [list(ids[k * n_ctx:(k + 1) * n_ctx]) for k in range(n_chunks)]
+    if bos:
+        for c in chunks:
+            c[0] = bos[0]
+    return chunks
+
+
+def run_quality(ctx: PhaseContext) -> None:
+    engine, s, job = ctx.engine, ctx.settings, ctx.quality
+    if not hasattr(engine, "score"):
+        raise MacprofError(f"the {engine.name} engine cannot give the logits of every position (no score())")
+    text, info = read_text(s.text)
+    ids = list(engine.tokenize(text))
+    bos = list(engine.tokenize(""))  # what the tokenizer puts before any text: BOS, or nothing
+    n_ctx = s.quality_ctx
+    chunks = chunked_ids(ids, bos, n_ctx, s.quality_tokens)
+    if not chunks:
+        raise MacprofError(f"{info['source']}: the quality text gives {len(ids)} tokens with this model's tokenizer, "
+                           f"fewer than one chunk of {n_ctx} (--quality-ctx); give a longer --text")
+    sha = q.tokens_sha256([t for k in range(len(chunks)) for t in ids[k * n_ctx:(k + 1) * n_ctx]])
+    vocab = engine.vocab_size
+    store = Path(job["store"]) if job.get("store") else None
+    is_ref = bool(job.get("is_reference"))
+    base, reason = (None, None) if is_ref else _open_reference(job, sha, vocab)
+    ctx.emit(ev.QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
+                             tokens_sha256=sha, vocab_size=vocab, reference=job.get("reference"), is_reference=is_ref,
+                             reference_reason=reason))
+    per_chunk = len(q.scored_range(n_ctx))
+    writer = None
+    if is_ref and store is not None:
+        writer = np.lib.format.open_memmap(str(store) + ".npy", mode="w+", dtype=np.uint16,
+                                           shape=(len(chunks) * per_chunk, q.row_width(vocab)))
+    for k, chunk in enumerate(chunks):
+        t_start = ctx.clock()
+        logits = engine.score(chunk)
+        t_end = ctx.clock()
+        scored = np.asarray(logits, dtype=np.float32)[q.scored_range(n_ctx)]
+        targets = chunk[n_ctx // 2 + 1:]
+        rows = slice(k * per_chunk, (k + 1) * per_chunk)
+        # the reference against its own stored rows: what the others are held to (KLD ~0 from the uint16 step)
+        mine = q.quantize(scored) if is_ref else None
+        if writer is not None:
+            writer[rows] = mine
+        figures = q.score(scored, targets, mine if is_ref else (base[rows] if base is not None else None))
+        ctx.emit(ev.QualityChunkScored(phase=PHASE, index=k, t_start=t_start, t_end=t_end, tokens=len(chunk),
+                                       nll=tuple(figures["nll"]), kld=_tuple(figures.get("kld")),
+                                       same_top=_tuple(figures.get("same_top"))))
+    if writer is not None and store is not None:
+        writer.flush()
+        del writer
+        _write_meta(store, {"model": job.get("reference"), "tokens_sha256": sha, "vocab_size": vocab, "n_ctx": n_ctx,
+                            "chunks": len(chunks), "row_width": q.row_width(vocab)})
+    ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+
+
+def _tuple(values):
+    return None if values is None else tuple(values)
+
+
+def _write_meta(store: Path, meta: dict) -> None:
+    """The sidecar, written last and atomically: its presence says the distributions are whole."""
+    tmp = store.with_name(store.name + ".json.tmp")
+    tmp.write_text(json.dumps(meta))
+    os.replace(tmp, store.with_name(store.name + ".json"))
+
+
+def _open_reference(job: dict, sha: str, vocab: int) -> tuple[np.ndarray | None, str | None]:
+    """The reference's stored rows (a read-only memmap), or why this model gets no KLD."""
+    ref = job.get("reference")
+    if not ref:
+        return None, job.get("missing") or "no reference model in this run"
+    if job.get("missing"):
+        return None, f"no reference: {job['missing']}"
+    store = Path(job["store"])
+    try:
+        meta = json.loads(store.with_name(store.name + ".json").read_text())
+    except (OSError, ValueError):
+        return None, f"no reference: {ref} left no complete distributions (its quality phase failed or did not run)"
+    if meta["tokens_sha256"] != sha:
+        return None, (f"tokenizer differs from the reference {ref}'s: the text's token ids hash to {sha[:12]}, "
+                      f"{ref}'s to {meta['tokens_sha256'][:12]} (KLD needs the same ids; not approximated)")
+    if meta["vocab_size"] != vocab:
+        return None, f"vocabulary of {vocab} ids, the reference {ref}'s has {meta['vocab_size']}: no KLD across them"
+    return np.load(str(store) + ".npy", mmap_mode="r"), None

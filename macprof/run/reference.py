@@ -1,0 +1,73 @@
+"""Which model the quality phase compares the others against, and the order that puts it
+first: the one named by ``reference`` (--reference), else the run's highest-precision model
+(most file bytes per parameter, from the model files' metadata; the first such in run order)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from macprof.config import ModelSpec
+from macprof.errors import MacprofError
+from macprof.model import events as ev
+
+
+def choose(models: Sequence[ModelSpec]) -> str | None:
+    """The reference's name; None when no model has the quality phase."""
+    scored = [m for m in models if "quality" in m.settings.phases]
+    if not scored:
+        return None
+    asked = list(dict.fromkeys(m.settings.reference for m in scored if m.settings.reference))
+    if len(asked) > 1:
+        raise MacprofError(f"reference: models name different references ({', '.join(asked)}); a run has one")
+    if asked:
+        names = [m.name for m in scored]
+        if asked[0] not in names:
+            raise MacprofError(f"--reference {asked[0]}: not a model of this run with the quality phase "
+                               f"(models: {', '.join(names)})")
+        return asked[0]
+    return max(scored, key=_bits_per_weight).name  # max keeps the first of equals
+
+
+def _bits_per_weight(model: ModelSpec) -> float:
+    """File bits per parameter; a model whose metadata cannot be read ranks by file size alone
+    below every model that can (its precision is unknown, not assumed)."""
+    from macprof.collect import modelinfo
+
+    try:
+        size = sum(f.stat().st_size for f in model.files)
+        params = modelinfo.inspect(model.path, model.settings.kv_type).to_dict().get("n_params")
+    except (OSError, MacprofError):
+        return -1.0
+    # rounded: two files of one precision (a GGUF F16 and an MLX float16) tie, and the first in run order wins
+    return round(8 * size / params) if params else -1.0 + size / 1e18
+
+
+def ordered(models: Sequence[ModelSpec], reference: str | None) -> list[ModelSpec]:
+    """The run order with the reference first: the others read what it stores."""
+    return sorted(models, key=lambda m: m.name != reference)
+
+
+def job(model: ModelSpec, reference: str | None, store: Path | None, events: Sequence[ev.Event]) -> dict:
+    """The quality part of a worker's job: the reference, where its distributions are, and,
+    when it failed before storing them, why (from the journal)."""
+    if reference is None or store is None:
+        return {"reference": None, "missing": "no reference model in this run"}
+    out: dict = {"reference": reference, "store": str(store), "is_reference": model.name == reference}
+    if not out["is_reference"]:
+        failed = [e for e in events if isinstance(e, ev.Failure) and e.model == reference
+                  and e.phase in (None, "quality")]
+        if failed:
+            out["missing"] = f"{reference} failed: {failed[-1].reason}"
+    return out
+
+
+def store_path(journal_path: Path, reference: str) -> Path:
+    """Where the reference's distributions go: beside the journal, one per reference."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in reference)
+    return journal_path.with_name(f"{journal_path.name}.quality-{safe}")
+
+
+def remove_store(store: Path) -> None:
+    for suffix in (".npy", ".json"):
+        store.with_name(store.name + suffix).unlink(missing_ok=True)
