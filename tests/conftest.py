@@ -30,6 +30,8 @@ def pytest_cmdline_main(config):
         return
     if not config.option.numprocesses and not config.getoption("usepdb", False):
         config.option.numprocesses = max(1, min(FAST_TIER_WORKERS, os.cpu_count() or 1))
+        if config.option.dist == "no":  # a module's tests on one worker: its module-scoped runs are made once
+            config.option.dist = "loadscope"
 
 
 def _fast_tier(config) -> bool:
