@@ -30,9 +30,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from macprof.endpoint import Endpoint
 from macprof.errors import MacprofError
 
-PHASES = ("cold", "warm", "prefix", "grid", "depth", "batch")
+PHASES = ("cold", "warm", "prefix", "grid", "depth", "batch", "concurrency")
 DEFAULT_PHASES = ("cold", "warm", "prefix")
 PLATFORM_KEYS = {"linux": "linux", "darwin": "macos"}
 
@@ -57,6 +58,15 @@ class Settings:
     depths: tuple[int, ...] = ()
     batches: tuple[int, ...] = ()
     kv_type: str = "f16"  # K/V cache type: llama.cpp type_k / type_v, MLX kv_bits (macprof.measure.kvmodel)
+    # the concurrency phase against a server (macprof/run/phases/serving.py): closed-loop client
+    # counts, open-loop arrival rates (requests/s), requests and seconds per level (0: automatic),
+    # and the SLOs goodput is judged by (seconds; None: not judged)
+    concurrency: tuple[int, ...] = ()
+    rates: tuple[float, ...] = ()
+    load_requests: int = 0
+    load_seconds: float = 120.0
+    slo_ttft: float | None = None
+    slo_itl: float | None = None
 
 
 # key -> (accepted types, check, what a valid value is)
@@ -92,9 +102,16 @@ _SETTING_TYPES: dict[str, tuple] = {
     "depths": _int_list(0, "a non-empty list of distinct integers >= 0"),
     "batches": _int_list(1, "a non-empty list of distinct positive integers"),
     "kv_type": (str, lambda v: v in ("f16", "q8_0", "q4_0"), "one of f16, q8_0, q4_0"),
+    "concurrency": _int_list(1, "a non-empty list of distinct positive integers"),
+    "rates": (list, lambda v: bool(v) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+                                              for x in v), "a non-empty list of positive requests per second"),
+    "load_requests": (int, lambda v: v >= 0, "an integer >= 0 (0: automatic)"),
+    "load_seconds": ((int, float), lambda v: v > 0, "a positive number of seconds"),
+    "slo_ttft": ((int, float), lambda v: v > 0, "a positive number of seconds"),
+    "slo_itl": ((int, float), lambda v: v > 0, "a positive number of seconds"),
 }
-_TUPLE_KEYS = {"phases", "prompt_grid", "gen_grid", "shapes", "depths", "batches"}
-_MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())
+_TUPLE_KEYS = {"phases", "prompt_grid", "gen_grid", "shapes", "depths", "batches", "concurrency", "rates"}
+_MODEL_KEYS = {"name", "engine", "path", "quant", "url", "model", "api"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())
 
 
 @dataclass(frozen=True)
@@ -114,10 +131,13 @@ class ModelSpec:
     settings: Settings
     demo: str | None = None  # "SIZE/VARIANT" when the path is a demo:... path
     source: ModelSource | None = None  # a model named on the command line, not in models.toml
+    endpoint: Endpoint | None = None  # engine "openai": the server
 
     @property
     def files(self) -> list[Path]:
         """The files that make up the model (a GGUF file, or an MLX directory's files)."""
+        if self.endpoint is not None and self.endpoint.file is None:
+            return []
         if self.path.is_dir():
             return sorted(p for p in self.path.iterdir() if p.is_file())
         return [self.path]
@@ -168,6 +188,8 @@ def check_settings(where: str, s: Settings) -> Settings:
         raise MacprofError(f"{where}: phase 'depth' needs depths (--depth 0,1024,4096 or depths = [...])")
     if "batch" in s.phases and not s.batches:
         raise MacprofError(f"{where}: phase 'batch' needs batch sizes (--batch 1,2,4,8 or batches = [...])")
+    if "concurrency" in s.phases and not (s.concurrency or s.rates):
+        raise MacprofError(f"{where}: phase 'concurrency' needs levels (--concurrency 1,2,4,8 or --rate R)")
     return s
 
 
@@ -248,6 +270,9 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
             raise MacprofError(f"{where}: must be a table ([[models]])")
         if isinstance(entry.get("name"), str):
             where = f'{path}: models[{i}] ("{entry["name"]}")'
+        if entry.get("engine") == "openai":
+            models.append(endpoint_spec(where, entry, path, merge(Settings(), file_settings, *_entry_settings(where, entry), cli)))
+            continue
         _check_entry_keys(where, entry)
         name, engine = entry["name"], entry["engine"]
         if name in seen_names:
@@ -338,3 +363,27 @@ def settings_from_dict(d: dict) -> Settings:
     known = {f.name for f in fields(Settings)}
     values: dict[str, Any] = {k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known}
     return Settings(**values)
+
+
+def endpoint_spec(where: str, entry: dict, config_path: Path, settings: Settings) -> ModelSpec:
+    """A models.toml entry with engine "openai": name, url, model; optional api and path."""
+    from macprof.engines.wire import APIS
+
+    for key in entry:
+        if key not in _MODEL_KEYS:
+            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(_MODEL_KEYS))})")
+    for key in ("name", "url", "model"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise MacprofError(f"{where}: key '{key}' must be a non-empty string (engine openai needs name, url, model)")
+    if not entry["url"].startswith("http://"):
+        raise MacprofError(f"{where}: key 'url': {entry['url']!r} is not an http:// URL of a local server")
+    api = entry.get("api", "completions")
+    if api not in APIS:
+        raise MacprofError(f"{where}: key 'api' must be one of {', '.join(APIS)}, not {api!r}")
+    file = None
+    if "path" in entry:
+        file, _ = resolve_path(str(entry["path"]), config_path)
+        if not file.exists():
+            raise MacprofError(f"{where}: key 'path': {file} does not exist")
+    return ModelSpec(entry["name"], "openai", file or Path(entry["url"].split("://", 1)[1]), entry.get("quant"),
+                     check_settings(where, settings), endpoint=Endpoint(entry["url"], entry["model"], api, file))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from macprof.analyse import energy as power
+from macprof.analyse.serving import build_concurrency
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
@@ -34,9 +35,11 @@ def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
 
 def request_record(e: ev.Request) -> Request:
     """A raw request event plus the figures derived from its timestamps."""
-    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0)
+    server = e.server or {}
+    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0,
+               server.get("chunk_tokens"), server.get("completion_tokens"))
     itl = sorted(d.itl_s)
-    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before") if e.has(k)}
+    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before", "server") if e.has(k)}
     return Request(
         index=e.index, kind=e.kind, mode=e.mode, status=e.status, error=e.error, t0=e.t0, t_tokenized=e.t_tokenized,
         token_times=e.token_times, tokens=e.tokens, prompt_tokens=e.prompt_tokens, reused_tokens=e.reused_tokens,
@@ -120,6 +123,8 @@ def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list
         phases["warm"] = _build_warm(events, warm, _phase_failures(failures, "warm"), roof)
     if "prefix" in s.phases:
         phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"), roof)
+    if "concurrency" in s.phases:
+        phases["concurrency"] = build_concurrency(events, _phase_failures(failures, "concurrency"), s, shape, bw, request_record)
     planned = _planned(events, head) if set(s.phases) & set(SWEEP_PHASES) else {}
     for phase in SWEEP_PHASES:
         if phase in s.phases:

@@ -227,6 +227,9 @@ class Request(_RequestHead):
     cached_tokens_after: int | None = ABSENT
     kv_cache_bytes: int | None = ABSENT
     engine_memory: dict[str, Any] | None = None
+    # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
+    # texts; what the server reported (count, tokens per chunk, its timings, flags)
+    server: dict[str, Any] | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,6 +292,24 @@ class CaseUnsupported(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoadLevel(Event):
+    """One level of the concurrency phase ended: closed (C clients) or open (Poisson at R/s)."""
+
+    KIND = "load_level"
+    phase: str
+    case: str
+    mode: str
+    concurrency: int | None = None
+    rate: float | None = None
+    planned: int
+    sent: int
+    seed: int | None = None
+    t_start: int
+    t_end: int
+    time_limit_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Telemetry(Event, TelemetryRaw):
     """The parent's telemetry of one phase (run/sampling.py), journaled after its phase_end."""
 
@@ -300,7 +321,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
-    ReuseNotPossible, Telemetry)}
+    ReuseNotPossible, LoadLevel, Telemetry)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

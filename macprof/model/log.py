@@ -12,6 +12,7 @@ from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.records import ABSENT, Record
+from macprof.model.serving import ConcurrencyPhase
 
 _DEFAULT = Settings()
 
@@ -136,6 +137,12 @@ class ModelSettings(Record):
     depths: tuple[int, ...] | None = ABSENT
     batches: tuple[int, ...] | None = ABSENT
     kv_type: str | None = ABSENT  # absent from logs before the option: f16
+    concurrency: tuple[int, ...] | None = ABSENT  # the concurrency phase's levels (absent before it)
+    rates: tuple[float, ...] | None = ABSENT
+    load_requests: int | None = ABSENT
+    load_seconds: float | None = ABSENT
+    slo_ttft: float | None = ABSENT
+    slo_itl: float | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -171,6 +178,7 @@ class Phases(Record):
     grid: Sweep | None = ABSENT
     depth: Sweep | None = ABSENT
     batch: Sweep | None = ABSENT
+    concurrency: ConcurrencyPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""

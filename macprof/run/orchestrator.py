@@ -136,8 +136,8 @@ class Runner:
         # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
         # refused before any worker loads it: one clear reason instead of an engine's crash.
         context = (start.shape or {}).get("context_length")
-        refusal = start.files_error or start.shape_error or context_refusal(model, context)
-        if refusal is None and not s.force:
+        refusal = start.files_error or (None if model.endpoint else start.shape_error) or context_refusal(model, context)
+        if refusal is None and not s.force and model.endpoint is None:  # a server holds its model, not macprof
             run_start = next((e for e in journal.events if isinstance(e, ev.RunStart)), None)
             refusal = memory_refusal(model, run_start.machine if run_start else None)
         if refusal:
@@ -159,6 +159,9 @@ class Runner:
         s = model.settings
         if "cold" not in s.phases:
             return
+        if model.endpoint is not None:
+            journal.write(ev.Failure(model=model.name, phase="cold", status="refused", reason=ENDPOINT_COLD))
+            return
         for trial in range(s.cold_trials):
             if trial in past.cold_done:
                 continue
@@ -177,6 +180,9 @@ class Runner:
         if past.load_failed:
             return  # as in the run itself: a model that did not load is not tried again
         remaining = [p for p in s.phases if p != "cold" and p not in past.phases_done and (p not in plan or plan[p])]
+        if model.endpoint is not None and "depth" in remaining:
+            remaining.remove("depth")
+            journal.write(ev.Failure(model=model.name, phase="depth", status="refused", reason=ENDPOINT_DEPTH))
         attempts = 0
         while remaining and attempts < len(s.phases) + sum(len(c) for c in plan.values()):
             attempts += 1
@@ -207,6 +213,7 @@ class Runner:
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
                "cases": cases, "done": done or [],
+               "endpoint": model.endpoint.job(s.timeout) if model.endpoint else None,
                # the idle wait before each phase gives the power baseline: only where power is read
                "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
@@ -237,6 +244,11 @@ class Runner:
                 proc.wait(timeout=10)  # reaped: no zombie, no orphan
             except subprocess.TimeoutExpired:
                 pass
+
+
+ENDPOINT_COLD = ("cold: a server's model cannot be unloaded over its API; a cold start of a server is its start-up "
+                 "(--serve records when it answered)")
+ENDPOINT_DEPTH = "depth: a server's cache cannot be filled and cut back to a depth over its API"
 
 
 def context_refusal(model: ModelSpec, ctx: int | None) -> str | None:
