@@ -68,9 +68,9 @@ class OpenAIEngine:
         try:
             listed = wire.get_json(probe, timeout=10.0)
         except wire.ServerError as exc:
-            if "JSONDecodeError" not in str(exc):  # an answer that is not a model list still answers
-                raise MacprofError(f"{self.url}: the server does not answer: {exc}") from None
             listed = None
+            if not _answers(self._root(), str(exc)):
+                raise MacprofError(f"{self.url}: the server does not answer: {exc}") from None
         self._served_info.setdefault("models_listed", _model_ids(listed))
         self._find_tokenizer()
 
@@ -201,6 +201,18 @@ class OpenAIEngine:
 
     def close(self) -> None:
         pass
+
+
+def _answers(root: str, probe_error: str) -> bool:
+    """Whether a server whose model list failed still answers: an answer that is not a model
+    list, or its /health (mlx_lm.server's /v1/models fails without a Hugging Face cache)."""
+    if "JSONDecodeError" in probe_error:
+        return True
+    try:
+        wire.get_json(root + "/health", timeout=10.0)
+    except wire.ServerError:
+        return False
+    return True
 
 
 def _model_ids(listed) -> list[str]:

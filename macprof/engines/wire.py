@@ -133,7 +133,9 @@ def _read(resp, conn, end: float, deadline_s: float, ndjson: bool) -> Iterator[C
         if "error" in obj:
             raise ServerError(f"the server reported an error mid-stream: {_error_text(json.dumps(obj).encode())}")
         chunk = _ollama(obj, final) if ndjson else _openai(obj, final)
-        if chunk is not None and chunk.text:
+        # a chunk that names a token but no text (a piece of a multi-byte character) still
+        # carries that token: it is yielded, so its arrival is stamped and its token counted
+        if chunk is not None and (chunk.text or chunk.tokens):
             state["chunks"] += 1
             if chunk.tokens is None:
                 state["per_chunk"] = False

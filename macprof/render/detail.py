@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Metrics, PrefixSummary
+from macprof.render.serving import server_lines
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
 
@@ -22,6 +23,7 @@ def render_detail(log: RunLog) -> str:
         s = m.settings
         lines.append(f"   prompt {s.prompt_tokens} / gen {s.gen_tokens} / prefix {s.prefix_tokens} tokens, "
                      f"reps {s.reps}, cold trials {s.cold_trials}, threads {s.threads or 'engine default'}")
+        lines += server_lines(m)  # a server's: which, whose memory, its timings beside the client's
         cold = m.phases.cold
         if cold:
             for t in cold.trials:
@@ -44,7 +46,7 @@ def render_detail(log: RunLog) -> str:
                 lines.append("   prefix without reuse: " + _metrics_line(summ.noreuse))
                 c = summ.checks
                 sp, refused = summ.ttft_speedup, getattr(ph, "reuse_not_possible", None)
-                lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {summ.reused_tokens.median}; "
+                lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {_reused(summ.reused_tokens.median)}; "
                              f"output checks: {c.identical}/{c.n} identical, {c.near_ties} near-ties, {c.failed} failed"
                              if sp else "   prefix: no speed-up figure ("
                              + (f"reuse not possible: {refused})" if refused else "missing samples)"))
@@ -64,6 +66,10 @@ def render_detail(log: RunLog) -> str:
         for f in m.failures:
             lines.append(f"   FAILURE {f.phase}: {f.status}: {f.reason}")
     return "\n".join(clean(line) for line in lines)  # each one line: a name's "\n" adds none
+
+
+def _reused(n) -> str:
+    return "not reported" if n is None else str(n)
 
 
 def _metrics_line(summ: Metrics) -> str:

@@ -223,7 +223,7 @@ class Runner:
                                      pid=proc.pid))
         state = watch.watch(proc, s.timeout, lambda e: journal.write(e.replace(model=model.name, worker=worker_id)),
                             lambda e: self.progress.advance(_request_line(model.name, e, s)), self._kill_worker,
-                            TelemetrySampler(self._source()))
+                            TelemetrySampler(self._source()), rss_pid=_server_pid(model))
         rc = watch.wait(proc)
         self._proc = None
         recorded = watch.failure_record(model, worker_id, state, rc, stderr)
@@ -249,6 +249,14 @@ class Runner:
 ENDPOINT_COLD = ("cold: a server's model cannot be unloaded over its API; a cold start of a server is its start-up "
                  "(--serve records when it answered)")
 ENDPOINT_DEPTH = "depth: a server's cache cannot be filled and cut back to a depth over its API"
+
+
+def _server_pid(model: ModelSpec) -> int | None:
+    """Whose RSS a model's phases peak at: a server macprof started (its pid), none where the
+    server is someone else's (-1), else the worker's (None)."""
+    if model.endpoint is None:
+        return None
+    return int((model.endpoint.served or {}).get("pid") or -1)
 
 
 def context_refusal(model: ModelSpec, ctx: int | None) -> str | None:
@@ -289,6 +297,10 @@ def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
 
 def _request_line(name: str, e: ev.Request, s) -> str:
     total = s.cold_trials if e.phase == "cold" else s.reps
+    if e.phase == "concurrency":  # a level's own request count (macprof/run/phases/serving.py)
+        from macprof.run.phases.serving import load_cases
+
+        total = next((c["requests"] for c in load_cases(s) if c["id"] == e.case), total)
     what = e.kind if e.kind in ("warmup", "first", "second") else f"{e.index + 1}/{total}"
     mode = f" {e.mode}" if e.mode else ""
     case = f" {e.case}" if e.case else ""
