@@ -20,4 +20,4 @@ class Endpoint:
 
     def job(self, timeout: float) -> dict:
         return {"url": self.url, "model": self.model, "api": self.api, "timeout": timeout * 0.8,
-                "served": self.served}
+                "served": self.served, "file": str(self.file) if self.file else None}

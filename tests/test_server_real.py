@@ -21,7 +21,7 @@ from tests.test_run import macprof
 
 pytestmark = pytest.mark.slow
 GEN = 4
-RUN = ["--phases", "warm,prefix,concurrency", "--concurrency", "1,2", "--prompt-tokens", "8", "--prefix-tokens", "6",
+RUN = ["--phases", "warm,prefix,concurrency", "--concurrency", "1,2", "--prompt-tokens", "24", "--prefix-tokens", "16",
        "--gen-tokens", str(GEN), "--reps", "2", "--slo", "ttft:60s,itl:60s", "--timeout", "120"]
 MODELS = {"llama.cpp": "gguf/demo-tiny-f16.gguf", "mlx": "mlx/demo-tiny-f16"}
 
@@ -51,8 +51,10 @@ def test_serve_measures_the_real_server_and_stops_it(kind, tiny_dir, tmp_path):
     requests = [r for r in m.phases.warm.requests if r.status == "ok"]
     requests += [p.reuse for p in m.phases.prefix.pairs if p.reuse and p.reuse.status == "ok"]
     assert len(requests) >= 4
+    assert "exact prompt lengths" in v["tokenizer"]  # --serve knows the file: the model's own tokenizer
     for r in requests:
         srv = r.server
+        assert r.prompt_tokens == 24 and srv["prompt_tokens_source"] in ("usage", "tokenize endpoint")
         assert r.n_tokens == srv["completion_tokens"]
         if kind == "llama.cpp":  # logprobs name each chunk's token; min_tokens holds EOS off
             assert srv["count_source"] == "per-chunk logprobs/tokens" and srv["completion_tokens"] == GEN

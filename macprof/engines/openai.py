@@ -54,6 +54,7 @@ class OpenAIEngine:
         self.last_final: wire.Final | None = None
         self.last_chunks: list[wire.Chunk] = []
         self._served_info: dict = {}
+        self._local = None  # the model's own tokenizer, where its file is known (engines/local_tokenizer.py)
 
     # -- loading: find the server and its tokenizer ----------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -73,6 +74,12 @@ class OpenAIEngine:
                 raise MacprofError(f"{self.url}: the server does not answer: {exc}") from None
         self._served_info.setdefault("models_listed", _model_ids(listed))
         self._find_tokenizer()
+        if endpoint.get("file") and self.api != "chat":  # a chat template adds tokens of its own
+            from macprof.engines import local_tokenizer
+
+            self._local = local_tokenizer.load(Path(endpoint["file"]))
+            if self._local is not None:
+                self.tokenizer_mode = "the model's own tokenizer, loaded from its file: exact prompt lengths"
 
     def _root(self) -> str:
         base = self.url.rstrip("/")
@@ -96,8 +103,13 @@ class OpenAIEngine:
 
     # -- prompts -----------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
-        """Word indices, not the model's tokens (prompts are built from plain words; see the
-        module's note); a text that is not made of those words has none."""
+        """The model's tokens where its tokenizer is loaded here; else word indices, not the
+        model's tokens (prompts are built from plain words; see the module's note), and a text
+        that is not made of those words has none."""
+        if self._local is not None:
+            ids = self._local.tokenize(text)
+            self._texts[tuple(ids)] = text
+            return ids
         words = text.split()
         ids = [WORDS.index(" " + w) for w in words] if all(" " + w in WORDS for w in words) else []
         self._texts[tuple(ids)] = text
@@ -105,11 +117,15 @@ class OpenAIEngine:
 
     def detokenize(self, ids: Sequence[int]) -> str:
         known = self._texts.get(tuple(ids))
-        return known if known is not None else "".join(WORDS[i] for i in ids if 0 <= i < len(WORDS))
+        if known is not None:
+            return known
+        if self._local is not None:
+            return self._local.detokenize(ids)
+        return "".join(WORDS[i] for i in ids if 0 <= i < len(WORDS))
 
     @property
     def vocab_size(self) -> int:
-        return len(WORDS)
+        return self._local.vocab_size if self._local is not None else len(WORDS)
 
     def server_prompt_tokens(self, text: str) -> int | None:
         """The prompt's length in the model's tokens by the server's own tokenize endpoint
@@ -200,7 +216,8 @@ class OpenAIEngine:
                 "tokenizer": self.tokenizer_mode, **{k: v for k, v in self._served_info.items() if v is not None}}
 
     def close(self) -> None:
-        pass
+        if self._local is not None:
+            self._local.close()
 
 
 def _answers(root: str, probe_error: str) -> bool:

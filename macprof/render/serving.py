@@ -71,8 +71,9 @@ def server_lines(m: ModelResult) -> list[str]:
                      "says nothing about the model's)")
     reqs = _requests(m)
     counted = [r.prompt_tokens for r in reqs if r.prompt_tokens]
-    lines.append(f"   prompt lengths are asked for in words; the server counted p50 {median(counted):.0f} tokens"
-                 if counted else "   prompt lengths are asked for in words; the server counted none")
+    asked = "in tokens (the model's tokenizer, here)" if "exact" in str(versions.get("tokenizer")) else "in words"
+    lines.append(f"   prompt lengths are asked for {asked}; the server counted p50 {median(counted):.0f} tokens"
+                 if counted else f"   prompt lengths are asked for {asked}; the server counted none")
     lines += _timing_lines(reqs)
     flags: dict[str, int] = {}
     for r in reqs:

@@ -28,7 +28,11 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     except wire.ServerError as exc:
         status, error = "error", str(exc)
     chunks = list(engine.last_chunks[: len(times)])
-    return record(t0, times, chunks, engine.last_final if status == "ok" else None, n, counted, status, error)
+    out = record(t0, times, chunks, engine.last_final if status == "ok" else None, n, counted, status, error)
+    if getattr(engine, "_local", None) is not None and status == "ok" and out["server"]["prompt_tokens_source"] \
+            and out["prompt_tokens"] != len(ids):  # the model's own tokenizer here: the counts must agree
+        out["server"]["flags"].append(f"prompt: the server counted {out['prompt_tokens']} tokens, {len(ids)} asked")
+    return out
 
 
 def stream_request(engine, text: str, n: int, counted: int | None, clock: Clock = time.perf_counter_ns) -> dict:
