@@ -53,6 +53,8 @@ OPTIONS = (
     click.option("--serve", nargs=2, metavar="mlx|llama.cpp MODEL",
                  help="Start mlx_lm.server or llama-cpp-python's server on MODEL on a free loopback port, measure "
                       "it, stop it."),
+    click.option("--in-process", "in_process", is_flag=True,
+                 help="With --serve: also measure the same model in-process, for the server's overhead per token."),
     click.option("--concurrency", callback=csv_ints,
                  help="Closed-loop levels against a server: concurrent clients, e.g. 1,2,4,8."),
     click.option("--rate", "rates", callback=_rates, help="Open-loop levels: seeded Poisson arrivals, requests/s."),
@@ -95,6 +97,8 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
 
     if opts.get("endpoint") and opts.get("serve"):
         raise MacprofError("--endpoint and --serve both name a server: give one")
+    if opts.get("in_process") and not opts.get("serve"):
+        raise MacprofError("--in-process applies to --serve (the model's file is what both measure)")
     if not opts.get("endpoint") and not opts.get("serve"):
         for key in ("served_model", "api"):
             if opts.get(key):
@@ -115,8 +119,21 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
     settings = settings_of()
     need = getattr(settings, "prompt_tokens", 512) + getattr(settings, "gen_tokens", 128)
     with serve.serving(kind, path, n_ctx=max(2048, 2 * need), threads=getattr(settings, "threads", None)) as server:
-        yield (endpoint_spec(server.url, server.model, "completions", settings, file=path, served=server.info,
-                             name=f"{Path(path).stem}@{kind}-server"),)
+        served = endpoint_spec(server.url, server.model, "completions", settings, file=path, served=server.info,
+                               name=f"{Path(path).stem}@{kind}-server")
+        yield (served, *(_in_process(ref, kind, settings) if opts.get("in_process") else ()))
+
+
+def _in_process(ref: str, kind: str, settings) -> tuple:
+    """The served model in-process, named ``STEM@in-process`` (the summary pairs it with the
+    server by the stem): the same phases but concurrency, which only a server has."""
+    from dataclasses import replace
+
+    from macprof.collect import resolve
+
+    phases = tuple(p for p in settings.phases if p != "concurrency") or ("warm",)
+    spec = resolve.specs((ref,), kind, replace(settings, phases=phases))[0]
+    return (replace(spec, name=f"{Path(spec.path).stem}@in-process"),)
 
 
 def endpoint_spec(url: str, model: str | None, api: str, settings, file: Path | None = None,

@@ -40,12 +40,15 @@ def _servers(model_path) -> list[psutil.Process]:
 def test_serve_measures_the_real_server_and_stops_it(kind, tiny_dir, tmp_path):
     model = tiny_dir / MODELS[kind]
     log_path = tmp_path / "run.json"
-    proc = macprof("run", "--serve", kind, str(model), *RUN, "--log", str(log_path))
+    proc = macprof("run", "--serve", kind, str(model), "--in-process", *RUN, "--log", str(log_path))
     assert "server load" in proc.stdout
     m = runlog.load(log_path).models[0]
     v = m.engine_versions
     assert v["served_by"] == "macprof" and v["server"] == kind and "--host 127.0.0.1" in v["command"]
     assert v["version"] and v["startup_s"] > 0
+    assert v["cold_start_to_first_token_s"] >= v["startup_s"] and v["cold_first_request_ttft_s"] > 0
+    assert "Server overhead" in proc.stdout and {x.identity.name for x in runlog.load(log_path).models} == {
+        m.identity.name, f"{model.stem}@in-process"}  # --in-process: the same file, in-process
     assert not psutil.pid_exists(v["pid"]) or v["pid"] not in [p.pid for p in _servers(model)]
     assert not _servers(model)
     requests = [r for r in m.phases.warm.requests if r.status == "ok"]

@@ -144,6 +144,7 @@ def test_open_loop_rate_is_seeded(fake_server, tmp_path):
     (["--endpoint", "http://127.0.0.1:9/v1"], "no model list"),
     (["--model", "m"], "--model applies to --endpoint"),
     (["--serve", "vllm", "x"], "is not one of mlx, llama.cpp"),
+    (["--in-process"], "--in-process applies to --serve"),
     (["--endpoint", "http://127.0.0.1:9/v1", "--serve", "mlx", "x"], "give one"),
     (["--endpoint", "http://127.0.0.1:9/v1", "--model", "m", "--slo", "ttft=fast"], "--slo"),
 ])

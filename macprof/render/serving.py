@@ -66,6 +66,9 @@ def server_lines(m: ModelResult) -> list[str]:
     if versions.get("served_by") == "macprof":
         lines.append(f"   started by macprof: {versions.get('command')} ({versions.get('version')}); answered after "
                      f"{fmt_s(versions.get('startup_s'))}; peak RSS is the server process's (pid {versions.get('pid')})")
+        lines.append(f"   cold: first request's TTFT {fmt_s(versions.get('cold_first_request_ttft_s'))}, start to first "
+                     f"token {fmt_s(versions.get('cold_start_to_first_token_s'))}"
+                     + (f" ({versions['cold_first_request_error']})" if versions.get("cold_first_request_error") else ""))
     else:
         lines.append("   peak RSS: unknown (the server is not a process macprof started; the client's memory "
                      "says nothing about the model's)")
@@ -95,3 +98,28 @@ def _timing_lines(reqs: Sequence[Request]) -> list[str]:
     client, server = median(t for t, _, _ in own), median(p for _, p, _ in own)
     return [f"   server timings ({own[0][2]}, {len(own)} requests): client TTFT p50 {fmt_s(client)}, server prompt "
             f"p50 {fmt_s(server)}, network + queueing + first token's decode {fmt_s(client - server)}"]
+
+
+def overhead_lines(log) -> list[str]:
+    """A server beside the same model in-process (``--serve ... --in-process``): warm TTFT and
+    ITL p50 of each, and the difference, the server's overhead per token."""
+    by_name = {m.identity.name: m for m in log.models}
+    out = []
+    for m in log.models:
+        if m.identity.engine != "openai" or "@" not in m.identity.name:
+            continue
+        local = by_name.get(m.identity.name.split("@")[0] + "@in-process")
+        if local is None or not (m.phases.warm and local.phases.warm):
+            continue
+        a, b = m.phases.warm.summary, local.phases.warm.summary
+        out.append(f"{m.identity.name} vs in-process (warm, same prompt and gen): TTFT {fmt_s(a.ttft_s.median)} vs "
+                   f"{fmt_s(b.ttft_s.median)} ({_diff(a.ttft_s.median, b.ttft_s.median)}), ITL p50 "
+                   f"{fmt_s(a.itl_s.median)} vs {fmt_s(b.itl_s.median)} ({_diff(a.itl_s.median, b.itl_s.median)} "
+                   f"per token: the server's overhead)")
+    return out
+
+
+def _diff(a: float | None, b: float | None) -> str:
+    if a is None or b is None:
+        return "unknown: a side has no figure"
+    return ("+" if a >= b else "-") + fmt_s(abs(a - b))

@@ -155,6 +155,11 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
     sweeps = sweep_tables(log)
     if sweeps:
         parts.append("\n" + sweeps)
+    from macprof.render.serving import overhead_lines
+
+    overhead = overhead_lines(log)
+    if overhead:
+        parts.append("\nServer overhead:\n" + "\n".join(f"  {line}" for line in overhead))
     energy = energy_lines(log)
     if energy:
         parts.append("\n" + "\n".join(energy))

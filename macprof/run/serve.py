@@ -111,8 +111,26 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
         time.sleep(0.1)
     server.startup_s = time.monotonic() - t0
     server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
-                   "pid": proc.pid, "startup_s": round(server.startup_s, 3)}
+                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), **_cold_request(server, t0)}
     return server
+
+
+def _cold_request(server: Server, t_start: float) -> dict:
+    """The cold start as an app meets it: the first request to the just-started server (one
+    token after a short prompt), its TTFT, and the time from the server's start to that token."""
+    from macprof.engines import wire
+
+    url, body = wire.request_for("completions", server.url, server.model, " hello", 1)
+    t0 = time.monotonic()
+    try:
+        for item in wire.stream(url, body, 300.0, ndjson=False):
+            if isinstance(item, wire.Chunk):
+                t1 = time.monotonic()
+                return {"cold_first_request_ttft_s": round(t1 - t0, 4), "cold_start_to_first_token_s":
+                        round(t1 - t_start, 4)}
+    except wire.ServerError as exc:
+        return {"cold_first_request_error": str(exc)}
+    return {"cold_first_request_error": "the first request's stream carried no token"}
 
 
 def _answers(url: str) -> bool:
