@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from macprof import __version__, cli_dist
+from macprof import __version__, cli_dist, cli_serve
 from macprof.cli_errors import Group, echo_err
 from macprof.errors import MacprofError, NothingMeasured
-from macprof.cli_quality import quality_options, quality_overrides
+from macprof.cli_quality import QUALITY_OPTIONS, quality_options, quality_overrides
 from macprof.options import csv_ints, number, sweep_overrides
 from macprof.sanitise import clean
 
@@ -35,7 +35,7 @@ def main() -> None:
               show_default=True, help="models.toml listing the models to measure (with MODEL arguments: only its "
                                       "[settings], when given).")
 @click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
-@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch,quality "
+@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch,quality,concurrency "
                                 "[cold,warm,prefix; with sweep options, just the sweeps].")
 @click.option("--prompt-tokens", callback=csv_ints,
               help="Prompt length in tokens [512]; a list (128,512,2048) makes a grid with --gen-tokens.")
@@ -63,30 +63,36 @@ def main() -> None:
 @click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
 @cli_dist.run_options
 @quality_options
+@cli_serve.server_options
 @click.pass_context
 def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens,
         reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite,
         **extra) -> None:
-    """Measure every model of the config, or the MODELs named (GGUF file, MLX directory, hub id
-    org/repo[:QUANT], ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO; `macprof models` lists them):
-    cold start, warm residence, prefix reuse; and, when asked, a grid of lengths
-    (--prompt-tokens/--gen-tokens lists, --shape), a KV-depth sweep (--depth) and a batch sweep
-    (--batch). Sweep options alone run only the sweeps."""
+    """Measure every model of the config, the MODELs named (GGUF file, MLX directory, hub id
+    org/repo[:QUANT], ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO; `macprof models` lists them) or a
+    local server (--endpoint, --serve): cold start, warm residence, prefix reuse; when asked, a grid
+    (--prompt-tokens/--gen-tokens lists, --shape), KV depths (--depth), batches (--batch), server
+    load (--concurrency, --rate). Sweep options alone run only the sweeps."""
     from macprof import session
     from macprof.cli_models import ensure_demo_models, selected_models
     from macprof.render.summary import render_summary
     from macprof.run import progress, signals
 
+    # --hosts & co. (dist_*), the quality phase's options, and what is left: the server's
+    distributed = cli_dist.run_override(**{k: extra.pop(k) for k in list(extra) if k.startswith("dist_")})
+    quality = quality_overrides(**{k: extra.pop(k) for k in QUALITY_OPTIONS})
+    server = extra
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
         "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
-        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force, "distributed": cli_dist.run_override(**{k: v for k, v in extra.items() if k.startswith("dist_")}),
+        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force, "distributed": distributed,
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
-        **quality_overrides(**{k: v for k, v in extra.items() if not k.startswith("dist_")}),
+        **quality, **cli_serve.overrides(server, phases_given=bool(phases)),
     }
-    with signals.guard() as guard:  # from here to the summary: a signal is answered in one line
-        selected = selected_models(ctx, refs, engine, config_path,
-                                   [n.strip() for name in names for n in name.split(",") if n.strip()], overrides, resume)
+    names = [n.strip() for name in names for n in name.split(",") if n.strip()]
+    # from here to the summary a signal is answered in one line; a server --serve started stops
+    with signals.guard() as guard, cli_serve.models(ctx, config_path, server, overrides, lambda: selected_models(
+            ctx, refs, engine, config_path, names, overrides, resume)) as selected:
         ensure_demo_models(selected)
         log_path = session.log_path_for(log_path, resume)
         display = progress.to_stream(sys.stderr)

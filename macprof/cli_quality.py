@@ -16,6 +16,9 @@ _OPTIONS = (
 )
 
 
+QUALITY_OPTIONS = ("quality_tokens", "quality_ctx", "reference", "quality_text")  # their parameter names
+
+
 def quality_options(f):
     for option in reversed(_OPTIONS):
         f = option(f)

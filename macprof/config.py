@@ -32,10 +32,10 @@ from typing import Any
 
 from macprof.config_dist import Distributed
 from macprof.config_dist import finish as _finish_distributed
-from macprof.config_dist import partial as _distributed_table
+from macprof.endpoint import Endpoint
+from macprof.config_types import SETTING_TYPES, TUPLE_KEYS, check_value
 from macprof.errors import MacprofError
 
-PHASES = ("cold", "warm", "prefix", "grid", "depth", "batch", "quality")
 DEFAULT_PHASES = ("cold", "warm", "prefix")
 PLATFORM_KEYS = {"linux": "linux", "darwin": "macos"}
 
@@ -67,49 +67,19 @@ class Settings:
     quality_ctx: int = 512
     reference: str | None = None
     text: str | None = None
+    # the concurrency phase against a server (macprof/run/phases/serving.py): closed-loop client
+    # counts, open-loop arrival rates (requests/s), requests and seconds per level (0: automatic),
+    # and the SLOs goodput is judged by (seconds; None: not judged)
+    concurrency: tuple[int, ...] = ()
+    rates: tuple[float, ...] = ()
+    load_requests: int = 0
+    load_seconds: float = 120.0
+    slo_ttft: float | None = None
+    slo_itl: float | None = None
 
 
 # key -> (accepted types, check, what a valid value is)
-_POSITIVE_INT = (int, lambda v: v > 0, "a positive integer")
-
-
-def _int_list(minimum: int, what: str) -> tuple:
-    return (list, lambda v: bool(v) and all(isinstance(x, int) and not isinstance(x, bool) and x >= minimum for x in v)
-            and len(set(v)) == len(v), what)
-
-
-def _shape_names() -> tuple[str, ...]:
-    from macprof.cases import SHAPES
-
-    return tuple(SHAPES)
-_SETTING_TYPES: dict[str, tuple] = {
-    "phases": (list, lambda v: bool(v) and all(p in PHASES for p in v) and len(set(v)) == len(v),
-               f"a non-empty list of distinct phases from {', '.join(PHASES)}"),
-    "prompt_tokens": _POSITIVE_INT,
-    "gen_tokens": _POSITIVE_INT,
-    "prefix_tokens": _POSITIVE_INT,
-    "reps": _POSITIVE_INT,
-    "cold_trials": _POSITIVE_INT,
-    "threads": _POSITIVE_INT,
-    "timeout": ((int, float), lambda v: v > 0, "a positive number of seconds"),
-    "delay": ((int, float), lambda v: v >= 0, "a number of seconds >= 0"),
-    "drop_cache": (bool, lambda v: True, "true or false"),
-    "force": (bool, lambda v: True, "true or false"),
-    "prompt_grid": _int_list(1, "a non-empty list of distinct positive integers"),
-    "gen_grid": _int_list(1, "a non-empty list of distinct positive integers"),
-    "shapes": (list, lambda v: bool(v) and all(x in _shape_names() for x in v) and len(set(v)) == len(v),
-               "a non-empty list of distinct shapes from rag, chat, code"),
-    "depths": _int_list(0, "a non-empty list of distinct integers >= 0"),
-    "batches": _int_list(1, "a non-empty list of distinct positive integers"),
-    "kv_type": (str, lambda v: v in ("f16", "q8_0", "q4_0"), "one of f16, q8_0, q4_0"),
-    "distributed": ((dict, Distributed), lambda v: True, "a table"),  # checked key by key in config_dist
-    "quality_tokens": _POSITIVE_INT,
-    "quality_ctx": (int, lambda v: v >= 4 and v % 2 == 0, "an even integer >= 4"),
-    "reference": (str, lambda v: bool(v.strip()), "a model name"),
-    "text": (str, lambda v: bool(v.strip()), "the path of a UTF-8 text file"),
-}
-_TUPLE_KEYS = {"phases", "prompt_grid", "gen_grid", "shapes", "depths", "batches"}
-_MODEL_KEYS = {"name", "engine", "path", "quant"} | set(_SETTING_TYPES) | set(PLATFORM_KEYS.values())
+_MODEL_KEYS = {"name", "engine", "path", "quant", "url", "model", "api"} | set(SETTING_TYPES) | set(PLATFORM_KEYS.values())
 
 
 @dataclass(frozen=True)
@@ -129,10 +99,13 @@ class ModelSpec:
     settings: Settings
     demo: str | None = None  # "SIZE/VARIANT" when the path is a demo:... path
     source: ModelSource | None = None  # a model named on the command line, not in models.toml
+    endpoint: Endpoint | None = None  # engine "openai": the server
 
     @property
     def files(self) -> list[Path]:
         """The files that make up the model (a GGUF file, or an MLX directory's files)."""
+        if self.endpoint is not None and self.endpoint.file is None:
+            return []
         if self.path.is_dir():
             return sorted(p for p in self.path.iterdir() if p.is_file())
         return [self.path]
@@ -154,25 +127,12 @@ class Config:
         return tuple(known[n] for n in names)
 
 
-def _check_value(where: str, key: str, value: Any) -> Any:
-    types, check, what = _SETTING_TYPES[key]
-    if isinstance(value, bool) and types is not bool:
-        ok = False
-    else:
-        ok = isinstance(value, types) and check(value)
-    if not ok:
-        raise MacprofError(f"{where}: key '{key}' must be {what}, not {value!r}")
-    if key == "distributed":
-        return _distributed_table(where, value)
-    return tuple(value) if key in _TUPLE_KEYS else value
-
-
 def _settings_from(where: str, table: dict) -> dict:
     out = {}
     for key, value in table.items():
-        if key not in _SETTING_TYPES:
-            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(_SETTING_TYPES))})")
-        out[key] = _check_value(where, key, value)
+        if key not in SETTING_TYPES:
+            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(SETTING_TYPES))})")
+        out[key] = check_value(where, key, value)
     return out
 
 
@@ -188,6 +148,8 @@ def check_settings(where: str, s: Settings) -> Settings:
                            f"quality_ctx ({s.quality_ctx}) tokens")
     if "batch" in s.phases and not s.batches:
         raise MacprofError(f"{where}: phase 'batch' needs batch sizes (--batch 1,2,4,8 or batches = [...])")
+    if "concurrency" in s.phases and not (s.concurrency or s.rates):
+        raise MacprofError(f"{where}: phase 'concurrency' needs levels (--concurrency 1,2,4,8 or --rate R)")
     if isinstance(s.distributed, dict):
         return replace(s, distributed=_finish_distributed(where, s.distributed))
     return s
@@ -245,7 +207,7 @@ def _top_level(path: Path, data: dict, overrides: dict | None) -> tuple[dict, di
     file_settings = _settings_from(f"{path}: [settings]", settings_table)
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key, value in cli.items():
-        _check_value("command line", key, value)
+        check_value("command line", key, value)
     return file_settings, cli
 
 
@@ -274,6 +236,9 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
             raise MacprofError(f"{where}: must be a table ([[models]])")
         if isinstance(entry.get("name"), str):
             where = f'{path}: models[{i}] ("{entry["name"]}")'
+        if entry.get("engine") == "openai":
+            models.append(endpoint_spec(where, entry, path, merge(Settings(), file_settings, *_entry_settings(where, entry), cli)))
+            continue
         _check_entry_keys(where, entry)
         name, engine = entry["name"], entry["engine"]
         if name in seen_names:
@@ -345,7 +310,7 @@ def _check_file_kinds(where: str, model_path: Path) -> None:
 
 def _entry_settings(where: str, entry: dict) -> tuple[dict, dict]:
     """The entry's own settings, and those of its table for this platform ([models.linux]...)."""
-    model_settings = _settings_from(where, {k: v for k, v in entry.items() if k in _SETTING_TYPES})
+    model_settings = _settings_from(where, {k: v for k, v in entry.items() if k in SETTING_TYPES})
     platform_settings: dict = {}
     for pk in PLATFORM_KEYS.values():
         if pk in entry:
@@ -358,7 +323,7 @@ def _entry_settings(where: str, entry: dict) -> tuple[dict, dict]:
 
 
 def settings_dict(s: Settings) -> dict:
-    out = {f.name: (list(getattr(s, f.name)) if f.name in _TUPLE_KEYS else getattr(s, f.name)) for f in fields(s)}
+    out = {f.name: (list(getattr(s, f.name)) if f.name in TUPLE_KEYS else getattr(s, f.name)) for f in fields(s)}
     if s.distributed is None:  # a one-machine model's settings keep the layout they always had
         del out["distributed"]
     else:
@@ -369,7 +334,31 @@ def settings_dict(s: Settings) -> dict:
 def settings_from_dict(d: dict) -> Settings:
     """The inverse of settings_dict (a worker's job, a log's settings)."""
     known = {f.name for f in fields(Settings)}
-    values: dict[str, Any] = {k: tuple(v) if k in _TUPLE_KEYS else v for k, v in d.items() if k in known}
+    values: dict[str, Any] = {k: tuple(v) if k in TUPLE_KEYS else v for k, v in d.items() if k in known}
     if values.get("distributed") is not None:
         values["distributed"] = _finish_distributed("settings", values["distributed"])
     return Settings(**values)
+
+
+def endpoint_spec(where: str, entry: dict, config_path: Path, settings: Settings) -> ModelSpec:
+    """A models.toml entry with engine "openai": name, url, model; optional api and path."""
+    from macprof.engines.wire import APIS
+
+    for key in entry:
+        if key not in _MODEL_KEYS:
+            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(_MODEL_KEYS))})")
+    for key in ("name", "url", "model"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise MacprofError(f"{where}: key '{key}' must be a non-empty string (engine openai needs name, url, model)")
+    if not entry["url"].startswith("http://"):
+        raise MacprofError(f"{where}: key 'url': {entry['url']!r} is not an http:// URL of a local server")
+    api = entry.get("api", "completions")
+    if api not in APIS:
+        raise MacprofError(f"{where}: key 'api' must be one of {', '.join(APIS)}, not {api!r}")
+    file = None
+    if "path" in entry:
+        file, _ = resolve_path(str(entry["path"]), config_path)
+        if not file.exists():
+            raise MacprofError(f"{where}: key 'path': {file} does not exist")
+    return ModelSpec(entry["name"], "openai", file or Path(entry["url"].split("://", 1)[1]), entry.get("quant"),
+                     check_settings(where, settings), endpoint=Endpoint(entry["url"], entry["model"], api, file))

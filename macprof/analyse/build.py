@@ -14,6 +14,7 @@ from macprof.analyse.distributed import build_group
 from macprof.analyse.requests import request_record, summarize_requests, summarized
 from macprof.analyse import energy as power
 from macprof.analyse.quality import build_quality
+from macprof.analyse.serving import build_concurrency
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.collect.macos import THERMAL_STATES
 from macprof.cases import SWEEP_PHASES, mean_context, plan
@@ -108,6 +109,8 @@ def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list
         phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"), roof)
     if "quality" in s.phases:
         phases["quality"] = build_quality(events, _phase_failures(failures, "quality"), _phase_memory(events, "quality"))
+    if "concurrency" in s.phases:
+        phases["concurrency"] = build_concurrency(events, _phase_failures(failures, "concurrency"), s, shape, bw, request_record)
     planned = _planned(events, head) if set(s.phases) & set(SWEEP_PHASES) else {}
     for phase in SWEEP_PHASES:
         if phase in s.phases:

@@ -17,9 +17,11 @@ def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
 
 def request_record(e: ev.Request) -> Request:
     """A raw request event plus the figures derived from its timestamps."""
-    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0)
+    server = e.server or {}  # a server's request: its own token counts per chunk (engines/wire.py)
+    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0,
+               server.get("chunk_tokens"), server.get("completion_tokens"))
     itl = sorted(d.itl_s)
-    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before") if e.has(k)}
+    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before", "server") if e.has(k)}
     return Request(
         index=e.index, kind=e.kind, mode=e.mode, status=e.status, error=e.error, t0=e.t0, t_tokenized=e.t_tokenized,
         token_times=e.token_times, tokens=e.tokens, prompt_tokens=e.prompt_tokens, reused_tokens=e.reused_tokens,

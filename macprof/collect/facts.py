@@ -58,7 +58,9 @@ def model_files(model) -> list[dict]:
 def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
 
     files: list[dict] = []
-    if not files_error:
+    endpoint = getattr(model, "endpoint", None)
+    unknown_file = endpoint is not None and endpoint.file is None  # a server whose model file is not named
+    if not files_error and not unknown_file:
         try:
             files = model_files(model)
         except MacprofError as exc:
@@ -67,7 +69,9 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
     source = getattr(model, "source", None)
     # a model named on the command line: where it came from (models.toml entries: absent)
     where = Source(ref=source.ref, store=source.store, path=str(model.path)) if source else ABSENT
-    if not files_error:
+    if unknown_file:
+        info_error = "the server's model file is unknown (give `path` in models.toml): no shape, no ceiling"
+    elif not files_error:
         try:
             info = modelinfo.inspect(model.path, model.settings.kv_type).to_dict()
         except MacprofError as exc:
@@ -75,7 +79,7 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
     return ev.ModelStart(
         model=model.name, utc=utc_now(),
         identity=Identity(
-            name=model.name, engine=model.engine, path=str(model.path),
+            name=model.name, engine=model.engine, path=endpoint.url if endpoint is not None else str(model.path),
             quant_label=model.quant, quant_declared=info["quant"] if info else None,
             architecture=info["architecture"] if info else None, n_params=info["n_params"] if info else None,
             total_bytes=sum(f["bytes"] for f in files), files=tuple(ModelFile(**f) for f in files), source=where,

@@ -14,11 +14,13 @@ if TYPE_CHECKING:  # mypy checks every adapter against the protocol; nothing is 
     from macprof.engines.fake import FakeEngine
     from macprof.engines.llama_cpp import LlamaCppEngine
     from macprof.engines.mlx import MlxEngine
+    from macprof.engines.openai import OpenAIEngine
 
     # an instance, not the class: mypy then names each member that does not match
     _llama_cpp: Engine = LlamaCppEngine()
     _mlx: Engine = MlxEngine()
     _fake: Engine = FakeEngine()
+    _openai: Engine = OpenAIEngine()
 
 # engine name -> (adapter module, Python module it needs, pip package to install)
 ENGINES = {
@@ -26,9 +28,11 @@ ENGINES = {
     "mlx": ("macprof.engines.mlx", "mlx_lm", "mlx-lm (with mlx, or mlx[cpu] on Linux)"),
     # deterministic, no inference library: the fast test tier (macprof/engines/fake.py)
     "fake": ("macprof.engines.fake", "gguf", "gguf"),
+    # a local server (Ollama, LM Studio, mlx_lm.server, llama.cpp's): the standard library's HTTP
+    "openai": ("macprof.engines.openai", "http.client", "nothing: it uses the standard library"),
 }
 # what a model path must be for each engine: one GGUF file, or an MLX model directory
-MODEL_FORMAT = {"llama.cpp": "gguf", "mlx": "mlx", "fake": "gguf"}
+MODEL_FORMAT = {"llama.cpp": "gguf", "mlx": "mlx", "fake": "gguf", "openai": "endpoint"}
 
 
 def names() -> list[str]:

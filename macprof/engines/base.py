@@ -20,6 +20,7 @@ class EngineSettings:
     n_ctx: int = 4096  # context the engine must hold (prompt + generated + margin)
     threads: int | None = None  # None: the engine's own default
     kv_type: str = "f16"  # K/V cache type (f16, q8_0, q4_0)
+    endpoint: dict | None = None  # the openai engine's server: url, model, api, timeout (engines/openai.py)
 
 
 @dataclass(frozen=True)

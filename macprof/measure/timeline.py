@@ -53,10 +53,16 @@ def _rate(count: float, ns: int) -> float | None:
     return count * NS / ns if ns > 0 and count > 0 else None
 
 
-def derive(t0: int, t_tokenized: int | None, token_times: Sequence[int], prompt_tokens: int) -> Derived:
-    n = len(token_times)
-    if n == 0:
+def derive(t0: int, t_tokenized: int | None, token_times: Sequence[int], prompt_tokens: int,
+           chunks: Sequence[int] | None = None, total: int | None = None) -> Derived:
+    """``token_times`` one per token; or, for a server's stream, one per chunk, with ``chunks``
+    the tokens each carried (then ITL is per chunk and decode counts the tokens after the
+    first chunk), or only ``total``, the server's count, where it names no tokens per chunk
+    (then decode is unknown: how many tokens the first chunk held is not known)."""
+    if not token_times:
         return Derived(0, None, None, None, None, (), _span(t0, t_tokenized), None)
+    n = sum(chunks) if chunks else (total if total is not None else len(token_times))
+    after_first = n - chunks[0] if chunks else (n - 1 if total is None else None)
     t1, tn = token_times[0], token_times[-1]
     itl = tuple((b - a) / NS for a, b in zip(token_times, token_times[1:]))
     prefill = _rate(prompt_tokens, t1 - t_tokenized) if t_tokenized is not None else None
@@ -64,7 +70,7 @@ def derive(t0: int, t_tokenized: int | None, token_times: Sequence[int], prompt_
         n_tokens=n,
         ttft_s=(t1 - t0) / NS,
         prefill_tok_s=prefill,
-        decode_tok_s=_rate(n - 1, tn - t1),
+        decode_tok_s=_rate(after_first, tn - t1) if after_first is not None else None,
         e2e_tok_s=_rate(n, tn - t0),
         itl_s=itl,
         tokenize_s=_span(t0, t_tokenized),

@@ -6,31 +6,15 @@ emit ``to_json()``; readers get them back from ``parse_event``. The orchestrator
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
 from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
-from macprof.model.quality import QualityText
-from macprof.model.records import ABSENT, Record
+from macprof.model.event_base import Event
+from macprof.model.phase_events import CommProfile, LoadLevel, QualityChunkScored, QualityStart, RankGroup, RankTimeline
+from macprof.model.records import ABSENT
 from macprof.model.telemetry import TelemetryRaw
-
-
-@dataclass(frozen=True, kw_only=True)
-class Event(Record):
-    KIND: ClassVar[str]
-    # The journal fsyncs after an event that carries a measurement or ends something; one that
-    # only announces what comes next (DURABLE False) is written at once but made durable by the
-    # next fsync, which covers every earlier line: a power cut can lose an announcement, never
-    # a measurement, and a request costs one fsync instead of two.
-    DURABLE: ClassVar[bool] = True
-
-    model: str | None = ABSENT
-    worker: str | None = ABSENT
-    seq: int | None = ABSENT  # its number in the journal (run/journal.py); a worker's events have none
-
-    def to_json(self) -> dict:
-        return {"event": self.KIND, **super().to_json()}
 
 
 # -- the orchestrator ------------------------------------------------------------------------
@@ -235,6 +219,9 @@ class Request(_RequestHead):
     cached_tokens_after: int | None = ABSENT
     kv_cache_bytes: int | None = ABSENT
     engine_memory: dict[str, Any] | None = None
+    # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
+    # texts; what the server reported (count, tokens per chunk, its timings, flags)
+    server: dict[str, Any] | None = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,37 +263,6 @@ class CaseError(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class QualityStart(Event):
-    """The quality phase's tokens are ready: what will be scored, against what."""
-
-    KIND = "quality_start"
-    phase: str
-    text: QualityText | None = None
-    n_ctx: int | None = None
-    chunks: int | None = None
-    tokens_sha256: str | None = None
-    vocab_size: int | None = None
-    reference: str | None = None
-    is_reference: bool = False
-    reference_reason: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class QualityChunkScored(Event):
-    """One chunk scored: its forward pass's stamps and the raw figures per scored position."""
-
-    KIND = "quality_chunk"
-    phase: str
-    index: int
-    t_start: int | None = None
-    t_end: int | None = None
-    tokens: int = 0
-    nll: tuple[float, ...] = ()
-    kld: tuple[float, ...] | None = None
-    same_top: tuple[bool, ...] | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class ReuseNotPossible(Event):
     """The engine's cache could not be cut back to a prefix (the prefix phase: that pair was
     measured from an empty cache; a depth case: its fill was recomputed, untimed, before each
@@ -334,47 +290,12 @@ class Telemetry(Event, TelemetryRaw):
     KIND = "telemetry"
 
 
-# -- a distributed model's ranks (run/rank.py), streamed by rank 0 ---------------------------------
-@dataclass(frozen=True, kw_only=True)
-class RankGroup(Event):
-    """The group once the model is loaded: every rank's own machine facts."""
-
-    KIND = "rank_group"
-    size: int
-    backend: str | None = None
-    parallel: str | None = None
-    hosts: tuple[str, ...] = ()
-    ranks: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class RankTimeline(Event):
-    """Another rank's request stamps of one phase (rank 0's are its request events)."""
-
-    KIND = "rank_timeline"
-    phase: str
-    rank: int
-    requests: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommProfile(Event):
-    """The untimed diagnostic pass: per rank, per decode step, time inside the collectives."""
-
-    KIND = "comm_profile"
-    parallel: str | None = None
-    prompt_tokens: int | None = None
-    gen_tokens: int | None = None
-    method: str | None = None
-    ranks: tuple[dict[str, Any], ...] = ()
-
-
 # -- the registry ----------------------------------------------------------------------------
 EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
-    ReuseNotPossible, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored)}
+    ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

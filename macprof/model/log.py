@@ -14,6 +14,7 @@ from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.quality import QualityPhase
 from macprof.model.records import ABSENT, Record
+from macprof.model.serving import ConcurrencyPhase
 
 _DEFAULT = Settings()
 
@@ -143,6 +144,12 @@ class ModelSettings(Record):
     quality_ctx: int | None = ABSENT
     reference: str | None = ABSENT
     text: str | None = ABSENT
+    concurrency: tuple[int, ...] | None = ABSENT  # the concurrency phase's levels (absent before it)
+    rates: tuple[float, ...] | None = ABSENT
+    load_requests: int | None = ABSENT
+    load_seconds: float | None = ABSENT
+    slo_ttft: float | None = ABSENT
+    slo_itl: float | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -179,6 +186,7 @@ class Phases(Record):
     depth: Sweep | None = ABSENT
     batch: Sweep | None = ABSENT
     quality: QualityPhase | None = ABSENT
+    concurrency: ConcurrencyPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""

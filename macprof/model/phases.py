@@ -84,6 +84,7 @@ class Request(Record):
     itl: Itl | None = None
     aggregate_decode_tok_s: float | None = ABSENT
     aggregate_e2e_tok_s: float | None = ABSENT
+    server: dict[str, Any] | None = ABSENT  # a server's request: what it reported (engines/wire.py)
 
 
 @dataclass(frozen=True, kw_only=True)

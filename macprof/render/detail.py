@@ -7,6 +7,7 @@ from macprof.model.phases import Metrics, PhaseMemory, PrefixPhase, PrefixSummar
 from macprof.render.energy import cold_energy, phase_energy
 from macprof.render.distributed import group_lines
 from macprof.render.quality import quality_lines
+from macprof.render.serving import server_lines
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
 
@@ -25,20 +26,8 @@ def render_detail(log: RunLog) -> str:
         s = m.settings
         lines.append(f"   prompt {s.prompt_tokens} / gen {s.gen_tokens} / prefix {s.prefix_tokens} tokens, "
                      f"reps {s.reps}, cold trials {s.cold_trials}, threads {s.threads or 'engine default'}")
-        cold = m.phases.cold
-        if cold:
-            for t in cold.trials:
-                if t.status != "ok":
-                    lines.append(f"   cold trial {t.index + 1}: FAILED")
-                    continue
-                label = t.residency.label if t.residency else None
-                lines.append(
-                    f"   cold trial {t.index + 1} [{label}]: ready {fmt_s(t.ready_s)} = "
-                    f"interpreter {fmt_s(t.interpreter_s)} + import {fmt_s(t.import_s)} + load "
-                    f"{fmt_s(t.model_load_s)} + tokenizer {fmt_s(t.tokenizer_load_s)}; first request "
-                    f"{fmt_signed_s(t.first_request_extra_s)} over a warm one; first token at {fmt_s(t.time_to_first_token_s)}"
-                    + (f" (macprof's own start-up, {fmt_s(t.harness_s)}, not counted)" if t.harness_s else "")
-                    + cold_energy(t.energy))
+        lines += server_lines(m)  # a server's: which, whose memory, its timings beside the client's
+        lines += _cold_lines(m.phases.cold)
         for phase, ph in (("warm", m.phases.warm), ("prefix", m.phases.prefix)):
             if not ph:
                 continue
@@ -48,7 +37,7 @@ def render_detail(log: RunLog) -> str:
                 lines.append("   prefix without reuse: " + _metrics_line(summ.noreuse))
                 c = summ.checks
                 sp, refused = summ.ttft_speedup, getattr(ph, "reuse_not_possible", None)
-                lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {summ.reused_tokens.median}; "
+                lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {_reused(summ.reused_tokens.median)}; "
                              f"output checks: {c.identical}/{c.n} identical, {c.near_ties} near-ties, {c.failed} failed"
                              if sp else "   prefix: no speed-up figure ("
                              + (f"reuse not possible: {refused})" if refused else "missing samples)"))
@@ -70,6 +59,28 @@ def render_detail(log: RunLog) -> str:
         for f in m.failures:
             lines.append(f"   FAILURE {f.phase}: {f.status}: {f.reason}")
     return "\n".join(clean(line) for line in lines)  # each one line: a name's "\n" adds none
+
+
+def _cold_lines(cold) -> list[str]:
+    """One line per cold trial: its start-up split into its parts, its first request, its energy."""
+    lines: list[str] = []
+    for t in cold.trials if cold else ():
+        if t.status != "ok":
+            lines.append(f"   cold trial {t.index + 1}: FAILED")
+            continue
+        label = t.residency.label if t.residency else None
+        lines.append(
+            f"   cold trial {t.index + 1} [{label}]: ready {fmt_s(t.ready_s)} = "
+            f"interpreter {fmt_s(t.interpreter_s)} + import {fmt_s(t.import_s)} + load "
+            f"{fmt_s(t.model_load_s)} + tokenizer {fmt_s(t.tokenizer_load_s)}; first request "
+            f"{fmt_signed_s(t.first_request_extra_s)} over a warm one; first token at {fmt_s(t.time_to_first_token_s)}"
+            + (f" (macprof's own start-up, {fmt_s(t.harness_s)}, not counted)" if t.harness_s else "")
+            + cold_energy(t.energy))
+    return lines
+
+
+def _reused(n) -> str:
+    return "not reported" if n is None else str(n)
 
 
 def _metrics_line(summ: Metrics) -> str:

@@ -162,6 +162,11 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
     quality = quality_table(log)
     if quality:
         parts.append("\n" + quality)
+    from macprof.render.serving import overhead_lines
+
+    overhead = overhead_lines(log)
+    if overhead:
+        parts.append("\nServer overhead:\n" + "\n".join(f"  {line}" for line in overhead))
     energy = energy_lines(log)
     if energy:
         parts.append("\n" + "\n".join(energy))

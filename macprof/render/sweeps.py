@@ -80,6 +80,12 @@ def sweep_sections(log: RunLog) -> list[tuple[Table, str | None]]:
             out.append((replace(batch_table(ph.batch), title=f"{name}: batched decoding, prompt "
                                 f"{s.prompt_tokens} / gen {s.gen_tokens} per sequence, {s.reps} reps"),
                         tradeoff_line(ph.batch)))
+        if ph.concurrency:
+            from macprof.render.serving import concurrency_table, slo_text
+
+            out.append((replace(concurrency_table(ph.concurrency), title=f"{name}: server load, prompt "
+                                f"{s.prompt_tokens} / gen {s.gen_tokens} per request; goodput: {slo_text(ph.concurrency)}"),
+                        None))
     return out
 
 

@@ -140,9 +140,10 @@ class Runner:
         # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
         # refused before any worker loads it: one clear reason instead of an engine's crash.
         context = (start.shape or {}).get("context_length")
-        refusal = start.files_error or start.shape_error or context_refusal(model, context)
-        # a sharded model is there because it does not fit one machine: each rank holds its share
-        if refusal is None and not s.force and s.distributed is None:
+        refusal = start.files_error or (None if model.endpoint else start.shape_error) or context_refusal(model, context)
+        # a sharded model is there because it does not fit one machine: each rank holds its share;
+        # a server holds its model, not macprof
+        if refusal is None and not s.force and s.distributed is None and model.endpoint is None:
             run_start = next((e for e in journal.events if isinstance(e, ev.RunStart)), None)
             refusal = memory_refusal(model, run_start.machine if run_start else None)
         if refusal is None and s.distributed is not None:  # backend, layout, hosts: before any rank starts
@@ -167,6 +168,9 @@ class Runner:
         s = model.settings
         if "cold" not in s.phases:
             return
+        if model.endpoint is not None:
+            journal.write(ev.Failure(model=model.name, phase="cold", status="refused", reason=ENDPOINT_COLD))
+            return
         for trial in range(s.cold_trials):
             if trial in past.cold_done:
                 continue
@@ -185,6 +189,9 @@ class Runner:
         if past.load_failed:
             return  # as in the run itself: a model that did not load is not tried again
         remaining = [p for p in s.phases if p != "cold" and p not in past.phases_done and (p not in plan or plan[p])]
+        if model.endpoint is not None and "depth" in remaining:
+            remaining.remove("depth")
+            journal.write(ev.Failure(model=model.name, phase="depth", status="refused", reason=ENDPOINT_DEPTH))
         attempts = 0
         while remaining and attempts < len(s.phases) + sum(len(c) for c in plan.values()):
             attempts += 1
@@ -216,6 +223,7 @@ class Runner:
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
                "cases": cases, "done": done or [],
+               "endpoint": model.endpoint.job(s.timeout) if model.endpoint else None,
                # the idle wait before each phase gives the power baseline: only where power is read
                "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
         if "quality" in phases:
@@ -229,7 +237,7 @@ class Runner:
                                      pid=proc.pid))
         state = watch.watch(proc, s.timeout, lambda e: journal.write(e.replace(model=model.name, worker=worker_id)),
                             lambda e: self.progress.advance(_request_line(model.name, e, s)), self._kill_worker,
-                            sampler)
+                            sampler, rss_pid=_server_pid(model))
         rc = watch.wait(proc)
         self._proc = None
         recorded = watch.failure_record(model, worker_id, state, rc, stderr)
@@ -250,6 +258,19 @@ class Runner:
                 proc.wait(timeout=10)  # reaped: no zombie, no orphan
             except subprocess.TimeoutExpired:
                 pass
+
+
+ENDPOINT_COLD = ("cold: a server's model cannot be unloaded over its API; a cold start of a server is its start-up "
+                 "(--serve records when it answered)")
+ENDPOINT_DEPTH = "depth: a server's cache cannot be filled and cut back to a depth over its API"
+
+
+def _server_pid(model: ModelSpec) -> int | None:
+    """Whose RSS a model's phases peak at: a server macprof started (its pid), none where the
+    server is someone else's (-1), else the worker's (None)."""
+    if model.endpoint is None:
+        return None
+    return int((model.endpoint.served or {}).get("pid") or -1)
 
 
 def context_refusal(model: ModelSpec, ctx: int | None) -> str | None:
@@ -290,6 +311,10 @@ def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
 
 def _request_line(name: str, e: ev.Request, s) -> str:
     total = s.cold_trials if e.phase == "cold" else s.reps
+    if e.phase == "concurrency":  # a level's own request count (macprof/run/phases/serving.py)
+        from macprof.run.phases.serving import load_cases
+
+        total = next((c["requests"] for c in load_cases(s) if c["id"] == e.case), total)
     what = e.kind if e.kind in ("warmup", "first", "second") else f"{e.index + 1}/{total}"
     mode = f" {e.mode}" if e.mode else ""
     case = f" {e.case}" if e.case else ""

@@ -56,6 +56,7 @@ class _State:
     failure: tuple[str, str | None] | None = None  # (status, reason)
     finished: bool = False
     loaded: bool = False
+    own_peak: bool = True  # the worker's own OS peak counts (not when the model is a server's)
 
     def on_event(self, event: ev.Event) -> ev.Event:
         """Update the state; returns the event to journal (a phase's end with its RSS figures)."""
@@ -69,7 +70,7 @@ class _State:
             self.phase, self.peak, self.samples = event.phase, 0, 0
             self.footprint_peak, self.footprint_samples, self.footprint_max_at_start = 0, 0, event.footprint_max_bytes
         elif isinstance(event, ev.PhaseEnd):
-            own = event.os_peak_rss_bytes if event.os_peak_scope == "phase" else None
+            own = event.os_peak_rss_bytes if event.os_peak_scope == "phase" and self.own_peak else None
             peak = max(self.peak, own or 0)
             event = event.replace(peak_rss_bytes=peak or None, rss_samples=self.samples)
             if event.has("footprint_bytes"):
@@ -121,11 +122,13 @@ def spawn(python: str, job: dict) -> tuple[subprocess.Popen, IO[bytes], int]:
 
 def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], None],
           on_request: Callable[[ev.Request], None], kill: Callable[[], None],
-          telemetry: TelemetrySampler | None = None) -> _State:
+          telemetry: TelemetrySampler | None = None, rss_pid: int | None = None) -> _State:
     """Pump the worker's events into ``journal`` until it is done, dies or overruns a deadline;
-    ``telemetry`` samples beside the RSS and journals a phase's samples after its phase_end."""
-    state = _State(timeout=timeout)
-    ps = _ps(proc.pid)
+    ``telemetry`` samples beside the RSS and journals a phase's samples after its phase_end.
+    ``rss_pid``: whose RSS the phases' peaks are (a server macprof started, not the client
+    worker; -1: no process of ours holds the model, so no peak)."""
+    state = _State(timeout=timeout, own_peak=rss_pid is None)
+    ps = _ps(proc.pid if rss_pid is None else rss_pid) if rss_pid != -1 else None
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)

@@ -88,7 +88,7 @@ def run(job: dict, emit) -> None:
     t_imported = time.perf_counter_ns()
     try:
         engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads,
-                                                          kv_type=settings.kv_type))
+                                                          kv_type=settings.kv_type, endpoint=job.get("endpoint")))
     except MacprofError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the engine raises, say which file

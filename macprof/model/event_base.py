@@ -1,0 +1,26 @@
+"""The base of every journal event (model/events.py registers them all; model/phase_events.py
+holds the events of the quality, concurrency and distributed phases)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from macprof.model.records import ABSENT, Record
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event(Record):
+    KIND: ClassVar[str]
+    # The journal fsyncs after an event that carries a measurement or ends something; one that
+    # only announces what comes next (DURABLE False) is written at once but made durable by the
+    # next fsync, which covers every earlier line: a power cut can lose an announcement, never
+    # a measurement, and a request costs one fsync instead of two.
+    DURABLE: ClassVar[bool] = True
+
+    model: str | None = ABSENT
+    worker: str | None = ABSENT
+    seq: int | None = ABSENT  # its number in the journal (run/journal.py); a worker's events have none
+
+    def to_json(self) -> dict:
+        return {"event": self.KIND, **super().to_json()}

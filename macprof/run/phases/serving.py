@@ -1,0 +1,109 @@
+"""A server's requests: one streamed request stamped chunk by chunk (what warm, prefix and grid
+use through ``timed_request``), and the ``concurrency`` phase: closed-loop levels (C clients,
+each sending its next request when its last one ended) and open-loop levels (seeded Poisson
+arrivals at R requests/s), each bounded in count and in time.
+
+t0 is stamped just before the request is sent (after the prompt text is ready: a server
+tokenizes on its side, inside TTFT); t_i when the chunk carrying token i is received.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from macprof.model import events as ev
+from macprof.run.phases.common import Clock, PhaseContext
+from macprof.run.phases.server_request import stream_request
+from macprof.run.prompts import Prompt
+
+
+# -- the concurrency phase -------------------------------------------------------------------
+def run_concurrency(ctx: PhaseContext) -> None:
+    """Every level of ``load_cases``: a closed loop of C clients or
+    an open loop at R requests/s; the events of concurrent requests are emitted under a lock."""
+    engine, s = ctx.engine, ctx.settings
+    if not hasattr(engine, "open_stream"):
+        for case in load_cases(s):
+            ctx.emit(ev.CaseUnsupported(phase="concurrency", case=case["id"], batch=case.get("concurrency") or 0,
+                                        reason="concurrent requests are measured against a server (engine openai)"))
+        return
+    lock = threading.Lock()
+
+    def emit(event) -> None:
+        with lock:
+            ctx.emit(event)
+
+    for case in load_cases(s):
+        prompts = [ctx.builder.prompt(f"load:{case['id']}:{i}", s.prompt_tokens) for i in range(case["requests"])]
+        counted = engine.server_prompt_tokens(prompts[0].text) if prompts else None
+        t_start = ctx.clock()
+        sent = _closed(engine, case, prompts, s.gen_tokens, counted, emit, ctx.clock) if case["mode"] == "closed" \
+            else _open(engine, case, prompts, s.gen_tokens, counted, emit, ctx.clock)
+        emit(ev.LoadLevel(phase="concurrency", case=case["id"], mode=case["mode"], concurrency=case.get("concurrency"),
+                          rate=case.get("rate"), planned=case["requests"], sent=sent, seed=case.get("seed"),
+                          t_start=t_start, t_end=ctx.clock(), time_limit_s=case["seconds"]))
+
+
+def _emit_request(emit, case: dict, index: int, result: dict) -> None:
+    emit(ev.Request(phase="concurrency", index=index, kind="measured", case=case["id"], **result))
+
+
+def _closed(engine, case: dict, prompts: list[Prompt], n: int, counted, emit, clock: Clock) -> int:
+    """C clients; each takes the next prompt when its last request ended, until the count or
+    the level's time is used up (a request in flight at the time limit still completes)."""
+    nxt = iter(range(len(prompts)))
+    take = threading.Lock()
+    end = time.monotonic() + case["seconds"]
+    sent = [0]
+
+    def client() -> None:
+        while time.monotonic() < end:
+            with take:
+                i = next(nxt, None)
+                if i is None:
+                    return
+                sent[0] += 1
+            _emit_request(emit, case, i, stream_request(engine, prompts[i].text, n, counted, clock))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(case["concurrency"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sent[0]
+
+
+def _open(engine, case: dict, prompts: list[Prompt], n: int, counted, emit, clock: Clock) -> int:
+    """Seeded Poisson arrivals: exponential gaps of mean 1/R from ``random.Random(seed)``; each
+    request starts on its own thread at its arrival time, whatever is in flight."""
+    rng = random.Random(case["seed"])
+    arrivals, at = [], 0.0
+    for _ in prompts:
+        at += rng.expovariate(case["rate"])
+        if at > case["seconds"]:
+            break
+        arrivals.append(at)
+    start = time.monotonic()
+    threads = []
+    for i, at in enumerate(arrivals):
+        time.sleep(max(0.0, start + at - time.monotonic()))
+        t = threading.Thread(target=lambda i=i: _emit_request(emit, case, i, stream_request(
+            engine, prompts[i].text, n, counted, clock)), daemon=True)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    return len(arrivals)
+
+
+def load_cases(s) -> list[dict]:
+    """The levels of the concurrency phase: each closed-loop C of ``concurrency`` (``load_requests``
+    requests, else 2 × C and at least ``reps``), then each open-loop rate of ``rates`` (as many
+    requests, else 2 × ``reps``), each bounded by ``load_seconds``; arrivals seeded per level."""
+    cases = [{"id": f"c{c}", "mode": "closed", "concurrency": c, "rate": None, "seed": None,
+              "requests": s.load_requests or max(2 * c, s.reps), "seconds": s.load_seconds} for c in s.concurrency]
+    cases += [{"id": f"r{r:g}", "mode": "open", "concurrency": None, "rate": r, "seed": i,
+               "requests": s.load_requests or 2 * s.reps, "seconds": s.load_seconds} for i, r in enumerate(s.rates)]
+    return cases

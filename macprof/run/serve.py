@@ -1,0 +1,180 @@
+"""Servers macprof starts itself (``--serve mlx|llama.cpp MODEL``): ``mlx_lm.server`` or
+llama-cpp-python's server (its ``server`` extra) on a free loopback port, with the Python that
+runs macprof. ``serving`` waits until the server answers, yields what the run needs to know
+(its URL, the model name to ask for, its command line, version, pid and start-up time) and
+stops it on the way out: at the end, on a failure and on Ctrl-C (the caller's ``finally``).
+
+The server runs in its own session so that stopping it reaches whatever it spawned; the
+stop is SIGTERM, then SIGKILL after a grace period, and is checked (``alive`` is empty after).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Iterator
+
+from macprof.errors import MacprofError
+
+KINDS = ("mlx", "llama.cpp")
+HOST = "127.0.0.1"  # only loopback, ever
+STOP_GRACE_S = 10.0
+# where each answers once its model is loaded (mlx_lm.server's /v1/models lists the Hugging
+# Face cache and fails without one, so its /health)
+READY_PATH = {"mlx": "/health", "llama.cpp": "/v1/models"}
+LOG_TAIL = 1500  # characters of the server's log kept with a failure to start
+
+
+@dataclass
+class Server:
+    """A server macprof started: what the run log records about it (``info``)."""
+
+    kind: str
+    model_path: Path
+    proc: subprocess.Popen
+    url: str
+    model: str
+    command: list[str]
+    version: str | None
+    log: IO[bytes]
+    startup_s: float | None = None
+    info: dict = field(default_factory=dict)
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's pick on the loopback address)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -> tuple[list[str], str, str]:
+    """(command line, the model name requests ask for, the distribution whose version it is)."""
+    py = sys.executable
+    if kind == "mlx":
+        if not path.is_dir():
+            raise MacprofError(f"--serve mlx: {path} is not an MLX model directory")
+        # one cached prompt: the engine's untimed reset request then displaces it (engines/openai.py)
+        return ([py, "-m", "mlx_lm", "server", "--model", str(path), "--host", HOST, "--port", str(port),
+                 "--prompt-cache-size", "1", "--log-level", "WARNING"], "default_model", "mlx-lm")
+    if kind == "llama.cpp":
+        if not path.is_file():
+            raise MacprofError(f"--serve llama.cpp: {path} is not a GGUF file")
+        # interrupt_requests off: by default a new request cuts the one streaming, which would
+        # turn every concurrent level into a cascade of broken streams instead of a queue
+        cmd = [py, "-m", "llama_cpp.server", "--model", str(path), "--host", HOST, "--port", str(port),
+               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", "--model_alias", path.stem, "--verbose", "False"]
+        return (cmd + (["--n_threads", str(threads)] if threads else []), path.stem, "llama_cpp_python")
+    raise MacprofError(f"--serve: {kind!r} is not one of {', '.join(KINDS)}")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, wait_s: float = 300.0) -> Server:
+    """Start the server and wait until it lists its models; MacprofError (with its log's tail)
+    when it exits first or does not answer within ``wait_s``."""
+    port = free_port()
+    cmd, model, dist = command(kind, path, port, n_ctx, threads)
+    version = _version(dist)
+    if version is None:
+        extra = "mlx-lm" if kind == "mlx" else "llama-cpp-python[server]"
+        raise MacprofError(f"--serve {kind}: {dist} is not installed (pip install '{extra}')")
+    log = tempfile.TemporaryFile()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = Server(kind, path, proc, f"http://{HOST}:{port}/v1", model, cmd, version, log)
+    while True:
+        if proc.poll() is not None:
+            tail = _tail(log)
+            stop(server)
+            raise MacprofError(f"--serve {kind}: the server exited (code {proc.returncode}) before it answered: {tail}")
+        if time.monotonic() - t0 > wait_s:
+            stop(server)
+            raise MacprofError(f"--serve {kind}: the server did not answer within {wait_s:g} s: {_tail(log)}")
+        if _answers(server.url.removesuffix("/v1") + READY_PATH[kind]):
+            break
+        time.sleep(0.1)
+    server.startup_s = time.monotonic() - t0
+    server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
+                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), **_cold_request(server, t0)}
+    return server
+
+
+def _cold_request(server: Server, t_start: float) -> dict:
+    """The cold start as an app meets it: the first request to the just-started server (one
+    token after a short prompt), its TTFT, and the time from the server's start to that token."""
+    from macprof.engines import wire
+
+    url, body = wire.request_for("completions", server.url, server.model, " hello", 1)
+    t0 = time.monotonic()
+    try:
+        for item in wire.stream(url, body, 300.0, ndjson=False):
+            if isinstance(item, wire.Chunk):
+                t1 = time.monotonic()
+                return {"cold_first_request_ttft_s": round(t1 - t0, 4), "cold_start_to_first_token_s":
+                        round(t1 - t_start, 4)}
+    except wire.ServerError as exc:
+        return {"cold_first_request_error": str(exc)}
+    return {"cold_first_request_error": "the first request's stream carried no token"}
+
+
+def _answers(url: str) -> bool:
+    from macprof.engines import wire
+
+    try:
+        wire.get_json(url, timeout=2.0)
+    except wire.ServerError:
+        return False
+    return True
+
+
+def _tail(log: IO[bytes]) -> str:
+    log.seek(0)
+    text = log.read().decode("utf-8", errors="replace").strip()
+    return " ".join(text[-LOG_TAIL:].split()) or "(no output)"
+
+
+def stop(server: Server) -> None:
+    """SIGTERM to the server's process group, SIGKILL after the grace period; waits for it."""
+    proc = server.proc
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(STOP_GRACE_S)
+    _signal_group(proc.pid, signal.SIGKILL)  # whatever it spawned and left behind
+    server.log.close()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@contextmanager
+def serving(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None) -> Iterator[Server]:
+    """The server for the span of the ``with``, stopped whatever ends it (KeyboardInterrupt too)."""
+    server = start(kind, path, n_ctx, threads)
+    try:
+        yield server
+    finally:
+        stop(server)
