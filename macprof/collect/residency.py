@@ -13,7 +13,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 
 _libc = None
 
@@ -47,6 +46,8 @@ def file_residency(path: Path) -> tuple[int, int]:
             vec = (ctypes.c_ubyte * pages)()
             if libc.mincore(addr, size, vec) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore failed for {path}")
+            import numpy as np  # here only: the parent imports this module, and numpy costs 0.1 s
+
             resident = int((np.frombuffer(vec, dtype=np.uint8) & 1).sum())  # type: ignore[call-overload]  # ctypes arrays export the buffer protocol
         finally:
             libc.munmap(addr, size)

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where an array is computed: the log's readers never need it
+    import numpy as np
 
 LOG_PROB_FLOOR = 16.0  # llama.cpp ignores what lies more than 16 nats below the top
 
@@ -40,11 +41,15 @@ def row_width(n_vocab: int) -> int:
 def tokens_sha256(ids: Sequence[int]) -> str:
     """The identity of a token sequence: sha256 of its ids as little-endian int32 (llama.cpp's
     own layout of the tokens in a --kl-divergence-base file)."""
+    import numpy as np
+
     return hashlib.sha256(np.asarray(ids, dtype="<i4").tobytes()).hexdigest()
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-probabilities, float64 sums as llama.cpp's (float32 logits in, float64 out)."""
+    import numpy as np
+
     x = np.asarray(logits, dtype=np.float32)
     top = x.max(axis=-1, keepdims=True)
     lse = np.log(np.exp((x - top).astype(np.float64)).sum(axis=-1, keepdims=True))
@@ -54,6 +59,8 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def quantize(logits: np.ndarray) -> np.ndarray:
     """Rows of llama.cpp's stored log-probabilities (``row_width`` uint16 each) for float32
     logits of shape [n, vocab]."""
+    import numpy as np
+
     x = np.asarray(logits, dtype=np.float32)
     n, vocab = x.shape
     top = x.max(axis=1)
@@ -73,6 +80,8 @@ def quantize(logits: np.ndarray) -> np.ndarray:
 
 def dequantize(rows: np.ndarray, n_vocab: int) -> np.ndarray:
     """Stored rows -> base log-probabilities [n, vocab] (float32, as llama.cpp reads them)."""
+    import numpy as np
+
     rows = np.ascontiguousarray(rows, dtype=np.uint16)
     head = rows[:, :4].copy().view("<f4")
     scale, min_log_prob = head[:, 0:1], head[:, 1:2]
@@ -83,6 +92,8 @@ def score(logits: np.ndarray, targets: Sequence[int], base_rows: np.ndarray | No
     """Per scored position: ``nll``; with the reference's stored rows also ``kld`` and
     ``same_top``. ``logits`` are the model's at the scored positions, ``targets`` the token
     after each."""
+    import numpy as np
+
     logp = log_softmax(logits)
     idx = np.arange(len(targets))
     out: dict = {"nll": (-logp[idx, np.asarray(targets)]).tolist()}
@@ -97,6 +108,8 @@ def score(logits: np.ndarray, targets: Sequence[int], base_rows: np.ndarray | No
 
 def mean_and_uncertainty(values: Sequence[float]) -> tuple[float | None, float | None]:
     """llama-perplexity's mean and its ±: the standard error, 0 for 10 values or fewer."""
+    import numpy as np
+
     n = len(values)
     if n < 1:
         return None, None
@@ -117,6 +130,8 @@ def perplexity(nll: Sequence[float]) -> dict:
 
 def kld_stats(kld: Sequence[float]) -> dict:
     """Mean (± its standard error, and the 95 % normal interval from it), median, p99, max."""
+    import numpy as np
+
     mean, unc = mean_and_uncertainty(kld)
     if mean is None or unc is None:
         return {"n": 0, "mean": None, "unc": None, "ci_low": None, "ci_high": None, "median": None, "p99": None,

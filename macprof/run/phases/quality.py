@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
@@ -26,6 +25,9 @@ from macprof.model import events as ev
 from macprof.model.quality import QualityText
 from macprof.run.phases.common import PhaseContext
 from macprof.run.qualitytext import read_text
+
+if TYPE_CHECKING:  # numpy is imported in the worker, where chunks are scored, not by the parent
+    import numpy as np
 
 PHASE = "quality"
 
@@ -43,6 +45,8 @@ def chunked_ids(ids: list[int], bos: list[int], n_ctx: int, max_tokens: int) -> 
 
 
 def run_quality(ctx: PhaseContext) -> None:
+    import numpy as np
+
     engine, s, job = ctx.engine, ctx.settings, ctx.quality
     if not hasattr(engine, "score"):
         raise MacprofError(f"the {engine.name} engine cannot give the logits of every position (no score())")
@@ -103,6 +107,8 @@ def _write_meta(store: Path, meta: dict) -> None:
 
 def _open_reference(job: dict, sha: str, vocab: int) -> tuple[np.ndarray | None, str | None]:
     """The reference's stored rows (a read-only memmap), or why this model gets no KLD."""
+    import numpy as np
+
     ref = job.get("reference")
     if not ref:
         return None, job.get("missing") or "no reference model in this run"
