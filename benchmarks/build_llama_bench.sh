@@ -2,6 +2,7 @@
 # Builds llama-bench from the llama.cpp sources that the installed llama-cpp-python vendors
 # (its sdist, from the package index), with the same GGML_NATIVE=OFF as the wheel on Linux.
 # Prints the binary's path, for `macprof overhead --llama-bench PATH`. About 8 minutes on 2 cores.
+# LLAMA_TARGET names another of llama.cpp's tools to build the same way (build_llama_perplexity.sh).
 set -euo pipefail
 version=$(python -c "import importlib.metadata as m; print(m.version('llama-cpp-python'))")
 work=${1:-${TMPDIR:-/tmp}/llama-bench-$version}
@@ -10,7 +11,8 @@ mkdir -p "$work" && cd "$work"
 [ -d "llama_cpp_python-$version" ] || tar xzf "llama_cpp_python-$version.tar.gz"
 cd "llama_cpp_python-$version/vendor/llama.cpp"
 native=ON; [ "$(uname -s)" = Linux ] && native=OFF
-cmake -B build -DGGML_NATIVE=$native -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+target=${LLAMA_TARGET:-llama-bench}
+[ -f build/CMakeCache.txt ] || cmake -B build -DGGML_NATIVE=$native -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build --target llama-bench -j"$(getconf _NPROCESSORS_ONLN)" >/dev/null
-echo "$PWD/build/bin/llama-bench"
+cmake --build build --target "$target" -j"$(getconf _NPROCESSORS_ONLN)" >/dev/null
+echo "$PWD/build/bin/$target"

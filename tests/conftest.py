@@ -91,3 +91,24 @@ GGUF_VARIANTS = [("f16", "gguf/demo-tiny-f16.gguf"), ("q8_0", "gguf/demo-tiny-q8
 MLX_VARIANTS = [("mlx-f16", "mlx/demo-tiny-f16"), ("mlx-8bit", "mlx/demo-tiny-8bit"),
                 ("mlx-4bit", "mlx/demo-tiny-4bit")]
 ALL_VARIANTS = [("llama.cpp", *v) for v in GGUF_VARIANTS] + [("mlx", *v) for v in MLX_VARIANTS]
+
+
+@pytest.fixture
+def loopback():
+    """Starts an HTTP server on 127.0.0.1 (a free port) with the handler class given, in a
+    thread: -> its base URL. Every server a test started is shut down after it."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    servers = []
+
+    def start(handler) -> str:
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.server_address[1]}"
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()

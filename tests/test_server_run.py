@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -74,20 +74,12 @@ def _handler(state: dict):
 
 
 @pytest.fixture
-def fake_server():
-    servers = []
-
+def fake_server(loopback):
     def start(**state) -> str:
         state.update(n=0, lock=threading.Lock())
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}/v1"
+        return loopback(_handler(state)) + "/v1"
 
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    return start
 
 
 RUN = ["--prompt-tokens", "12", "--prefix-tokens", "8", "--gen-tokens", "3", "--reps", "2", "--timeout", "30"]

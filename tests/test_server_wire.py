@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -60,19 +60,8 @@ def _handler(mode: str):
 
 
 @pytest.fixture
-def serve():
-    servers = []
-
-    def start(mode: str) -> str:
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(mode))
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}/x"
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+def serve(loopback):
+    return lambda mode: loopback(_handler(mode)) + "/x"
 
 
 def _run(url: str, ndjson: bool = False, limit: float = 10.0):
