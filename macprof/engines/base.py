@@ -143,6 +143,36 @@ def reusable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
     return min(common_prefix(cached, prompt), len(prompt) - 1)
 
 
+class PrefixReuse:
+    """What a request kept of a single-sequence cache (the in-process engines share it): the
+    prefix its cache serves, or none and why, as ``reused_tokens`` / ``reuse_refused`` say."""
+
+    _reused: int = 0
+    _refused: str | None = None
+
+    def cached_tokens(self) -> int:  # each engine's own
+        raise NotImplementedError
+
+    def cut_refusal(self, n_tokens: int) -> str | None:  # each engine's own
+        raise NotImplementedError
+
+    def _keep_for(self, history: Sequence[int], ids: Sequence[int]) -> int:
+        """The prefix of ``ids`` to keep from the cache that holds ``history``: the reusable
+        prefix, or 0 where the cache cannot be cut back to it (the reason in ``reuse_refused``:
+        the prompt is then computed from an empty cache and never reported as reused)."""
+        keep = max(0, reusable_prefix(history[: self.cached_tokens()], ids))
+        self._refused = self.cut_refusal(keep) if keep else None
+        return 0 if self._refused else keep
+
+    @property
+    def reused_tokens(self) -> int:
+        return self._reused
+
+    @property
+    def reuse_refused(self) -> str | None:
+        return self._refused
+
+
 def top_two(logits) -> TopTwo:
     """The two highest entries of a logits vector."""
     import numpy as np

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo, reusable_prefix
+from macprof.engines.base import CacheCutRefused, EngineSettings, PrefixReuse, TopTwo
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -53,7 +53,7 @@ def _word_len(vocab: int) -> int:
     return n
 
 
-class FakeEngine:
+class FakeEngine(PrefixReuse):
     name = "fake"
     separate_tokenizer = False  # the vocabulary comes with the model file
     batch_unsupported: str | None = None
@@ -147,25 +147,13 @@ class FakeEngine:
                     f"the tokens before its window are gone")
         return None
 
-    @property
-    def reused_tokens(self) -> int:
-        return self._reused
-
-    @property
-    def reuse_refused(self) -> str | None:
-        return self._refused
-
     def _next(self, state: int) -> int:
         # EOS one time in 16, as the demo models' head favours it: generation must go on past it
         return EOS if (state >> 32) % 16 == 0 else state % self.vocab
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
-        keep = max(0, reusable_prefix(self._history[: len(self._states)], ids))
-        self._refused = self.cut_refusal(keep) if keep else None
-        if self._refused:
-            keep = 0  # start from an empty cache: measured without reuse, and said so
-        self._reused = keep
+        keep = self._reused = self._keep_for(self._history, ids)  # 0 where refused: measured without reuse
         del self._states[keep:]
         self._history = history = list(ids)
         if n <= 0:

@@ -30,7 +30,7 @@ import numpy as np
 from llama_cpp import _logger as _lc_logger
 
 from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts
-from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo, reusable_prefix, top_two
+from macprof.engines.base import CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
 from macprof.errors import MacprofError
 
 _SEQ = 0
@@ -39,7 +39,7 @@ _GGML_KV_TYPES = {"q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}  # the k
 _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(PrefixReuse):
     name = "llama.cpp"
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
 
@@ -154,16 +154,8 @@ class LlamaCppEngine:
         return cut_refusal(self.cached_tokens(), n_tokens, pos_min=int(lc.llama_memory_seq_pos_min(self._mem, _SEQ)),
                            **self.memory_facts)
 
-    @property
-    def reuse_refused(self) -> str | None:
-        return self._refused
-
     def cached_tokens(self) -> int:
         return int(lc.llama_memory_seq_pos_max(self._mem, _SEQ)) + 1
-
-    @property
-    def reused_tokens(self) -> int:
-        return self._reused
 
     def _decode(self, ids: Sequence[int]) -> None:
         for start in range(0, len(ids), self.n_batch):
@@ -175,8 +167,7 @@ class LlamaCppEngine:
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
-        keep = reusable_prefix(self._history[: self.cached_tokens()], ids)
-        self._refused = self.cut_refusal(keep) if keep else None
+        keep = self._keep_for(self._history, ids)
         if not self._refused and not lc.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
             self._refused = f"llama_memory_seq_rm refused to cut the cache back to {keep} tokens"
         if self._refused:

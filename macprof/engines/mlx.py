@@ -26,7 +26,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo, reusable_prefix, top_two
+from macprof.engines.base import CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -76,7 +76,7 @@ def batch_api_missing(generator: Any) -> str | None:
     return f"batch unsupported: mlx-lm {getattr(mlx_lm, '__version__', '?')} < {BATCH_API} (BatchGenerator API)"
 
 
-class MlxEngine:
+class MlxEngine(PrefixReuse):
     name = "mlx"
 
     def __init__(self) -> None:
@@ -154,20 +154,11 @@ class MlxEngine:
             return None
         return cut_refusal(self._cache, held, n_tokens)
 
-    @property
-    def reused_tokens(self) -> int:
-        return self._reused
-
-    @property
-    def reuse_refused(self) -> str | None:
-        return self._refused
-
     def _prepare(self, ids: Sequence[int]) -> int:
         if self._cache is None:
             self.reset()
-        keep = reusable_prefix(self._history[: self.cached_tokens()], ids)
-        self._refused = self.cut_refusal(keep) if keep else None
-        if self._refused or keep == 0:
+        keep = self._keep_for(self._history, ids)
+        if keep == 0:
             self.reset()  # a fresh cache: what cannot be trimmed is recomputed, and reported so
             keep = 0
         excess = self.cached_tokens() - keep
