@@ -6,16 +6,20 @@ the concurrency phase's clients (``stream_request``, which shares nothing betwee
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from macprof.engines import wire
 from macprof.run.prompts import Prompt
+
+if TYPE_CHECKING:  # the HTTP client (http.client, ssl) is imported by the requests that use it, not
+    from macprof.engines import wire  # by every run that imports the phase registry
 
 Clock = Callable[[], int]
 
 
 def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
     """One request through ``engine.generate`` (the engine keeps the server's final report)."""
+    from macprof.engines import wire
+
     counted = engine.server_prompt_tokens(prompt.text)  # untimed: before t0
     ids = engine.tokenize(prompt.text)
     times: list[int] = []
@@ -37,6 +41,8 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
 
 def stream_request(engine, text: str, n: int, counted: int | None, clock: Clock = time.perf_counter_ns) -> dict:
     """The same through ``engine.open_stream``, which shares nothing: for concurrent clients."""
+    from macprof.engines import wire
+
     times: list[int] = []
     chunks: list[wire.Chunk] = []
     final = None
@@ -59,6 +65,8 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
     """The request's fields: raw chunk times and texts, and ``server``: what the server reported
     (tokens, where the count came from, tokens per chunk where known, its own timings), with
     flags for what differs from the request asked for."""
+    from macprof.engines import wire
+
     f = final or wire.Final()
     per_chunk = [c.tokens for c in chunks]
     if chunks and all(k is not None for k in per_chunk):
