@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from macprof.analyse.cold import build_cold
 from macprof.analyse.distributed import build_group
-from macprof.analyse.requests import request_record, summarize_requests, summarized
+from macprof.analyse.requests import phase_failures, request_record, summarize_requests, summarized
 from macprof.analyse import energy as power
 from macprof.analyse.quality import build_quality
 from macprof.analyse.serving import build_concurrency
@@ -33,10 +33,6 @@ Roof = Callable[[Metrics], Ceiling]  # a phase's summary -> its ceiling at the p
 
 
 # -- building the log (pure) -----------------------------------------------------------
-def _phase_failures(failures: list[Failure], phase: str) -> list[Failure]:
-    return [f for f in failures if f.phase == phase]
-
-
 def build(events: Sequence[ev.Event]) -> RunLog:
     start = next((e for e in events if isinstance(e, ev.RunStart)), None)
     if start is None:
@@ -104,17 +100,17 @@ def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list
     if "cold" in s.phases:
         phases["cold"] = build_cold(events, workers, failures)
     if "warm" in s.phases:
-        phases["warm"] = _build_warm(events, warm, _phase_failures(failures, "warm"), roof)
+        phases["warm"] = _build_warm(events, warm, phase_failures(failures, "warm"), roof)
     if "prefix" in s.phases:
-        phases["prefix"] = _build_prefix(events, _phase_failures(failures, "prefix"), roof)
+        phases["prefix"] = _build_prefix(events, phase_failures(failures, "prefix"), roof)
     if "quality" in s.phases:
-        phases["quality"] = build_quality(events, _phase_failures(failures, "quality"), _phase_memory(events, "quality"))
+        phases["quality"] = build_quality(events, phase_failures(failures, "quality"), _phase_memory(events, "quality"))
     if "concurrency" in s.phases:
-        phases["concurrency"] = build_concurrency(events, _phase_failures(failures, "concurrency"), s, shape, bw, request_record)
+        phases["concurrency"] = build_concurrency(events, phase_failures(failures, "concurrency"), s, shape, bw, request_record)
     planned = _planned(events, head) if set(s.phases) & set(SWEEP_PHASES) else {}
     for phase in SWEEP_PHASES:
         if phase in s.phases:
-            phases[phase] = _build_sweep(phase, planned.get(phase, ()), events, _phase_failures(failures, phase),
+            phases[phase] = _build_sweep(phase, planned.get(phase, ()), events, phase_failures(failures, phase),
                                         shape, file_bytes, bw)
     return Phases(**phases)
 

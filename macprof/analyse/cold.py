@@ -4,7 +4,7 @@ ready, split into interpreter, import, load and tokenizer from their timestamps 
 from __future__ import annotations
 
 from macprof.analyse import energy as power
-from macprof.analyse.requests import request_record, summarized
+from macprof.analyse.requests import phase_failures, request_record, summarized
 from macprof.model import events as ev
 from macprof.model.phases import ColdPhase, ColdSummary, ColdTrial, Failure, Summary
 from macprof.model.records import ABSENT
@@ -21,7 +21,7 @@ def build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failu
     def summary(values: list[float | None]) -> Summary:
         return summarized(values, failures=len(failed))
 
-    return ColdPhase(trials=tuple(trials), failures=tuple(f for f in failures if f.phase == "cold"),
+    return ColdPhase(trials=tuple(trials), failures=tuple(phase_failures(failures, "cold")),
                      summary=ColdSummary(interpreter_s=summary([t.interpreter_s for t in ok]),
                                          import_s=summary([t.import_s for t in ok]),
                                          model_load_s=summary([t.model_load_s for t in ok]),

@@ -8,7 +8,7 @@ from typing import Sequence
 from macprof.measure import stats
 from macprof.measure.timeline import derive
 from macprof.model import events as ev
-from macprof.model.phases import Itl, Metrics, Request, Summary
+from macprof.model.phases import Failure, Itl, Metrics, Request, Summary
 
 
 def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
@@ -41,3 +41,7 @@ def summarize_requests(requests: Sequence[Request], failures: int = 0) -> Metric
                    prefill_tok_s=summarized([r.prefill_tok_s for r in ok], bad),
                    decode_tok_s=summarized([r.decode_tok_s for r in ok], bad),
                    e2e_tok_s=summarized([r.e2e_tok_s for r in ok], bad), itl_s=summarized(itls, bad))
+
+
+def phase_failures(failures: list[Failure], phase: str) -> list[Failure]:
+    return [f for f in failures if f.phase == phase]
