@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from macprof.analyse import energy as power
 from macprof.analyse.requests import phase_failures, request_record, summarized
+from macprof.measure.timeline import span
 from macprof.model import events as ev
 from macprof.model.phases import ColdPhase, ColdSummary, ColdTrial, Failure, Summary
 from macprof.model.records import ABSENT
@@ -41,10 +42,6 @@ def _cold_attempts(events: list[ev.Event], workers: dict[str, list[ev.Event]]):
             yield e, workers.get(spawn.worker or "") if spawn else None
 
 
-def _span(a: int | None, b: int | None) -> float | None:
-    return (b - a) / 1e9 if a is not None and b is not None else None
-
-
 def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure],
                 base: tuple = (None, None)) -> ColdTrial:
     """One cold trial: the phases of its fresh worker's start-up from their timestamps; ``base``,
@@ -60,8 +57,8 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
     # macprof's own start-up in the worker (reading its job, importing its records) is no part
     # of the engine's cold start: timed apart, and left out of ready_s (older journals lack it)
     t_import_start = loaded.t_import_start if loaded and loaded.t_import_start is not None else t_main
-    harness = _span(t_main, t_import_start)
-    ready = _span(spawn.t_spawn, t_tokenizer)
+    harness = span(t_main, t_import_start)
+    ready = span(spawn.t_spawn, t_tokenizer)
     if ready is not None and harness:
         ready -= harness
     # an engine that reads the vocabulary with the model has no tokenizer load of its own
@@ -70,16 +67,16 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
     failed = bool(fails) or not (first and second and first.status == second.status == "ok")
     return ColdTrial(
         index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed" if failed else "ok",
-        interpreter_s=_span(spawn.t_spawn, t_main), harness_s=harness if loaded and loaded.t_import_start else ABSENT,
-        import_s=_span(t_import_start, t_imported),
-        model_load_s=_span(t_imported, t_model), tokenizer_load_s=None if joint else _span(t_model, t_tokenizer),
+        interpreter_s=span(spawn.t_spawn, t_main), harness_s=harness if loaded and loaded.t_import_start else ABSENT,
+        import_s=span(t_import_start, t_imported),
+        model_load_s=span(t_imported, t_model), tokenizer_load_s=None if joint else span(t_model, t_tokenizer),
         ready_s=ready, first_request=first, second_request=second,
         first_request_extra_s=first.total_s - second.total_s
         if first and second and first.total_s is not None and second.total_s is not None else None,
         # spawn -> ready, then the first request's own TTFT: macprof's prompt preparation
         # between the two (prompt_build_s) is not the engine's cold start
         time_to_first_token_s=ready + first.ttft_s if first and first.ttft_s is not None and ready is not None else None,
-        prompt_build_s=_span(t_tokenizer, first.t0) if first and loaded else None,
+        prompt_build_s=span(t_tokenizer, first.t0) if first and loaded else None,
         tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
         if joint else ABSENT,
         failure=(fails[0] if fails else None) if failed else ABSENT,

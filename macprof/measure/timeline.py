@@ -60,7 +60,7 @@ def derive(t0: int, t_tokenized: int | None, token_times: Sequence[int], prompt_
     first chunk), or only ``total``, the server's count, where it names no tokens per chunk
     (then decode is unknown: how many tokens the first chunk held is not known)."""
     if not token_times:
-        return Derived(0, None, None, None, None, (), _span(t0, t_tokenized), None)
+        return Derived(0, None, None, None, None, (), span(t0, t_tokenized), None)
     n = sum(chunks) if chunks else (total if total is not None else len(token_times))
     after_first = n - chunks[0] if chunks else (n - 1 if total is None else None)
     t1, tn = token_times[0], token_times[-1]
@@ -73,10 +73,11 @@ def derive(t0: int, t_tokenized: int | None, token_times: Sequence[int], prompt_
         decode_tok_s=_rate(after_first, tn - t1) if after_first is not None else None,
         e2e_tok_s=_rate(n, tn - t0),
         itl_s=itl,
-        tokenize_s=_span(t0, t_tokenized),
+        tokenize_s=span(t0, t_tokenized),
         total_s=(tn - t0) / NS,
     )
 
 
-def _span(a: int | None, b: int | None) -> float | None:
+def span(a: int | None, b: int | None) -> float | None:
+    """Seconds from stamp ``a`` to stamp ``b`` (ns), or None where either is unknown."""
     return None if a is None or b is None else (b - a) / NS
