@@ -106,9 +106,11 @@ def models(folders, patterns, fmt, write, force_overwrite) -> None:
 
 def ensure_demo_models(models) -> None:
     """Build the demo models a run names (demo:SIZE/VARIANT) that are not in the cache yet."""
+    sizes = sorted({m.demo.split("/")[0] for m in models if m.demo and not m.path.exists()})
+    if not sizes:
+        return  # the common case: the builder (and numpy with it) is not even imported
     from macprof.demo import build
 
-    sizes = sorted({m.demo.split("/")[0] for m in models if m.demo and not m.path.exists()})
     for size in sizes:
         click.echo(f"building the {size} demo models (first run only)...", err=True)
         build.build(size, progress=lambda s: click.echo(f"  {s}", err=True))

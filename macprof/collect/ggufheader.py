@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from macprof.collect import ggufconst
 from macprof.collect.filekind import open_regular
 from macprof.errors import MacprofError
 
@@ -256,9 +257,10 @@ def _value(cur: _Cursor, vtype: int, key: str, keep: bool, depth: int = 0) -> Va
 
 
 # -- the header ---------------------------------------------------------------------------
-def read_header(path: Path | str, wanted: Callable[[str], bool]) -> Header:
+def read_header(path: Path | str, wanted: Callable[[str], bool], tensors: bool = True) -> Header:
     """Key/values (strings and numeric arrays only where ``wanted(key)``) and tensor infos,
-    with every tensor's bytes checked to lie inside the file."""
+    with every tensor's bytes checked to lie inside the file. ``tensors=False`` stops after the
+    key/values (no tensor list; gguf, and numpy with it, are then never imported)."""
     path = Path(path)
     with open_regular(path) as fh:
         cur = _Cursor(fh, path, os.fstat(fh.fileno()).st_size)
@@ -274,12 +276,14 @@ def read_header(path: Path | str, wanted: Callable[[str], bool]) -> Header:
                 raise cur.fail(f"key {show_key(key)} appears twice")
             (vtype,) = cur.unpack(_U32, f"the value type at key {show_key(key)}")
             kv[key] = _value(cur, vtype, key, wanted(key))
+        if not tensors:
+            return Header(path, version, kv, [])
         cur.need(n_tensors * _MIN_TENSOR, f"a tensor count of {show(n_tensors)} (at least {_MIN_TENSOR} bytes each)")
         raw = _tensor_infos(cur, n_tensors)
         alignment = _alignment(cur, kv)
         data_start = cur.offset + (-cur.offset % alignment)
-        tensors = _tensors(cur, raw, data_start, alignment)
-    return Header(path, version, kv, tensors)
+        infos = _tensors(cur, raw, data_start, alignment)
+    return Header(path, version, kv, infos)
 
 
 def _preamble(cur: _Cursor) -> int:
@@ -350,8 +354,7 @@ def _alignment(cur: _Cursor, kv: dict[str, Value]) -> int:
 
 
 def _tensors(cur: _Cursor, raw: list[tuple], data_start: int, alignment: int) -> list[TensorInfo]:
-    import gguf
-
+    gguf = ggufconst.load()
     types: dict[int, tuple[str, int, int]] = {}
     seen: set[str] = set()
     out = []

@@ -10,7 +10,7 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from macprof.collect import filekind, ggufheader, kvlayout, stheader
+from macprof.collect import filekind, ggufconst, ggufheader, kvlayout, stheader
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import KV_TYPES, KvLayout, kv_bytes_read, kv_element_bytes
 
@@ -111,8 +111,7 @@ def _wanted(key: str) -> bool:
 
 
 def _inspect_gguf(path: Path, kv_type: str) -> ModelInfo:
-    import gguf
-
+    gguf = ggufconst.load()
     h = ggufheader.read_header(path, _wanted)
     arch = h.string("general.architecture")
     meta = {k: h.count(f"{arch}.{k}") if arch else None for k in _GGUF_COUNTS if k != "attention.head_count_kv"}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 _libc = None
+_LOW_BIT = bytes(b & 1 for b in range(256))  # each mincore byte -> its "resident" bit
 
 
 def _lib():
@@ -46,9 +47,9 @@ def file_residency(path: Path) -> tuple[int, int]:
             vec = (ctypes.c_ubyte * pages)()
             if libc.mincore(addr, size, vec) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore failed for {path}")
-            import numpy as np  # here only: the parent imports this module, and numpy costs 0.1 s
-
-            resident = int((np.frombuffer(vec, dtype=np.uint8) & 1).sum())  # type: ignore[call-overload]  # ctypes arrays export the buffer protocol
+            # bit 0 is "resident" (macOS sets other flags beside it); translate and count run
+            # in C, a few ms for a 5 GB model's 1.2 M pages, with no numpy in the parent
+            resident = bytes(vec).translate(_LOW_BIT).count(1)
         finally:
             libc.munmap(addr, size)
     finally:

@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # mypy checks every adapter against the protocol; nothing is 
 ENGINES = {
     "llama.cpp": ("macprof.engines.llama_cpp", "llama_cpp", 'llama-cpp-python (on Linux: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python)'),
     "mlx": ("macprof.engines.mlx", "mlx_lm", "mlx-lm (with mlx, or mlx[cpu] on Linux)"),
-    # deterministic, no inference library: the fast test tier (macprof/engines/fake.py)
-    "fake": ("macprof.engines.fake", "gguf", "gguf"),
+    # deterministic, no inference library: the fast test tier (macprof/engines/fake.py); it reads
+    # its header with macprof's own reader (gguf, which imports numpy, only writes its models)
+    "fake": ("macprof.engines.fake", "re", "nothing: it uses the standard library"),
     # a local server (Ollama, LM Studio, mlx_lm.server, llama.cpp's): the standard library's HTTP
     "openai": ("macprof.engines.openai", "http.client", "nothing: it uses the standard library"),
 }
