@@ -103,3 +103,31 @@ def test_runlog_huge_numbers(tmp_path):
 
     r = CliRunner().invoke(main, ["show", str(p)])
     assert r.exit_code in (0, 2) and "Traceback" not in r.output
+
+
+@SETTINGS
+@given(st.sampled_from(["tiny-telemetry.json", "tiny-a.json"]),
+       st.lists(st.tuples(st.integers(0, 10_000), JSON), min_size=1, max_size=3))
+def test_the_fast_validator_accepts_nothing_jsonschema_rejects(name, changes):
+    """runlog.validate takes jsonschema-rs's "valid" without asking jsonschema: on logs with
+    values replaced anywhere, its "valid" must always be jsonschema's too."""
+    data = json.loads((FIXTURES / "runlogs" / name).read_text())
+    for at, value in changes:
+        _replace_somewhere(data, at, value)
+    if runlog._fast_validator().is_valid(data):
+        assert runlog._validator().is_valid(data)
+
+
+def _replace_somewhere(data, at: int, value) -> None:
+    """Replaces the value at place ``at`` (modulo their number) of a walk over every container."""
+    places = []
+
+    def walk(node):
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in items:
+            places.append((node, key))
+            walk(child)
+
+    walk(data)
+    node, key = places[at % len(places)]
+    node[key] = value

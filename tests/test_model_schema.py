@@ -123,3 +123,11 @@ def test_a_misshapen_log_is_one_clear_error(tmp_path):
 def test_every_event_kind_is_registered_once():
     assert all(cls.KIND == kind for kind, cls in EVENTS.items())
     assert ABSENT is not None and repr(ABSENT) == "ABSENT"
+
+
+def test_the_schema_is_a_valid_json_schema():
+    """macprof compiles the shipped schema without checking it on every load: checked here."""
+    import jsonschema
+
+    schema = runlog.schema()
+    jsonschema.validators.validator_for(schema).check_schema(schema)
