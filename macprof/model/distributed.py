@@ -3,13 +3,12 @@ pass and the group's ceiling (analyse/distributed.py builds it; docs/runlog.md "
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from macprof.model.records import Record
+from macprof.model.records import Record, record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class GroupResult(Record):
     backend: str | None = None
     parallel: str | None = None
@@ -26,7 +25,7 @@ class GroupResult(Record):
     reason: str | None = None  # what could not be given, and why
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class DistributedSettings(Record):
     """macprof.config_dist.Distributed as the log's settings record it."""
 

@@ -3,13 +3,12 @@ holds the events of the quality, concurrency and distributed phases)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
-from macprof.model.records import ABSENT, Record
+from macprof.model.records import ABSENT, Record, record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Event(Record):
     KIND: ClassVar[str]
     # The journal fsyncs after an event that carries a measurement or ends something; one that

@@ -5,7 +5,6 @@ emit ``to_json()``; readers get them back from ``parse_event``. The orchestrator
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
@@ -13,12 +12,12 @@ from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
 from macprof.model.event_base import Event
 from macprof.model.phase_events import CommProfile, LoadLevel, QualityChunkScored, QualityStart, RankGroup, RankTimeline
-from macprof.model.records import ABSENT
+from macprof.model.records import ABSENT, record
 from macprof.model.telemetry import TelemetryRaw
 
 
 # -- the orchestrator ------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class RunStart(Event):
     KIND = "run_start"
     schema_version: int | None = None
@@ -33,7 +32,7 @@ class RunStart(Event):
     models: tuple[dict[str, Any], ...] | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ModelStart(Event):
     KIND = "model_start"
     utc: str | None = None
@@ -45,7 +44,7 @@ class ModelStart(Event):
     memory: SystemMemory | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Plan(Event):
     """The sweep cases planned for a model, refused ones included (journals before it existed
     are rebuilt with the plan recomputed from the settings)."""
@@ -54,7 +53,7 @@ class Plan(Event):
     cases: dict[str, tuple[PlannedCase, ...]]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ColdTrial(Event):
     KIND = "cold_trial"
     index: int
@@ -62,7 +61,7 @@ class ColdTrial(Event):
     residency: Residency
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class WorkerSpawn(Event):
     KIND = "worker_spawn"
     phases: tuple[str, ...]
@@ -71,7 +70,7 @@ class WorkerSpawn(Event):
     pid: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Failure(Event):
     """A worker that crashed, hung or reported an error, or a model or case refused."""
 
@@ -88,19 +87,19 @@ class Failure(Event):
     stderr_tail: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Interrupted(Event):
     KIND = "interrupted"
     utc: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ModelEnd(Event):
     KIND = "model_end"
     memory: SystemMemory | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RunEnd(Event):
     KIND = "run_end"
     utc: str | None = None
@@ -109,7 +108,7 @@ class RunEnd(Event):
 
 
 # -- the worker ------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class Started(Event):
     KIND = "started"
     pid: int | None = None
@@ -117,7 +116,7 @@ class Started(Event):
     rss_bytes: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Loaded(Event):
     KIND = "loaded"
     t_import_start: int | None = ABSENT  # macprof's own start-up in the worker ends (absent in older journals)
@@ -132,7 +131,7 @@ class Loaded(Event):
     footprint_bytes: int | None = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PhaseStart(Event):
     KIND = "phase_start"
     DURABLE = False
@@ -145,7 +144,7 @@ class PhaseStart(Event):
     t_idle_start: int | None = ABSENT  # the start of the idle wait before it (the power baseline's window)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PhaseEnd(Event):
     KIND = "phase_end"
     phase: str
@@ -162,26 +161,26 @@ class PhaseEnd(Event):
     t: int | None = ABSENT  # perf_counter_ns as the phase ends
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PhaseMemory(Event):
     KIND = "phase_memory"
     phase: str
     engine_memory: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Error(Event):
     KIND = "error"
     message: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Done(Event):
     KIND = "done"
 
 
 # -- the measurement protocols (macprof/run/phases) -----------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class _RequestHead(Event):
     """What a request_start and its request share: which phase, index, kind, case..."""
 
@@ -194,7 +193,7 @@ class _RequestHead(Event):
     cached_tokens_before: int | None = ABSENT  # depth
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RequestStart(_RequestHead):
     """Before a measurement: the parent's per-request timeout runs from it."""
 
@@ -202,7 +201,7 @@ class RequestStart(_RequestHead):
     DURABLE = False
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Request(_RequestHead):
     """One measured request: raw timestamps and token ids (a batch's: one list per sequence)."""
 
@@ -224,7 +223,7 @@ class Request(_RequestHead):
     server: dict[str, Any] | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PrefixCheck(Event, OutputCheck):
     """The reuse and noreuse outputs of one prompt compared: an OutputCheck, journaled."""
 
@@ -234,7 +233,7 @@ class PrefixCheck(Event, OutputCheck):
     kind: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class DepthFill(Event, Fill):
     """A depth case's cache filled once (a phases.DepthFill, journaled with its case)."""
 
@@ -244,7 +243,7 @@ class DepthFill(Event, Fill):
     depth: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class BatchCheck(Event):
     KIND = "batch_check"
     phase: str
@@ -254,7 +253,7 @@ class BatchCheck(Event):
     sequences: tuple[OutputCheck, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CaseError(Event):
     KIND = "case_error"
     phase: str
@@ -262,7 +261,7 @@ class CaseError(Event):
     reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ReuseNotPossible(Event):
     """The engine's cache could not be cut back to a prefix (the prefix phase: that pair was
     measured from an empty cache; a depth case: its fill was recomputed, untimed, before each
@@ -274,7 +273,7 @@ class ReuseNotPossible(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CaseUnsupported(Event):
     KIND = "case_unsupported"
     phase: str
@@ -283,7 +282,7 @@ class CaseUnsupported(Event):
     reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Telemetry(Event, TelemetryRaw):
     """The parent's telemetry of one phase (run/sampling.py), journaled after its phase_end."""
 

@@ -4,7 +4,7 @@ memory. ``RunLog.to_json()`` is the file `macprof run` writes (schema SCHEMA_VER
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Self
 
 from macprof.config import Settings, settings_from_dict
@@ -13,26 +13,26 @@ from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.quality import QualityPhase
-from macprof.model.records import ABSENT, Record
+from macprof.model.records import ABSENT, Record, record
 from macprof.model.serving import ConcurrencyPhase
 
 _DEFAULT = Settings()
 
 
 # -- the machine ---------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class SystemMemory(Record):
     available_bytes: int | None = None
     swap_used_bytes: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RunMemory(Record):
     start: SystemMemory | None = None
     end: SystemMemory | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Machine(Record):
     os: str | None = None
     os_version: str | None = None
@@ -56,14 +56,14 @@ class Machine(Record):
     sources: dict[str, str] | None = ABSENT  # field -> where its value came from (macOS)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class SpecBandwidth(Record):
     gbs: float | None = None
     source: str | None = None
     reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class MeasuredBandwidth(Record):
     """The bandwidth (and matmul) probe; a failed probe leaves only ``gbs`` (null) and ``reason``."""
 
@@ -79,7 +79,7 @@ class MeasuredBandwidth(Record):
     tflops_method: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Bandwidth(Record):
     spec: SpecBandwidth | None = None
     measured: MeasuredBandwidth | None = None
@@ -87,14 +87,14 @@ class Bandwidth(Record):
 
 
 # -- one model -----------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class ModelFile(Record):
     name: str = ""
     bytes: int = 0
     sha256: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Source(Record):
     """A model named on the command line: the reference as typed, the store it was found in
     and the path it resolved to (models.toml entries have none)."""
@@ -104,7 +104,7 @@ class Source(Record):
     path: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Identity(Record):
     name: str = ""
     engine: str = ""
@@ -118,7 +118,7 @@ class Identity(Record):
     source: Source | None = ABSENT  # only a model named on the command line has one
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ModelSettings(Record):
     """macprof.config.Settings as the log records it; logs before the sweeps lack their keys."""
 
@@ -155,7 +155,7 @@ class ModelSettings(Record):
         return settings_from_dict(self.to_json())
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class KvCache(Record):
     bytes_per_token: float | None = None
     context_tokens: int | None = None
@@ -164,7 +164,7 @@ class KvCache(Record):
     measured_note: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ModelMemory(Record):
     rss_before_load_bytes: int | None = None
     rss_after_load_bytes: int | None = None
@@ -175,7 +175,7 @@ class ModelMemory(Record):
     system_after: SystemMemory | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Phases(Record):
     """The phases the model's settings asked for; the others are absent (None)."""
 
@@ -193,7 +193,7 @@ class Phases(Record):
         return {"grid": self.grid, "depth": self.depth, "batch": self.batch}[name]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ModelResult(Record):
     identity: Identity = field(default_factory=Identity)
     shape: dict[str, Any] | None = None  # the model's metadata: macprof.collect.modelinfo
@@ -208,13 +208,13 @@ class ModelResult(Record):
 
 
 # -- the run -------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class Redacted(Record):
     by: str | None = None
     removed: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RunLog(Record):
     schema_version: int = SCHEMA_VERSION
     tool_version: str | None = None

@@ -3,15 +3,15 @@ distributed model's ranks; registered with the others in model/events.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from macprof.model.event_base import Event
 from macprof.model.quality import QualityText
+from macprof.model.records import record
 
 
 # -- the quality phase (run/phases/quality.py) -------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class QualityStart(Event):
     """The quality phase's tokens are ready: what will be scored, against what."""
 
@@ -27,7 +27,7 @@ class QualityStart(Event):
     reference_reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class QualityChunkScored(Event):
     """One chunk scored: its forward pass's stamps and the raw figures per scored position."""
 
@@ -43,7 +43,7 @@ class QualityChunkScored(Event):
 
 
 # -- the concurrency phase against a server (run/phases/serving.py) ----------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class LoadLevel(Event):
     """One level of the concurrency phase ended: closed (C clients) or open (Poisson at R/s)."""
 
@@ -62,7 +62,7 @@ class LoadLevel(Event):
 
 
 # -- a distributed model's ranks (run/rank.py), streamed by rank 0 ---------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class RankGroup(Event):
     """The group once the model is loaded: every rank's own machine facts."""
 
@@ -74,7 +74,7 @@ class RankGroup(Event):
     ranks: tuple[dict[str, Any], ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RankTimeline(Event):
     """Another rank's request stamps of one phase (rank 0's are its request events)."""
 
@@ -84,7 +84,7 @@ class RankTimeline(Event):
     requests: tuple[dict[str, Any], ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class CommProfile(Event):
     """The untimed diagnostic pass: per rank, per decode step, time inside the collectives."""
 

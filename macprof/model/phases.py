@@ -5,15 +5,15 @@ layout as a JSON Schema (tests/test_model_schema.py keeps the two in step)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
-from macprof.model.records import ABSENT, Record
+from macprof.model.records import ABSENT, Record, record
 from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
 
 
 # -- one request and the statistics of many ------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class Summary(Record):
     """One figure over raw samples: macprof.measure.stats.summarize."""
 
@@ -29,7 +29,7 @@ class Summary(Record):
     max: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Metrics(Record):
     """The summaries of a phase's (or a case's) measured requests."""
 
@@ -41,7 +41,7 @@ class Metrics(Record):
     aggregate_decode_tok_s: Summary | None = ABSENT  # batch cases: B x the per-sequence decode rate
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Itl(Record):
     """One request's inter-token latencies."""
 
@@ -52,7 +52,7 @@ class Itl(Record):
     max: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Request(Record):
     """A request as journaled (raw timestamps, token ids) plus what its timestamps give."""
 
@@ -87,7 +87,7 @@ class Request(Record):
     server: dict[str, Any] | None = ABSENT  # a server's request: what it reported (engines/wire.py)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Failure(Record):
     """A failure as the orchestrator journaled it (worker crash, timeout, refusal) or a sweep
     case's error; only ``status`` and ``reason`` are always there."""
@@ -107,7 +107,7 @@ class Failure(Record):
     stderr_tail: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class OutputCheck(Record):
     """Token-by-token agreement of two outputs of the same prompt (prefix reuse, batching)."""
 
@@ -118,7 +118,7 @@ class OutputCheck(Record):
     passed: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Checks(Record):
     n: int = 0
     identical: int = 0
@@ -126,12 +126,12 @@ class Checks(Record):
     failed: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class BatchCheck(Checks):
     sequences: tuple[OutputCheck, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PhaseMemory(Record):
     rss_start_bytes: int | None = None
     rss_end_bytes: int | None = None
@@ -146,7 +146,7 @@ class PhaseMemory(Record):
 
 
 # -- the ceilings --------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class CeilingSide(Record):
     """The roofline with the published (spec) or the measured bandwidth; where that bandwidth is
     unknown, only ``reason``."""
@@ -162,7 +162,7 @@ class CeilingSide(Record):
     prefill_reason: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Ceiling(Record):
     """A phase's or a case's decode figure against the roofline at its context; where the model's
     shape is unknown (or the log predates ceilings), only ``reason``."""
@@ -178,7 +178,7 @@ class Ceiling(Record):
     measured: CeilingSide | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PredictionSide(Record):
     bandwidth_gbs: float | None = None
     reason: str | None = ABSENT
@@ -190,7 +190,7 @@ class PredictionSide(Record):
     bound: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Prediction(Record):
     """The roofline's batching model for one batch case."""
 
@@ -199,7 +199,7 @@ class Prediction(Record):
     measured: PredictionSide | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TradeoffRow(Record):
     """One batch size: measured and predicted, each also relative to B = 1."""
 
@@ -220,7 +220,7 @@ class TradeoffRow(Record):
 
 
 # -- the phases ------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
+@record
 class Residency(Record):
     resident_bytes: int | None = None
     file_bytes: int | None = None
@@ -229,13 +229,13 @@ class Residency(Record):
     method: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class DropCache(Record):
     dropped: bool = False
     reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ColdTrial(Record):
     """One fresh worker process; a trial whose worker never ran has only the first four."""
 
@@ -259,7 +259,7 @@ class ColdTrial(Record):
     energy: ColdEnergy | None = ABSENT  # spawn -> ready, where the trial's telemetry was journaled
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ColdSummary(Record):
     interpreter_s: Summary = field(default_factory=Summary)
     import_s: Summary = field(default_factory=Summary)
@@ -270,14 +270,14 @@ class ColdSummary(Record):
     time_to_first_token_s: Summary = field(default_factory=Summary)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ColdPhase(Record):
     trials: tuple[ColdTrial, ...] = ()
     summary: ColdSummary = field(default_factory=ColdSummary)
     failures: tuple[Failure, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class WarmPhase(Record):
     requests: tuple[Request, ...] = ()
     summary: Metrics = field(default_factory=Metrics)
@@ -290,7 +290,7 @@ class WarmPhase(Record):
     thermal_state_end: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PrefixPair(Record):
     """One prompt with the prefix cached (reuse) and not (noreuse); a pair cut short by a
     failure lacks what was not measured."""
@@ -302,7 +302,7 @@ class PrefixPair(Record):
     check: OutputCheck | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PrefixSummary(Record):
     reuse: Metrics = field(default_factory=Metrics)
     noreuse: Metrics = field(default_factory=Metrics)
@@ -311,7 +311,7 @@ class PrefixSummary(Record):
     checks: Checks = field(default_factory=Checks)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PrefixPhase(Record):
     pairs: tuple[PrefixPair, ...] = ()
     summary: PrefixSummary = field(default_factory=PrefixSummary)
@@ -326,7 +326,7 @@ class PrefixPhase(Record):
     thermal_state_end: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PlannedCase(Record):
     """A sweep case as planned (macprof.cases.plan): what the case is, before it runs."""
 
@@ -339,7 +339,7 @@ class PlannedCase(Record):
     context_tokens: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class DepthFill(Record):
     t_start: int | None = None
     t_end: int | None = None
@@ -348,7 +348,7 @@ class DepthFill(Record):
     kv_cache_bytes: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class SweepCase(Record):
     """One planned case and what came of it; a case that never ran is listed as ``not run``."""
 
@@ -372,7 +372,7 @@ class SweepCase(Record):
     energy: Energy | None = ABSENT  # this case's requests against its phase's telemetry
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Sweep(Record):
     """grid, depth or batch: its cases in plan order, the failures tied to no case, memory."""
 

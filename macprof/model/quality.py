@@ -4,13 +4,12 @@ Definitions: macprof/measure/quality.py (llama-perplexity's); fields: docs/runlo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from macprof.model.phases import Failure, PhaseMemory
-from macprof.model.records import ABSENT, Record
+from macprof.model.records import ABSENT, Record, record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class QualityText(Record):
     """The text scored: where it came from, its sha256 and size, and its token count."""
 
@@ -20,7 +19,7 @@ class QualityText(Record):
     tokens: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class QualityChunk(Record):
     """One chunk's raw figures, one value per scored position (the chunk's second half)."""
 
@@ -33,7 +32,7 @@ class QualityChunk(Record):
     same_top: tuple[bool, ...] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class KldSummary(Record):
     """KL divergence per token against the reference: mean ± standard error (and its 95 %
     normal interval), median, 99th percentile, maximum."""
@@ -48,7 +47,7 @@ class KldSummary(Record):
     max: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class QualityPhase(Record):
     text: QualityText | None = None
     n_ctx: int | None = None

@@ -18,7 +18,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field, fields
-from typing import Any, Self
+from typing import Any, Self, dataclass_transform
 
 from macprof.errors import MacprofError
 
@@ -49,12 +49,38 @@ def _plain(hint: Any) -> Any:
     return hint
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(field,))
+def record(cls: type) -> Any:
+    """``@dataclass(frozen=True, kw_only=True)`` for a Record subclass, whose ``__eq__``,
+    ``__hash__`` and ``__repr__`` are Record's, written once over the fields, instead of three
+    methods generated (compiled) per class: with some 130 records, that is 40 ms of every macprof
+    process's start-up, the run's workers included."""
+    return dataclass(frozen=True, kw_only=True, eq=False, repr=False)(cls)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Record:
     """Base of every record. ``_absent`` names the keys this record lacks (see ABSENT); it is
-    carried over by ``dataclasses.replace``, so use ``record.replace`` to give such a key a value."""
+    carried over by ``dataclasses.replace``, so use ``record.replace`` to give such a key a value.
+    Equality, hashing and repr are a dataclass's: over the fields with compare (repr) set, and
+    equal only to a record of the very same class."""
 
     _absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    def _compared(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()  # type: ignore[attr-defined]  # the same class
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__qualname__}({shown})"
 
     def __post_init__(self) -> None:
         hints = _hints(type(self))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from macprof.model.phases import Failure, Prediction, Request, Summary
-from macprof.model.records import Record
+from macprof.model.records import Record, record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class LoadLevelResult(Record):
     """A closed-loop level (``concurrency`` clients) or an open-loop one (Poisson ``rate``/s)."""
 
@@ -36,7 +36,7 @@ class LoadLevelResult(Record):
     requests: tuple[Request, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ConcurrencyPhase(Record):
     slo: dict[str, Any] | None = None
     levels: tuple[LoadLevelResult, ...] = ()

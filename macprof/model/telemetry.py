@@ -4,12 +4,12 @@ docs/runlog.md defines every field; collect/telemetry.py says where each comes f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
-from macprof.model.records import ABSENT, Record
+from macprof.model.records import ABSENT, Record, record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TelemetrySample(Record):
     """One sampling interval t0..t1 (perf_counter_ns): ``watts`` are each domain's mean power
     over it; temperatures, pressure and GPU figures are read at t1. A figure the source cannot
@@ -24,7 +24,7 @@ class TelemetrySample(Record):
     gpu_mhz: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class TelemetryRaw(Record):
     """What the parent journals for one phase: the source, what it could not give and why, the
     phase's stamps (the worker's), its two boundary readings and every sample."""
@@ -45,7 +45,7 @@ class TelemetryRaw(Record):
     samples: tuple[TelemetrySample, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Baseline(Record):
     """Idle power before the phase: the mean over the samples wholly inside the idle window."""
 
@@ -55,7 +55,7 @@ class Baseline(Record):
     reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Energy(Record):
     """Joules of the total domain over the requests' prefill windows [t0, t_1] and decode
     windows [t_1, t_n], less the idle baseline over the same time; null with ``reason`` where
@@ -81,7 +81,7 @@ class Energy(Record):
     note: str | None = ABSENT
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class RequestEnergy(Record):
     """One measured request's energy, attributed by overlap like the phase's; a window shorter
     than the sampling period is not resolved (a sample's power is its interval's mean), so its
@@ -100,7 +100,7 @@ class RequestEnergy(Record):
     reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class ColdEnergy(Record):
     """A cold trial's energy from spawn to ready (the windows ready_s counts: spawn -> the
     worker's first line, then the engine's import -> tokenizer loaded), less an idle baseline
@@ -117,7 +117,7 @@ class ColdEnergy(Record):
     samples: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class Throttle(Record):
     """Decode speed falling across the phase while temperature or thermal pressure rose.
     ``throttled`` is null when it cannot be told (too few requests, no temperature or pressure)."""
@@ -130,7 +130,7 @@ class Throttle(Record):
     pressure_to: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record
 class PhaseTelemetry(TelemetryRaw):
     """A phase's telemetry in the run log: the raw journal record plus the derived figures."""
 
