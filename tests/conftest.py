@@ -1,4 +1,6 @@
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# The suite starts hundreds of Python processes (`macprof run`, its workers, `show`...) that import
+# macprof, and pytest rewrites every test module's asserts. Where PYTHONDONTWRITEBYTECODE is set
+# (some CI images and sandboxes set it), each of them would compile all of that from source again:
+# 5-6 s more in every pytest process, about 60 ms in every other. The tests keep the bytecode
+# instead, in a folder of their own outside the checkout (PYTHONPYCACHEPREFIX), so the tree stays
+# as clean as that setting meant it to; this process and the ones it starts (xdist's included).
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"macprof-pycache-{os.getuid()}"))
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    sys.dont_write_bytecode = False
 
 # The fuzzers (test_fuzz.py) try 150 examples each in the whole suite; the fast tier
 # (-m "not slow") tries 20, since every run-log example is a schema validation of ~0.1 s.
@@ -41,6 +54,18 @@ def _fast_tier(config) -> bool:
 def pytest_configure(config):
     if config.getoption("hypothesis_profile", None) is None:  # an explicit --hypothesis-profile wins
         settings.load_profile("fast" if _fast_tier(config) else "full")
+
+
+def cli(*args):
+    """A macprof command run in this process by click's CliRunner -> its Result (exit_code,
+    output). For tests of what a command prints or writes: it costs no interpreter start-up and
+    shares this process's imports (matplotlib's 1 s, for one). A test of the process itself
+    (signals, a closed pipe, the exit status the shell sees) starts one instead."""
+    from click.testing import CliRunner
+
+    from macprof.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture(scope="session")

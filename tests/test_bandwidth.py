@@ -40,7 +40,9 @@ def test_matmul_probes():
     assert gpu["median_tflops"] > 0 and "MLX" in gpu["method"]
 
 
-def test_cli_json():
+def test_cli_json(monkeypatch):
+    measure = probes.measure  # the real probe, on buffers of 32 MiB instead of the default sizes
+    monkeypatch.setattr(probes, "measure", lambda **kw: measure(**{**kw, "sizes_mib": [32]}))
     r = CliRunner().invoke(main, ["bandwidth", "--device", "cpu", "--reps", "2", "--json"])
     out = json.loads(r.output)
     assert r.exit_code == 0 and out["best_gbs"] > 0 and out["flops"]["median_tflops"] > 0

@@ -15,15 +15,11 @@ from macprof.cli import main
 from macprof.measure.significance import mann_whitney, verdict
 from macprof.measure.stats import median
 from macprof.store.share import redact
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, cli as run
 
 LOGS = FIXTURES / "runlogs"
 A, B = LOGS / "tiny-a.json", LOGS / "tiny-b.json"
 OTHER = LOGS / "other-machine-demo-small.json"  # the small demo models, run and shared on another machine
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 # -- significance on constructed samples -----------------------------------------------------

@@ -7,22 +7,16 @@ import json
 import math
 
 import pytest
-from click.testing import CliRunner
 
-from macprof.cli import main
 from macprof.render.exporters import Column, Table, cell, text_table, to_csv, to_json, to_markdown, to_text
 from macprof.render.summary import SUMMARY_FIELDS, summary_rows, warnings
 from macprof.render.text import fmt_bytes, fmt_pct, fmt_rate, fmt_s, fmt_x
 from macprof.store import runlog
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, cli as run
 
 LOGS = FIXTURES / "runlogs"
 A, B = LOGS / "tiny-a.json", LOGS / "tiny-b.json"
 HOSTILE = "evil|model\nsecond line\x1b[31m red\r\t=cmd() \\ \"quoted\", comma"
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def _table() -> Table:

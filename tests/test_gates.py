@@ -6,20 +6,14 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from macprof.cli import main
 from macprof.store import runlog
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, cli as run
 from tests.test_run import FAULT_ARGS, macprof
 
 LOGS = FIXTURES / "runlogs"
 A, B = LOGS / "tiny-a.json", LOGS / "tiny-b.json"
 MODELS = ("demo-tiny-q8_0", "demo-tiny-q4_k_m", "demo-tiny-mlx-f16", "demo-tiny-mlx-8bit")
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def nothing_measured(src, dst, how="errors"):

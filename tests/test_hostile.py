@@ -10,19 +10,13 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 
-from macprof.cli import main
 from macprof.store import runlog
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, cli as run
 from tests.test_run import FAULT_ARGS, macprof
 
 LOGS = FIXTURES / "runlogs"
 A, B = LOGS / "tiny-a.json", LOGS / "tiny-b.json"
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 # -- 7. share: leak nothing, redact only whole tokens ------------------------------------------

@@ -4,9 +4,6 @@ failures), the compare gate; and on the tiny demo models with both real engines 
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +13,8 @@ from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.run.phases.quality import chunked_ids
 from macprof.store import runlog
+from tests.conftest import cli
+from tests.test_run import macprof
 
 
 # -- the math --------------------------------------------------------------------------------
@@ -80,8 +79,7 @@ def test_kld_gate_parses_and_fires_on_a_rise():
 
 # -- a run on the fake engine ----------------------------------------------------------------
 def _macprof(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "macprof", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600)
+    return macprof(*args, env=env, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +122,8 @@ def test_another_tokenizer_is_refused_with_the_reason_and_keeps_its_perplexity(f
 
 def test_compare_shows_quality_columns(fake_run):
     _, log, _ = fake_run
-    out = _macprof("compare", str(log))
-    assert out.returncode == 0 and "KLD mean" in out.stdout and "same top" in out.stdout
+    out = cli("compare", log)
+    assert out.exit_code == 0 and "KLD mean" in out.output and "same top" in out.output
 
 
 def test_unknown_reference_and_short_text_are_refused(fake_dir, tmp_path):
@@ -171,8 +169,8 @@ def test_real_engines_score_against_the_f16_reference(tiny_dir, tmp_path):
 
 def test_plot_draws_the_frontier(fake_run, tmp_path):
     _, log, _ = fake_run
-    out = _macprof("plot", str(log), "-o", str(tmp_path / "f.png"))
-    assert out.returncode == 0, out.stderr
+    out = cli("plot", log, "-o", tmp_path / "f.png")
+    assert out.exit_code == 0, out.output
     assert (tmp_path / "f.png").stat().st_size > 10_000
 
 

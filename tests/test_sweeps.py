@@ -16,6 +16,7 @@ from macprof.store import runlog
 from macprof.options import sweep_overrides
 from macprof.render.exporters import to_text
 from macprof.render.sweeps import batch_table, tradeoff_line
+from tests.conftest import cli
 from tests.test_run import macprof
 
 GEN = 12
@@ -267,12 +268,12 @@ def test_batch_predictions_match_estimate(sweep_log):
 
 def test_show_and_plot_present_the_sweeps(sweep_log, tmp_path):
     _, log, proc, _ = sweep_log
-    for out in (proc.stdout, macprof("show", str(log)).stdout):
+    for out in (proc.stdout, cli("show", log).output):
         assert "grid (warm protocol per case" in out and "p96-g4" in out
         assert "decode after d tokens already in the KV cache" in out and "REFUSED" in out
         assert "batched decoding" in out and "B=3: aggregate x" in out and "each user's ITL x" in out
     chart = tmp_path / "sweeps.png"
-    macprof("plot", str(log), "-o", str(chart))
+    assert cli("plot", log, "-o", chart).exit_code == 0
     from PIL import Image
 
     # no warm phase, so no bars: grid, depth, batch aggregate and batch ITL, 2 rows of 2, 120 dpi
