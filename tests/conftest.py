@@ -34,17 +34,33 @@ FAST_TIER_WORKERS = 4  # at most; fewer on a machine with fewer cores
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """The fast tier (-m "not slow") runs on every core, up to FAST_TIER_WORKERS, through
-    pytest-xdist (the test extra installs it): its tests mostly wait on short-lived worker
-    processes, so one pytest process leaves the other cores idle. The whole suite stays serial
+    """The fast tier (-m "not slow") runs one pytest-xdist worker per core, up to
+    FAST_TIER_WORKERS (the test extra installs xdist). Not more: its tests spend their time in the
+    Python processes they start (`macprof run`, its workers), so more workers than cores only
+    competed for them (4 workers on 2 cores took 20-30 % longer). The whole suite stays serial
     (two real engines side by side would compete for the same cores), and an explicit -n, or
     -p no:xdist, wins."""
     if not _fast_tier(config) or os.environ.get("PYTEST_XDIST_WORKER") or not config.pluginmanager.hasplugin("xdist"):
         return
     if not config.option.numprocesses and not config.getoption("usepdb", False):
         config.option.numprocesses = max(1, min(FAST_TIER_WORKERS, os.cpu_count() or 1))
-        if config.option.dist == "no":  # a module's tests on one worker: its module-scoped runs are made once
-            config.option.dist = "loadscope"
+        if config.option.dist == "no":  # tests one by one, those sharing a module-scoped run together
+            config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup``, the tests that share a module- or class-scoped fixture (a whole
+    `macprof run` made once for them) go to one worker, so that run is made once; every other
+    test goes wherever a worker is free. Whole modules on one worker (loadscope) left the longest
+    module's 20 s running alone at the end."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        shared = sorted(name for name, defs in getattr(item, "_fixtureinfo").name2fixturedefs.items()
+                        if defs and defs[-1].scope in ("module", "class"))
+        if shared and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{','.join(shared)}"))
 
 
 def _fast_tier(config) -> bool:
@@ -73,7 +89,19 @@ def cache_root(tmp_path_factory) -> Path:
     """A private macprof cache (sha256 cache, demo models) for the whole session."""
     root = tmp_path_factory.mktemp("macprof-cache")
     os.environ["MACPROF_CACHE"] = str(root)
+    _probe_small()
     return root
+
+
+def _probe_small() -> None:
+    """The bandwidth and matmul probes, measured for real but on small buffers, into the cache a
+    run reads them from: without it, the first `macprof run` of each test process measured them
+    at full size (4-5 s of CPU, once per xdist worker). tests/test_bandwidth.py tests the probes."""
+    from macprof.collect import probes
+
+    result = probes.measure(sizes_mib=[16], reps=2)
+    result["flops"] = probes.measure_flops(device=result.get("device"), n=64, reps=2)
+    probes.store(result)
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Self, dataclass_transform
+from typing import Any, NamedTuple, Self, dataclass_transform
 
 from macprof.errors import MacprofError
 
@@ -51,21 +52,46 @@ def _plain(hint: Any) -> Any:
 
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(field,))
 def record(cls: type) -> Any:
-    """``@dataclass(frozen=True, kw_only=True)`` for a Record subclass, whose ``__eq__``,
-    ``__hash__`` and ``__repr__`` are Record's, written once over the fields, instead of three
-    methods generated (compiled) per class: with some 130 records, that is 40 ms of every macprof
-    process's start-up, the run's workers included."""
-    return dataclass(frozen=True, kw_only=True, eq=False, repr=False)(cls)
+    """A Record subclass as ``@dataclass(frozen=True, kw_only=True)`` makes it, for readers and
+    type checkers (the fields, ``dataclasses.fields``/``replace``, keyword-only construction,
+    immutability, equality over the fields), with no method generated per class: ``__init__``,
+    ``__setattr__``, ``__eq__``, ``__hash__`` and ``__repr__`` are Record's, written once over the
+    fields. A generated method is Python source compiled at import, six per class for some 130
+    records: most of the 140 ms that every macprof process, each run's workers included, spent
+    importing its data model."""
+    return dataclass(init=False, repr=False, eq=False, kw_only=True)(cls)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record
 class Record:
     """Base of every record. ``_absent`` names the keys this record lacks (see ABSENT); it is
     carried over by ``dataclasses.replace``, so use ``record.replace`` to give such a key a value.
-    Equality, hashing and repr are a dataclass's: over the fields with compare (repr) set, and
-    equal only to a record of the very same class."""
+    Construction, immutability, equality, hashing and repr are a frozen dataclass's: keyword
+    arguments with the fields' defaults, FrozenInstanceError on assignment, equal only to a record
+    of the very same class, over the fields with compare (repr) set."""
 
     _absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    def __init__(self, **values: Any) -> None:
+        for name, default, factory in _init_spec(type(self)):
+            if name in values:
+                value = values.pop(name)
+            elif default is not dataclasses.MISSING:
+                value = default
+            elif factory is not dataclasses.MISSING:
+                value = factory()
+            else:
+                raise TypeError(f"{type(self).__qualname__}() missing required keyword argument: {name!r}")
+            object.__setattr__(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__qualname__}() got an unexpected keyword argument {next(iter(values))!r}")
+        self.__post_init__()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     def _compared(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
@@ -83,15 +109,15 @@ class Record:
         return f"{type(self).__qualname__}({shown})"
 
     def __post_init__(self) -> None:
-        hints = _hints(type(self))
+        shape = _shape(type(self))
         absent = set()
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is ABSENT or (value is None and f.name in self._absent):
-                absent.add(f.name)
-                object.__setattr__(self, f.name, None)
-            elif isinstance(value, list) and typing.get_origin(_plain(hints[f.name])) is tuple:
-                object.__setattr__(self, f.name, tuple(value))  # frozen all the way down the sequence
+        for name in shape.names:
+            value = getattr(self, name)
+            if value is ABSENT or (value is None and name in self._absent):
+                absent.add(name)
+                object.__setattr__(self, name, None)
+            elif isinstance(value, list) and name in shape.tuples:
+                object.__setattr__(self, name, tuple(value))  # frozen all the way down the sequence
         object.__setattr__(self, "_absent", frozenset(absent))
 
     def has(self, name: str) -> bool:
@@ -114,8 +140,8 @@ class Record:
             raise MacprofError(f"{where or cls.__name__}: {exc.at or '(top level)'}: {exc.what}") from None
 
     def to_json(self) -> dict:
-        return {f.name: encode(getattr(self, f.name)) for f in fields(self)
-                if f.name != "_absent" and f.name not in self._absent}
+        absent = self._absent
+        return {name: encode(getattr(self, name)) for name in _shape(type(self)).names if name not in absent}
 
 
 def record_fields(cls: type) -> list[dataclasses.Field]:
@@ -138,35 +164,90 @@ class _Misfit(Exception):
         self.at, self.what = at, what
 
 
-def _decode_record(cls: type, data: Any, at: str):
-    if not isinstance(data, dict):
-        raise _Misfit(at, f"expected an object, found {type(data).__name__}")
+# A field's decoder: None keeps the JSON value as read; else a function of (value, place).
+Decoder = Callable[[Any, str], Any] | None
+
+
+class _Shape(NamedTuple):
+    """What the codec needs of a record class, worked out once per class (from its fields and
+    type hints) rather than per value: a log holds tens of thousands of values."""
+
+    names: tuple[str, ...]  # the JSON keys, in field order
+    tuples: frozenset[str]  # fields typed as tuples: a list given to them is made a tuple
+    fields: tuple[tuple[str, bool, Decoder], ...]  # (name, required, decoder)
+
+
+_SHAPES: dict[type, _Shape] = {}
+_INIT_SPECS: dict[type, tuple[tuple[str, Any, Any], ...]] = {}
+
+
+def _init_spec(cls: type) -> tuple[tuple[str, Any, Any], ...]:
+    """(name, default, default_factory) of every field, ``_absent`` included: Record.__init__'s."""
+    spec = _INIT_SPECS.get(cls)
+    if spec is None:
+        spec = _INIT_SPECS[cls] = tuple((f.name, f.default, f.default_factory) for f in fields(cls))
+    return spec
+
+
+def _shape(cls: type) -> _Shape:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = _make_shape(cls)
+    return shape
+
+
+def _make_shape(cls: type) -> _Shape:
     hints = _hints(cls)
-    values = {}
-    for f in record_fields(cls):
-        if f.name in data:
-            values[f.name] = _decode(hints[f.name], data[f.name], f"{at}/{f.name}" if at else f.name)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise _Misfit(at, f"no {f.name!r}")
-    return cls(**values)
+    keys = record_fields(cls)
+    return _Shape(names=tuple(f.name for f in keys),
+                  tuples=frozenset(f.name for f in keys if typing.get_origin(_plain(hints[f.name])) is tuple),
+                  fields=tuple((f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                                _decoder(hints[f.name])) for f in keys))
 
 
-def _decode(hint: Any, value: Any, at: str) -> Any:
-    """``value`` read from JSON as ``hint``: records, tuples and dicts of records recursively."""
-    if value is None:
-        return None
+def _decoder(hint: Any) -> Decoder:
+    """How a value typed ``hint`` is read: records, and tuples and dicts of them, recursively;
+    anything else (numbers, strings, free-form values) as read. A null is None whatever the type."""
     hint = _plain(hint)
     origin = typing.get_origin(hint)
     if isinstance(hint, type) and issubclass(hint, Record):
-        return _decode_record(hint, value, at)
+        record_cls = hint  # looked up when a value is read: a record may contain its own kind
+        return lambda value, at: _decode_record(record_cls, value, at)
     if origin is tuple:
+        return _sequence(_decoder(typing.get_args(hint)[0]))
+    if origin is dict:
+        return _mapping(_decoder(typing.get_args(hint)[1]))
+    return None
+
+
+def _sequence(item: Decoder) -> Decoder:
+    def read(value: Any, at: str) -> tuple:
         if not isinstance(value, list):
             raise _Misfit(at, f"expected an array, found {type(value).__name__}")
-        item = typing.get_args(hint)[0]
-        return tuple(_decode(item, v, f"{at}/{i}") for i, v in enumerate(value))
-    if origin is dict:
+        if item is None:  # numbers, strings: a token list of thousands is copied, not walked
+            return tuple(value)
+        return tuple(None if v is None else item(v, f"{at}/{i}") for i, v in enumerate(value))
+    return read
+
+
+def _mapping(item: Decoder) -> Decoder:
+    def read(value: Any, at: str) -> dict:
         if not isinstance(value, dict):
             raise _Misfit(at, f"expected an object, found {type(value).__name__}")
-        item = typing.get_args(hint)[1]
-        return {k: _decode(item, v, f"{at}/{k}") for k, v in value.items()}
-    return value
+        if item is None:
+            return dict(value)
+        return {k: None if v is None else item(v, f"{at}/{k}") for k, v in value.items()}
+    return read
+
+
+def _decode_record(cls: type, data: Any, at: str):
+    if not isinstance(data, dict):
+        raise _Misfit(at, f"expected an object, found {type(data).__name__}")
+    values = {}
+    for name, required, decode in _shape(cls).fields:
+        if name in data:
+            value = data[name]
+            values[name] = value if value is None or decode is None else decode(value, f"{at}/{name}" if at else name)
+        elif required:
+            raise _Misfit(at, f"no {name!r}")
+    return cls(**values)
