@@ -11,7 +11,7 @@ already taken is an error unless the user passes ``overwrite`` (--force-overwrit
 
 from __future__ import annotations
 
-import secrets
+import os
 from pathlib import Path
 
 from macprof.analyse.build import build
@@ -107,5 +107,5 @@ def default_log_path(runs_dir: Path) -> Path:
     host get two names (and were they ever to draw the same, the journal's exclusive creation
     refuses the second)."""
     stamp = utc_now().removesuffix("+00:00").replace("-", "").replace(":", "") + "Z"  # 20261201T045301Z
-    return runs_dir / f"{stamp}-{host_id()}-{secrets.token_hex(3)}.json"
+    return runs_dir / f"{stamp}-{host_id()}-{os.urandom(3).hex()}.json"
 

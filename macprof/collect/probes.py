@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from macprof.collect.system import utc_now
@@ -46,6 +45,8 @@ def llc_bytes() -> int:
 
 
 def _numpy_probe(size_bytes: int, threads: int, reps: int) -> list[float]:
+    from concurrent.futures import ThreadPoolExecutor  # here: every run imports this module, few measure
+
     import numpy as np
 
     n = size_bytes // 8
