@@ -41,8 +41,10 @@ def test_matmul_probes():
 
 
 def test_cli_json(monkeypatch):
-    measure = probes.measure  # the real probe, on buffers of 32 MiB instead of the default sizes
+    # the real probes, small: buffers of 32 MiB instead of the default sizes, a 256x256 matmul
+    measure, flops = probes.measure, probes.measure_flops
     monkeypatch.setattr(probes, "measure", lambda **kw: measure(**{**kw, "sizes_mib": [32]}))
+    monkeypatch.setattr(probes, "measure_flops", lambda **kw: flops(**{**kw, "n": 256}))
     r = CliRunner().invoke(main, ["bandwidth", "--device", "cpu", "--reps", "2", "--json"])
     out = json.loads(r.output)
     assert r.exit_code == 0 and out["best_gbs"] > 0 and out["flops"]["median_tflops"] > 0
