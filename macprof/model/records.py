@@ -32,15 +32,6 @@ class _Absent:
 # Typed as Any so that it can be the default of a field of any type; read back, it is None.
 ABSENT: Any = _Absent()
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
 def _plain(hint: Any) -> Any:
     """``X | None`` -> X (a record field is nullable where the schema says so; the codec reads
     null as None whatever the type)."""
@@ -73,7 +64,7 @@ class Record:
     _absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def __init__(self, **values: Any) -> None:
-        for name, default, factory in _init_spec(type(self)):
+        for name, default, factory in _shape(type(self)).init:
             if name in values:
                 value = values.pop(name)
             elif default is not dataclasses.MISSING:
@@ -175,18 +166,10 @@ class _Shape(NamedTuple):
     names: tuple[str, ...]  # the JSON keys, in field order
     tuples: frozenset[str]  # fields typed as tuples: a list given to them is made a tuple
     fields: tuple[tuple[str, bool, Decoder], ...]  # (name, required, decoder)
+    init: tuple[tuple[str, Any, Any], ...]  # (name, default, default_factory), _absent included: Record.__init__'s
 
 
 _SHAPES: dict[type, _Shape] = {}
-_INIT_SPECS: dict[type, tuple[tuple[str, Any, Any], ...]] = {}
-
-
-def _init_spec(cls: type) -> tuple[tuple[str, Any, Any], ...]:
-    """(name, default, default_factory) of every field, ``_absent`` included: Record.__init__'s."""
-    spec = _INIT_SPECS.get(cls)
-    if spec is None:
-        spec = _INIT_SPECS[cls] = tuple((f.name, f.default, f.default_factory) for f in fields(cls))
-    return spec
 
 
 def _shape(cls: type) -> _Shape:
@@ -197,12 +180,13 @@ def _shape(cls: type) -> _Shape:
 
 
 def _make_shape(cls: type) -> _Shape:
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     keys = record_fields(cls)
     return _Shape(names=tuple(f.name for f in keys),
                   tuples=frozenset(f.name for f in keys if typing.get_origin(_plain(hints[f.name])) is tuple),
                   fields=tuple((f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-                                _decoder(hints[f.name])) for f in keys))
+                                _decoder(hints[f.name])) for f in keys),
+                  init=tuple((f.name, f.default, f.default_factory) for f in fields(cls)))
 
 
 def _decoder(hint: Any) -> Decoder:
