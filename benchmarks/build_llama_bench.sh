@@ -12,7 +12,13 @@ mkdir -p "$work" && cd "$work"
 cd "llama_cpp_python-$version/vendor/llama.cpp"
 native=ON; [ "$(uname -s)" = Linux ] && native=OFF
 target=${LLAMA_TARGET:-llama-bench}
-[ -f build/CMakeCache.txt ] || cmake -B build -DGGML_NATIVE=$native -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+# llama-server is configured in only when asked for (build_llama_server.sh), into the same build
+# folder: without its web UI (no download of prebuilt assets) and without OpenSSL (loopback HTTP only)
+server=OFF; [ "$target" = llama-server ] && server=ON
+if [ ! -f build/CMakeCache.txt ] || { [ $server = ON ] && ! grep -q '^LLAMA_BUILD_SERVER:BOOL=ON' build/CMakeCache.txt; }; then
+  cmake -B build -DGGML_NATIVE=$native -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=$server -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF \
+      -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
 cmake --build build --target "$target" -j"$(getconf _NPROCESSORS_ONLN)" >/dev/null
 echo "$PWD/build/bin/$target"

@@ -45,7 +45,7 @@ def main() -> None:
 @click.option("--depth", "depths", callback=csv_ints,
               help="KV-cache depths: decode after the cache already holds d tokens, e.g. 0,1024,4096.")
 @click.option("--batch", "batches", callback=csv_ints, help="Batch sizes decoded together, e.g. 1,2,4,8.")
-@click.option("--prefix-tokens", type=int, help="Shared prefix length for the prefix phase [448].")
+@click.option("--prefix-tokens", type=int, help="Shared prefix length for the prefix phase [448; unset, 448/512 of the prompt length].")
 @click.option("--reps", type=int, help="Measured requests per phase (per case in a sweep) [5].")
 @click.option("--cold-trials", type=int, help="Fresh-process cold starts per model [3].")
 @click.option("--threads", type=int, help="Engine threads [engine default: physical cores for llama.cpp].")
@@ -313,13 +313,32 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 @click.option("--llama-bench", "llama_bench", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="A llama-bench binary (benchmarks/build_llama_bench.sh): the loop's reference instead of the "
                    "in-process tg loop, and the full path's reference.")
+@click.option("--endpoint", help="A running server: macprof's whole server path against a minimal streaming client "
+                                "on the same prompts (--depth prompt tokens, --gen-tokens, --reps per side and pair).")
+@click.option("--model", "served_model", help="With --endpoint: the model name to request [the first it lists].")
+@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
+              help="With --endpoint or --serve: the server's API.")
+@click.option("--serve", nargs=2, metavar="mlx|llama.cpp|llama-server MODEL",
+              help="Start that server on MODEL (as `macprof run --serve`), then measure it as --endpoint does.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pairs, reps, threads, llama_bench,
-             as_json) -> None:
+             endpoint, served_model, api, serve, as_json) -> None:
     """Benchmark: does macprof slow what it measures? Median of paired ratios against each engine's own loop."""
     import json as _json
 
+    if endpoint or serve:
+        from macprof.cli_serve import server_overhead
+
+        results = server_overhead(endpoint, served_model, api, serve, gen_tokens, depth, pairs, reps, threads, refs,
+                                  progress=lambda s: click.echo(s, err=True))
+        if as_json:
+            click.echo(_json.dumps(results, indent=1))
+        else:
+            from macprof.bench.server import table as server_table
+
+            click.echo(server_table(results))
+        return
     from macprof.bench import fullpath, loop
     from macprof.bench.fullpath import table as bench_table
     from macprof.cli_models import ensure_demo_models, selected_models
@@ -345,9 +364,11 @@ def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pa
 
 
 def _add_model_commands() -> None:
+    from macprof.cli_doctor import doctor
     from macprof.cli_models import models
 
     main.add_command(models)
+    main.add_command(doctor)
 
 
 _add_model_commands()

@@ -1,5 +1,5 @@
 """`macprof run`'s local-server options: a running server (``--endpoint URL --model NAME
---api``), a server macprof starts and stops itself (``--serve mlx|llama.cpp MODEL``,
+--api``), a server macprof starts and stops itself (``--serve mlx|llama.cpp|llama-server MODEL``,
 macprof/run/serve.py), and the concurrency phase's levels and SLOs (``--concurrency``,
 ``--rate``, ``--slo``). Kept apart from cli.py, whose `run` only threads them through.
 Imports stay lazy, as in cli.py: `macprof --help` starts no engine."""
@@ -50,9 +50,9 @@ OPTIONS = (
     click.option("--model", "served_model", help="With --endpoint: the model name to request [the first it lists]."),
     click.option("--api", type=click.Choice(["completions", "chat", "ollama"]),
                  help="With --endpoint: the server's API [completions]."),
-    click.option("--serve", nargs=2, metavar="mlx|llama.cpp MODEL",
-                 help="Start mlx_lm.server or llama-cpp-python's server on MODEL on a free loopback port, measure "
-                      "it, stop it."),
+    click.option("--serve", nargs=2, metavar="mlx|llama.cpp|llama-server MODEL",
+                 help="Start mlx_lm.server, llama-cpp-python's server or llama.cpp's llama-server (from PATH) on "
+                      "MODEL on a free loopback port, measure it, stop it."),
     click.option("--in-process", "in_process", is_flag=True,
                  help="With --serve: also measure the same model in-process, for the server's overhead per token."),
     click.option("--concurrency", callback=csv_ints,
@@ -120,7 +120,7 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
     need = getattr(settings, "prompt_tokens", 512) + getattr(settings, "gen_tokens", 128)
     with serve.serving(kind, path, n_ctx=max(2048, 2 * need), threads=getattr(settings, "threads", None)) as server:
         served = endpoint_spec(server.url, server.model, "completions", settings, file=path, served=server.info,
-                               name=f"{Path(path).stem}@{kind}-server")
+                               name=f"{Path(path).stem}@{kind if kind.endswith('server') else kind + '-server'}")
         yield (served, *(_in_process(ref, kind, settings) if opts.get("in_process") else ()))
 
 
@@ -132,7 +132,8 @@ def _in_process(ref: str, kind: str, settings) -> tuple:
     from macprof.collect import resolve
 
     phases = tuple(p for p in settings.phases if p != "concurrency") or ("warm",)
-    spec = resolve.specs((ref,), kind, replace(settings, phases=phases))[0]
+    engine = "llama.cpp" if kind == "llama-server" else kind  # llama.cpp's own server runs a GGUF, as llama.cpp does
+    spec = resolve.specs((ref,), engine, replace(settings, phases=phases))[0]
     return (replace(spec, name=f"{Path(spec.path).stem}@in-process"),)
 
 
@@ -160,3 +161,33 @@ def _first_model(url: str, api: str) -> str:
     if not names:
         raise MacprofError(f"--endpoint {url}: the server lists no model; name one with --model")
     return names[0]
+
+
+def server_overhead(endpoint: str | None, model: str | None, api: str, serve: tuple | None, gen_tokens: int,
+                    depth: int, pairs: int, reps: int, threads: int | None, refs: tuple, progress) -> list[dict]:
+    """`macprof overhead --endpoint URL` / `--serve KIND MODEL` (macprof/bench/server.py): the
+    server --serve starts lives for the whole benchmark and is stopped however it ends."""
+    from macprof.bench import server as bench
+
+    if endpoint and serve:
+        raise MacprofError("--endpoint and --serve both name a server: give one")
+    if refs:
+        raise MacprofError("overhead --endpoint/--serve measures a server: MODEL arguments apply to the in-process paths")
+    if pairs < 1 or reps < 1:
+        raise MacprofError("overhead: --pairs and --reps must be at least 1")
+    if endpoint:
+        if not endpoint.startswith("http://"):
+            raise MacprofError(f"--endpoint: {endpoint!r} is not an http:// URL of a local server")
+        return bench.measure(endpoint, model or _first_model(endpoint, api), api, None, gen_tokens, depth, pairs, reps,
+                             progress=progress)
+    from macprof.collect import resolve
+    from macprof.run import serve as serving
+
+    kind, ref = serve or ("", "")
+    if kind not in serving.KINDS:
+        raise MacprofError(f"--serve: {kind!r} is not one of {', '.join(serving.KINDS)}")
+    path = resolve.resolve(ref).path
+    with serving.serving(kind, path, n_ctx=max(2048, 2 * (depth + gen_tokens)), threads=threads) as server:
+        return bench.measure(server.url, server.model, api, path, gen_tokens, depth, pairs, reps, served=server.info,
+                             progress=progress)
+

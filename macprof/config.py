@@ -155,6 +155,13 @@ def check_settings(where: str, s: Settings) -> Settings:
     return s
 
 
+def following_prefix(prompt_tokens: int) -> int:
+    """The shared prefix of a prompt this long when no prefix_tokens is set: the defaults' share
+    (448 of 512), at least one token, and one token short of the prompt at most."""
+    share = prompt_tokens * Settings.prefix_tokens // Settings.prompt_tokens
+    return max(1, min(share, prompt_tokens - 1))
+
+
 def merge(base: Settings, *layers: dict) -> Settings:
     values: dict[str, Any] = {"distributed": base.distributed.to_dict()} if base.distributed else {}
     for layer in layers:
@@ -163,7 +170,13 @@ def merge(base: Settings, *layers: dict) -> Settings:
         values.update({k: v for k, v in layer.items() if v is not None})
         if table:
             values["distributed"] = table
-    return replace(base, **values)
+    merged = replace(base, **values)
+    # a prefix no layer sets follows the prompt (--prompt-tokens 128 alone: 112, not the default
+    # 448 that would not fit); one set anywhere stays as set, and check_settings judges it. So
+    # does a base's prefix that is not its prompt's share (a resumed run's recorded settings)
+    if "prefix_tokens" not in values and base.prefix_tokens == following_prefix(base.prompt_tokens):
+        merged = replace(merged, prefix_tokens=following_prefix(merged.prompt_tokens))
+    return merged
 
 
 def resolve_path(raw: str, config_path: Path) -> tuple[Path, str | None]:

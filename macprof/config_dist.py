@@ -11,14 +11,58 @@ the diagnostic pass measured.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from macprof.errors import MacprofError
 
 BACKENDS = ("ring", "jaccl", "jaccl-ring", "mpi")
 PARALLEL = ("tensor", "pipeline")
 KEYS = ("hosts", "backend", "parallel", "link_gbs")
+
+# A host reaches ssh (the preflight's, and mlx.launch's, which puts no "--" before it): only
+# what a host can be is let through, so none can be an option (-oProxyCommand=...) or shell text.
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")  # RFC 1123
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")  # a portable user name (POSIX), no leading "-"
+HOST_FORMS = "a host name, an IPv4 or IPv6 address, or user@ one of those"
+# One rank per host entry: past this, a group is no laptop cluster but a typo (--hosts 70000 built a
+# list of 70,000 and a launch command no OS takes, and the run died with its journal unended).
+MAX_HOSTS = 64
+
+
+def host_refusal(host: object) -> str | None:
+    """Why ``host`` is not a host mlx.launch and ssh may be given, or None."""
+    if not isinstance(host, str):
+        return f"{host!r} is not a host name ({HOST_FORMS})"
+    user, at, name = host.rpartition("@")
+    if at and not _USER.fullmatch(user):
+        return f"{host!r}: {user!r} is not a user name (letters, digits, '_', '.', '-'; not first '-')"
+    if _ip(name) or (len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))):
+        return None
+    return f"{host!r} is not {HOST_FORMS}"
+
+
+def _ip(text: str) -> bool:
+    if "%" in text:  # an IPv6 zone id is free text: never passed on
+        return False
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_hosts(where: str, hosts: Iterable[object]) -> None:
+    """Refuse, in one line naming ``where``, more than MAX_HOSTS hosts, or the first host that is not one."""
+    hosts = list(hosts)
+    if len(hosts) > MAX_HOSTS:
+        raise MacprofError(f"{where}: {len(hosts)} hosts; at most {MAX_HOSTS} (one rank each)")
+    for i, host in enumerate(hosts):
+        refusal = host_refusal(host)
+        if refusal:
+            raise MacprofError(f"{where}[{i}]: {refusal}")
 
 
 @dataclass(frozen=True)
@@ -46,6 +90,8 @@ def partial(where: str, value: Any) -> dict:
             continue
         if key == "hosts" and not (isinstance(v, list) and len(v) >= 2 and all(isinstance(h, str) and h.strip() for h in v)):
             raise MacprofError(f"{where}: distributed.hosts must list two or more hosts (one per rank), not {v!r}")
+        if key == "hosts":
+            check_hosts(f"{where}: distributed.hosts", [h.strip() for h in v])
         if key == "backend" and v not in BACKENDS:
             raise MacprofError(f"{where}: distributed.backend must be one of {', '.join(BACKENDS)}, not {v!r}")
         if key == "parallel" and v not in PARALLEL:
@@ -64,6 +110,7 @@ def finish(where: str, table: dict | None) -> Distributed | None:
     if "hosts" not in table:
         raise MacprofError(f"{where}: distributed needs hosts (--hosts 127.0.0.1,127.0.0.1 or hosts = [...])")
     link = table.get("link_gbs")
+    check_hosts(f"{where}: distributed.hosts", [h.strip() for h in table["hosts"]])  # a journal's settings too
     return Distributed(tuple(h.strip() for h in table["hosts"]), table.get("backend", "ring"),
                        table.get("parallel", "tensor"), float(link) if link is not None else None)
 
@@ -73,7 +120,10 @@ def from_cli(hosts: str | None, backend: str | None, parallel: str | None, link_
     table: dict[str, Any] = {}
     if hosts:
         text = hosts.strip()
+        if text.isdigit() and not (text.isdecimal() and len(text) <= 6 and int(text) <= MAX_HOSTS):  # before a list of N
+            raise MacprofError(f"--hosts {text[:12]}{'...' if len(text) > 12 else ''}: at most {MAX_HOSTS} local ranks")
         table["hosts"] = ["127.0.0.1"] * int(text) if text.isdigit() else [h.strip() for h in text.split(",") if h.strip()]
+        check_hosts("--hosts", table["hosts"])  # the option named, not "command line"
     for key, value in (("backend", backend), ("parallel", parallel), ("link_gbs", link_gbs)):
         if value is not None:
             table[key] = value

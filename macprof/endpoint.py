@@ -19,5 +19,5 @@ class Endpoint:
     served: dict | None = None  # a server macprof started: its command line and version
 
     def job(self, timeout: float) -> dict:
-        return {"url": self.url, "model": self.model, "api": self.api, "timeout": timeout * 0.8,
+        return {"url": self.url, "model": self.model, "api": self.api, "timeout": timeout * 0.8, "timeout_given": timeout,
                 "served": self.served, "file": str(self.file) if self.file else None}

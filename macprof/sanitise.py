@@ -32,3 +32,12 @@ def clean(text) -> str:
 def clean_lines(text) -> str:
     """Text of several lines (a report we built), each line cleaned: the line breaks stay."""
     return "\n".join(clean(line) for line in str(text).split("\n"))
+
+
+# a URL's userinfo (user:secret@): what a URL is given with to reach a server, never what is shown
+_CREDENTIALS = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+
+
+def hide_credentials(text) -> str:
+    """``text`` with every URL's user:password@ removed (`show` of an --endpoint run's log)."""
+    return _CREDENTIALS.sub(r"\1", str(text))

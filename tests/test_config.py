@@ -146,6 +146,31 @@ def test_bad_sweep_options(folder, args, message):
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
+def test_an_unset_prefix_follows_the_prompt(folder):
+    """--prompt-tokens 128 on the default config: the prefix is the defaults' share of it (448 of
+    512), not 448, and that is the value the run log records."""
+    from macprof.model.log import ModelSettings
+
+    s = config.settings_for(None, {"prompt_tokens": 128})
+    assert (s.prompt_tokens, s.prefix_tokens) == (128, 112)
+    assert ModelSettings.from_json(config.settings_dict(s)).prefix_tokens == 112  # what facts.py writes
+    assert config.settings_for(None, {}).prefix_tokens == 448 and config.settings_for(None, {"prompt_tokens": 2}).prefix_tokens == 1
+    p = folder / "models.toml"
+    p.write_text("[settings]\nprompt_tokens = 64\n" + M)
+    assert config.load(p).models[0].settings.prefix_tokens == 56
+    resumed = config.settings_from_dict({"prompt_tokens": 128, "prefix_tokens": 100})  # a journal's settings, set there
+    assert config.merge(resumed, {"prompt_tokens": 128}).prefix_tokens == 100
+
+
+@pytest.mark.parametrize("where", ["command line", "models.toml"])
+def test_a_prefix_set_too_large_is_still_refused(folder, where):
+    p = folder / "models.toml"
+    p.write_text(M + ("prefix_tokens = 448\n" if where == "models.toml" else ""))
+    args = ["--prompt-tokens", "128"] + (["--prefix-tokens", "448"] if where == "command line" else [])
+    result = CliRunner().invoke(main, ["run", "--config", str(p), *args])
+    assert result.exit_code == 2 and "prefix_tokens (448) must be smaller than prompt_tokens (128)" in result.output
+
+
 def test_sweep_settings_from_toml(folder):
     p = folder / "models.toml"
     p.write_text("[settings]\nphases = [\"grid\", \"depth\", \"batch\"]\nprompt_grid = [64, 256]\n"

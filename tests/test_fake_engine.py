@@ -55,7 +55,7 @@ def test_a_gguf_it_cannot_use_is_refused(tmp_path):
     with pytest.raises(MacprofError, match=r"llama\.gguf: not a fake-engine model \(no macprof-fake\.vocab_size"):
         _engine(path)
     (tmp_path / "notes.gguf").write_text("not a model\n")
-    with pytest.raises(MacprofError, match=r"notes\.gguf: not a GGUF file \(magic b.not ., expected b.GGUF.\)"):
+    with pytest.raises(MacprofError, match=r"notes\.gguf: not a GGUF file \(it does not begin with the GGUF magic\)"):
         _engine(tmp_path / "notes.gguf")
 
 

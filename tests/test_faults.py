@@ -69,7 +69,7 @@ def make_case(name, fake_dir, tmp):
 CASES = [
     ("gguf truncated in header", "model.gguf: GGUF header: a key/value count of"),
     ("gguf truncated in tensor data", "model.gguf: GGUF tensor data: tensor"),
-    ("gguf wrong magic", "model.gguf: not a GGUF file (magic b'GGUX'"),
+    ("gguf wrong magic", "model.gguf: not a GGUF file (it does not begin with the GGUF magic)"),
     ("gguf unsupported version", "model.gguf: unsupported GGUF version 99"),
     ("gguf zero bytes", "model.gguf: empty file (0 bytes)"),
     ("gguf that is a text file", "not a GGUF file"),
@@ -292,3 +292,20 @@ def test_log_with_path_tricks_writes_nothing_else(tmp_path):
         assert CliRunner().invoke(main, args).exit_code == 0, args
     after = sorted(p for p in tmp_path.rglob("*"))
     assert sorted(set(after) - set(before)) == [work / "c.png", work / "out.json"]
+
+
+def test_the_event_pump_cuts_lines_linearly_and_passes_over_one_too_long():
+    """A worker's stdout: lines split across reads are joined, a line past the cap is dropped
+    whole (counted) and the next line is read as usual; a 200 MB line is not quadratic (it was:
+    ``buf += chunk`` and a search from the start on every read)."""
+    from macprof.run.watch import Lines
+
+    lines = Lines(limit=10)
+    assert lines.feed(b'{"a"') == [] and lines.feed(b':1}\n{"b":2}\nxx') == [b'{"a":1}', b'{"b":2}']
+    assert lines.feed(b"x" * 20) == [] and lines.feed(b"yy\nok\n") == [b"ok"] and lines.dropped == 1
+    assert lines.feed(b"0123456789A\nfine\n") == [b"fine"] and lines.dropped == 2  # too long within one read
+    big = Lines()
+    chunk = b"z" * (1 << 16)
+    for _ in range((200 << 20) // len(chunk)):  # 200 MB of one line, in the worker pipe's 64 KiB reads
+        assert big.feed(chunk) == []
+    assert big.feed(b"\n" + b'{"event":"done"}\n') == [b'{"event":"done"}'] and big.dropped == 1

@@ -14,7 +14,8 @@ def read(name):
 
 
 @pytest.mark.parametrize("fixture,chip,memory,perf,eff", [
-    ("m5.sysctl.txt", "M5", 24 * 2**30, 4, 6),
+    ("m5.sysctl.txt", "M5", 24 * 2**30, 0, 6),  # its 4 fast cores are Super ones, not Performance
+    ("m5-max-18cpu.sysctl.assembled.txt", "M5 Max", None, 12, 0),  # 6 Super + 12 Performance
     ("m3-max-30c.sysctl.txt", "M3 Max", 36 * 2**30, 10, 4),
     ("m4-max-40c.sysctl.txt", "M4 Max", 64 * 2**30, 12, 4),
     ("m2.sysctl.txt", "M2", 16 * 2**30, 4, 4),
@@ -28,6 +29,40 @@ def test_sysctl(fixture, chip, memory, perf, eff):
 def test_m5_super_cores_are_named():
     levels = chips.parse_sysctl(read("m5.sysctl.txt"))["core_levels"]
     assert levels == [{"name": "Super", "cores": 4}, {"name": "Efficiency", "cores": 6}]
+
+
+@pytest.mark.parametrize("fixture,kinds", [
+    ("m5-max-18cpu.sysctl.assembled.txt", {"Super": 6, "Performance": 12}),
+    ("m5.sysctl.txt", {"Super": 4, "Efficiency": 6}),
+    ("m4-max-40c.sysctl.txt", {"Performance": 12, "Efficiency": 4}),
+    ("m1-pro-8cpu.sysctl.txt", {"Performance": 6, "Efficiency": 2}),  # Monterey names no level
+])
+def test_cores_by_kind_in_macos_own_names(fixture, kinds):
+    from macprof.collect.system import parse_sysctl
+
+    info = chips.parse_sysctl(read(fixture))
+    assert list(info["cores_by_kind"].items()) == list(kinds.items())  # the fastest level first
+    assert sum(info["cores_by_kind"].values()) == int(parse_sysctl(read(fixture))["hw.physicalcpu"])
+    assert chips.parse_sysctl(read("m1-bigsur.sysctl.txt"))["cores_by_kind"] is None  # no perflevel keys
+
+
+def test_the_assembled_m5_max_layout_agrees_with_the_recorded_ioreg():
+    """The M5 Max sysctl fixture is assembled (SOURCES.md); ioreg recorded on an M5 Max gives its
+    two core counts as little-endian blobs: p-core-count 6, m-core-count 12."""
+    import re
+
+    blobs = dict(re.findall(r'"([pm])-core-count" = <([0-9a-f]+)>', read("m5-max-40c.ioreg_core_count.txt")))
+    p, m = (int.from_bytes(bytes.fromhex(blobs[k]), "little") for k in "pm")
+    assert chips.parse_sysctl(read("m5-max-18cpu.sysctl.assembled.txt"))["cores_by_kind"] == {"Super": p, "Performance": m}
+
+
+def test_cores_by_kind_is_written_only_where_collected():
+    from macprof.model.log import Machine
+
+    info = chips.parse_sysctl(read("m5-max-18cpu.sysctl.assembled.txt"))
+    mac = Machine.from_json({k: info[k] for k in ("chip", "cores_performance", "cores_efficiency", "cores_by_kind", "core_levels")})
+    assert mac.to_json()["cores_by_kind"] == {"Super": 6, "Performance": 12}
+    assert "cores_by_kind" not in Machine.from_json({"os": "Linux"}).to_json()  # Linux, and logs before it
 
 
 def test_big_sur_m1_has_no_chip_name():

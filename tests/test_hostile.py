@@ -77,8 +77,10 @@ def test_share_leaks_nothing_and_redacts_only_whole_tokens(tmp_path, monkeypatch
         assert not user_word.search(words) and not host_word.search(words) and home + "/" not in text, text
     first = shared["models"][0]
     assert first["identity"]["name"] == "<user>-finetune" and first["identity"]["path"] is None
-    other = "<home>" if home.startswith(("/Users/", "/home/")) else f"{home}ine"  # any home goes; /data/M4ine is not one
-    assert first["failures"][0]["reason"] == (f"<path of <user>-finetune>: boom in <home>/.cache/x on <host> "
+    # a path keeps its file name; its folders go, and say whether they were a home: any user's
+    # home is one, /data/M4ine is not (the home /data/M4 is a prefix of it, not its folder)
+    other = "<home>" if home.startswith(("/Users/", "/home/")) else "<path>"
+    assert first["failures"][0]["reason"] == (f"<path of <user>-finetune>: boom in <path>/x on <host> "
                                               f"(see {other}/notes and <home>/)")
     assert "model path of <user>-finetune" in shared["redacted"]["removed"]
     assert "  removed: model path of <user>-finetune" in r.output
@@ -221,5 +223,99 @@ def test_share_leaves_a_host_name_that_is_a_common_word_in_macprofs_own_messages
     out, _ = redact(log, [("/home/max", "<home>"), ("max", "<user>"), ("vm", "<host>")])
     unavailable = out["models"][0]["phases"]["warm"]["telemetry"]["unavailable"]
     assert unavailable["power_source"].endswith("(a desktop or a VM reports none)")
-    assert unavailable["power"] == "cannot load <home>/lib/libmacmon.dylib"
+    assert unavailable["power"] == "cannot load <path>/libmacmon.dylib"  # its folders in the home go
     assert out["machine"]["hostname_note"] == "ran on <host>"
+
+
+# -- logs and journals that cannot be read, and what would make one (issue #23, rows 9 and 14) --
+def _one_line_exit_2(r, *words):
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and "Traceback" not in r.output and "internal error" not in r.output, r.output
+    assert all(w in r.output for w in words), r.output
+
+
+def test_a_log_nested_past_the_limit_is_refused_in_one_line(tmp_path):
+    """`share` of a log nested 600 deep died in a RecursionError (exit 1); a log or a journal
+    line nested past MAX_DEPTH is refused on load, in one line, by every command."""
+    from macprof.model.records import MAX_DEPTH
+
+    log = json.loads(A.read_text())
+    deep = {}
+    node = deep
+    for _ in range(600):
+        node["a"] = {}
+        node = node["a"]
+    log["models"][0]["engine_versions"]["deep"] = deep
+    (tmp_path / "deep.json").write_text(json.dumps(log))
+    for cmd in (["share"], ["show"], ["compare"], ["plot", "-o", tmp_path / "x.svg"]):
+        _one_line_exit_2(run(cmd[0], tmp_path / "deep.json", *cmd[1:]), f"nested more than {MAX_DEPTH} deep")
+    journal = LOGS / "incomplete.journal.jsonl"
+    lines = journal.read_text().splitlines()
+    lines[3] = lines[3][:-1] + ', "deep": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    (tmp_path / "deep.journal.jsonl").write_text("\n".join(lines) + "\n")
+    _one_line_exit_2(run("show", tmp_path / "deep.journal.jsonl"), "line 4", "nested more than")
+
+
+def test_an_integer_past_64_bits_is_refused_in_one_line(tmp_path):
+    """`plot` of a log holding 10^300 died in an OverflowError (matplotlib's C long); no figure
+    needs more than 64 bits, and such a log is refused on load."""
+    log = json.loads(A.read_text())
+    log["models"][0]["phases"]["warm"]["summary"]["decode_tok_s"]["median"] = 10 ** 300
+    (tmp_path / "huge.json").write_text(json.dumps(log))
+    for cmd in (["plot", "-o", tmp_path / "x.png"], ["show"], ["compare"], ["share"]):
+        _one_line_exit_2(run(cmd[0], tmp_path / "huge.json", *cmd[1:]),
+                         "/models/0/phases/warm/summary/decode_tok_s/median: an integer of 997 bits")
+
+
+def test_wrong_typed_journal_fields_are_one_line_naming_the_event_and_field(tmp_path):
+    """`show JOURNAL` of a journal with a field of the wrong type (a list for a timestamp, a
+    string for a count) raised TypeError from the arithmetic (exit 1); every field of every
+    event, given each wrong type in turn, is read or refused in one line naming both."""
+    from macprof.errors import MacprofError
+    from macprof.render.show import render_show
+
+    lines = (LOGS / "incomplete.journal.jsonl").read_text().splitlines()
+    tried, refused = 0, 0
+    for i, line in enumerate(lines):
+        event = json.loads(line)
+        for key in [k for k in event if k != "event"]:
+            for wrong in ("x", 1.5, [], {}, True, [["x"]]):
+                if type(wrong) is type(event[key]):
+                    continue
+                tried += 1
+                path = tmp_path / f"f{tried}.journal.jsonl"
+                path.write_text("\n".join([*lines[:i], json.dumps({**event, key: wrong}), *lines[i + 1:]]) + "\n")
+                try:
+                    render_show(runlog.load(path), "text")
+                except MacprofError as exc:
+                    refused += 1
+                    assert f"line {i + 1}: {event['event']} event" in str(exc) and key in str(exc), str(exc)
+                path.unlink()
+    assert tried > 3000 and refused > 1000, (tried, refused)
+
+
+def test_hosts_past_the_cap_are_refused_before_anything_is_written(tmp_path, fake_dir):
+    """`--hosts 70000` built 70,000 ranks and left a journal with no end and no log."""
+    from macprof.config_dist import MAX_HOSTS, from_cli
+    from macprof.errors import MacprofError
+
+    assert len(from_cli(str(MAX_HOSTS), None, None, None)["hosts"]) == MAX_HOSTS
+    for hosts in (str(MAX_HOSTS + 1), "70000", "9" * 5000, ",".join(["10.0.0.1"] * (MAX_HOSTS + 1))):
+        with pytest.raises(MacprofError, match=f"at most {MAX_HOSTS}"):
+            from_cli(hosts, None, None, None)
+    r = run("run", fake_dir / "fake-b.gguf", "--engine", "fake", "--hosts", "70000", "--log", tmp_path / "r.json")
+    _one_line_exit_2(r, "--hosts 70000: at most")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_runs_path_that_is_a_file_says_so(tmp_path, fake_dir):
+    """"(File exists)" said nothing of what was in the way."""
+    from macprof.errors import MacprofError
+    from macprof.model.log import RunLog
+    from macprof.store.runlog import save
+
+    (tmp_path / "runs").write_text("notes\n")
+    r = run("run", fake_dir / "fake-b.gguf", "--engine", "fake", "--log", tmp_path / "runs" / "x.json")
+    _one_line_exit_2(r, f"{tmp_path / 'runs'} is a regular file, not a folder")
+    with pytest.raises(MacprofError, match="runs is a regular file, not a folder"):
+        save(RunLog(), tmp_path / "runs" / "sub" / "x.json")

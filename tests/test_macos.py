@@ -72,6 +72,31 @@ def test_gpu_working_set_sources():
     assert macos.gpu_working_set(lambda code: None)[0] is None
 
 
+def _ggml_backend_header() -> Path | None:
+    import sysconfig
+
+    import llama_cpp
+
+    places = [Path(sysconfig.get_paths()["purelib"]) / "include", Path(llama_cpp.__file__).parent.parent / "include"]
+    return next((d / "ggml-backend.h" for d in places if (d / "ggml-backend.h").is_file()), None)
+
+
+def test_ggml_device_types_are_the_installed_headers():
+    """macprof's names for ggml_backend_dev_type, against the enum in the ggml-backend.h that
+    llama-cpp-python installs beside itself (its wheel built from source does)."""
+    import re
+
+    header = _ggml_backend_header()
+    if header is None:
+        pytest.skip("this llama-cpp-python installed no ggml-backend.h")
+    body = re.search(r"enum ggml_backend_dev_type\s*\{(.*?)\}", header.read_text(), re.S).group(1)
+    body = re.sub(r"//[^\n]*", "", body)
+    names = re.findall(r"GGML_BACKEND_DEVICE_TYPE_(\w+)\s*(?:=\s*(\d+))?", body)
+    assert all(not value or int(value) == i for i, (_, value) in enumerate(names))  # in order, from 0
+    assert macos.GGML_DEVICE_TYPES == tuple(name for name, _ in names)
+    assert macos.GGML_DEVICE_TYPES[macos.GGML_DEVICE_GPU] == "GPU"
+
+
 def test_gpu_working_set_query_runs_on_linux():
     """The llama.cpp query is real code: on this CPU-only build it finds no GPU."""
     out = macos._python(macos._GGML_QUERY)
@@ -131,11 +156,19 @@ def test_parent_adds_the_phase_footprint_peak_and_the_log_keeps_it():
     assert (memory.footprint_start_bytes, memory.footprint_end_bytes, memory.peak_footprint_bytes) == (100, 120, 400)
     linux = _phase_memory([ev.PhaseStart(phase="warm", rss_bytes=1), ev.PhaseEnd(phase="warm", rss_bytes=1)], "warm")
     assert "peak_footprint_bytes" not in linux.to_json()  # other OSes' logs keep their layout
+    # a server macprof started holds the model: the parent samples the server's footprint, and
+    # the worker's own figures (the client's, its lifetime maximum 9 GB) must not become its peak
+    served = _State(timeout=10, own_peak=False)
+    served.on_event(ev.PhaseStart(phase="warm", rss_bytes=1, footprint_bytes=100, footprint_max_bytes=150))
+    served.footprint_peak, served.footprint_samples = 3_000, 4
+    end = served.on_event(ev.PhaseEnd(phase="warm", rss_bytes=1, footprint_bytes=120, footprint_max_bytes=9_000))
+    assert (end.peak_footprint_bytes, end.footprint_samples) == (3_000, 4)
 
 
 # -- llama.cpp: threads, synchronize, load facts ---------------------------------------------
 @pytest.mark.parametrize("fixture, cores", [("m1-pro-8cpu.sysctl.txt", 6), ("m5.sysctl.txt", 4),
-                                            ("m4-pro-12cpu.sysctl.partial.txt", 8)])
+                                            ("m4-pro-12cpu.sysctl.partial.txt", 8),
+                                            ("m5-max-18cpu.sysctl.assembled.txt", 6)])  # the Super cores, perflevel0
 def test_llama_threads_are_the_performance_cores_on_macos(fixture, cores):
     from macprof.engines.llama_cpp_facts import default_threads
 
@@ -174,6 +207,9 @@ def test_llama_load_facts(monkeypatch):
     assert facts["flash_attn"] == "auto" and facts["devices"] == metal
     cpu = adapter.load_facts(None, mparams, cparams, devices=[{"name": "CPU", "type": 0, "total_bytes": 1}])
     assert cpu["offloaded_layers"] == 0 and not cpu["gpu_offload"]
+    blas = [{"name": "CPU", "type": 0, "total_bytes": 1}, {"name": "BLAS", "type": macos.GGML_DEVICE_TYPES.index("ACCEL"),
+                                                          "total_bytes": 1}]
+    assert not adapter.load_facts(None, mparams, cparams, devices=blas)["gpu_offload"]  # an accelerator is no GPU
     now = types.SimpleNamespace(n_gpu_layers=10, load_mode=adapter.lc.LLAMA_LOAD_MODE_MMAP)  # llama.cpp with load_mode
     facts = adapter.load_facts(None, now, cparams, devices=metal)
     assert facts["load_mode"] == adapter.lc.llama_load_mode_name(1).decode() and facts["offloaded_layers"] == 10
@@ -202,18 +238,33 @@ def test_mlx_wires_the_recommended_working_set():
 def test_mlx_batch_api_is_detected():
     from macprof.engines.mlx import batch_api_missing
 
-    class New:
-        def __init__(self, model, *, max_tokens=128, stream=None): ...
+    class New:  # mlx-lm 0.31.3's BatchGenerator, as far as the batch sweep uses it
+        def __init__(self, model, *, max_tokens=128, stop_tokens=None, sampler=None, logits_processors=None,
+                     completion_batch_size=32, prefill_batch_size=8, prefill_step_size=2048, stream=None): ...
+
+        def insert(self, prompts, max_tokens=None): ...
 
         def next_generated(self): ...
 
-    class Old:  # mlx-lm 0.31.2: next_generated() but no stream=
-        def __init__(self, model, max_tokens=128): ...
+        def close(self): ...
 
-        def next_generated(self): ...
+    class Old(New):  # mlx-lm 0.31.2: next_generated() but no stream=
+        def __init__(self, model, *, max_tokens=128, stop_tokens=None, sampler=None,
+                     completion_batch_size=32, prefill_batch_size=8, prefill_step_size=2048): ...
 
-    assert batch_api_missing(New) is None
+    class NoStep(New):  # stream= and next_generated(), but a keyword the call passes is gone
+        def __init__(self, model, *, max_tokens=128, stop_tokens=None, sampler=None, stream=None): ...
+
+    class Anything(New):
+        def __init__(self, model, **kwargs): ...
+
+    assert batch_api_missing(New) is None and batch_api_missing(Anything) is None
     assert "batch unsupported" in batch_api_missing(Old) and "0.31.3" in batch_api_missing(Old)
+    assert "stream=" in batch_api_missing(Old)
+    why = batch_api_missing(NoStep)
+    assert why and "completion_batch_size=" in why and "prefill_step_size=" in why and "stream=" not in why
+    NoClose = type("NoClose", (), {"__init__": New.__init__, "insert": New.insert, "next_generated": New.next_generated})
+    assert "close()" in batch_api_missing(NoClose)
     from mlx_lm.generate import BatchGenerator
 
     assert batch_api_missing(BatchGenerator) is None  # the installed mlx-lm
@@ -239,3 +290,4 @@ def test_stream_check_builds_without_openmp_on_macos():
     assert "-fopenmp" in mod.compile_command("cc", "s.c", "s", platform="linux")
     assert mod.stream_threads(8, "darwin") == 1 and mod.stream_threads(8, "linux") == 8
     assert "#ifdef _OPENMP" in mod.STREAM_C
+

@@ -112,7 +112,7 @@ def test_a_misshapen_log_is_one_clear_error(tmp_path):
 
     data = json.loads((LOGS / "tiny-a.json").read_text())
     data["models"][0]["phases"]["warm"]["requests"][1] = ["not", "a", "request"]
-    with pytest.raises(MacprofError, match="models/0/phases/warm/requests/1: expected an object, found list"):
+    with pytest.raises(MacprofError, match="models/0/phases/warm/requests/1: expected an object, found an array"):
         RunLog.from_json(runlog.migrate(data), "x.json")
     with pytest.raises(MacprofError, match=r"line 3: .*no 't_spawn'"):
         p = tmp_path / "bad.journal.jsonl"

@@ -4,6 +4,11 @@ failures), the compare gate; and on the tiny demo models with both real engines 
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +16,7 @@ import pytest
 from macprof.analyse import compare as cmp
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
+from macprof.run import qualitytext
 from macprof.run.phases.quality import chunked_ids
 from macprof.store import runlog
 from tests.conftest import cli
@@ -193,3 +199,67 @@ def test_a_quality_only_run_measured_something(fake_dir, tmp_path):
                     "--quality-ctx", "64", "--quality-tokens", "64", "--log", str(tmp_path / "o.json"))
     assert proc.returncode == 0, proc.stderr
     assert "Quality (against the reference)" in proc.stdout
+
+
+# -- files read back are checked; texts are bounded (issue: nothing lost, second round) -----------
+def _interrupted_after_the_reference_stored(fake_dir, tmp_path):
+    """A run stopped (SIGTERM) while fake-b scores, fake-a the reference having stored its
+    log-probabilities: the journal and the store a --resume finds."""
+    journal = tmp_path / "r.journal.jsonl"
+    fault = json.dumps({"model": "fake-b", "kind": "hang", "phase": "quality", "after_requests": 0})
+    args = ["run", "--config", str(fake_dir / "models.toml"), "--phases", "quality", "--quality-ctx", "64",
+            "--quality-tokens", "256", "--reference", "fake-a", "--log", str(tmp_path / "r.json")]
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "MACPROF_TEST_FAULT": fault})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (journal.exists() and '"model":"fake-b"' in journal.read_text()
+                                               and '"event":"quality_chunk"' in journal.read_text().split('"quality_stored"')[-1]):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    store = next(tmp_path.glob("r.journal.jsonl.quality-fake-a.npy"))
+    return journal, store, args[:-2]  # a resume repeats the run's options, less --log
+
+
+@pytest.mark.parametrize("tamper", ["rows", "fifo"])
+def test_a_reference_store_changed_on_disk_is_scored_again_with_the_reason(fake_dir, tmp_path, tamper):
+    journal, store, args = _interrupted_after_the_reference_stored(fake_dir, tmp_path)
+    if tamper == "rows":  # the same shape, other rows: once a KLD of 6,957 and exit 0
+        data = bytearray(store.read_bytes())
+        data[-4096:] = os.urandom(4096)
+        store.write_bytes(bytes(data))
+    else:  # a FIFO in its place: once a worker blocked until its 600 s load timeout
+        store.unlink()
+        os.mkfifo(store)
+    t0 = time.monotonic()
+    proc = _macprof(*args, "--resume", str(journal))
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 60
+    by = {m.identity.name: m.phases.quality for m in runlog.load(tmp_path / "r.json").models}
+    why = by["fake-a"].rescore_reason
+    assert why and ("changed on disk" in why if tamper == "rows" else "not a regular file (a FIFO)" in why), why
+    assert by["fake-b"].kld.mean == pytest.approx(0, abs=1e-4) and by["fake-b"].same_top == 1.0  # held to true rows
+    assert "rescore_reason" not in runlog.load(tmp_path / "r.json").models[1].phases.quality.to_json()
+
+
+def test_a_text_that_is_no_regular_file_is_refused_at_once(fake_dir, tmp_path):
+    fifo = tmp_path / "notes.txt"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as fh:
+        fh.truncate(qualitytext.MAX_TEXT_BYTES + 1)
+    common = ["run", "--config", str(fake_dir / "models.toml"), "--phases", "quality", "--quality-ctx", "64",
+              "--quality-tokens", "128"]
+    for path, says in ((fifo, "not a regular file (a FIFO)"), ("/dev/zero", "not a regular file (a character device)"),
+                       (big, "more than the 16777216 it may have")):
+        t0 = time.monotonic()
+        proc = _macprof(*common, "--text", str(path), "--log", str(tmp_path / "t.json"))
+        assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        assert time.monotonic() - t0 < 30
+
+
+def test_only_the_start_of_a_long_text_is_tokenized():
+    text = " ".join(f"w{i}" for i in range(200_000))  # 1.3 MB
+    part = qualitytext.head(text, 256)
+    assert len(part) <= qualitytext.CHARS_PER_TOKEN * 256 + 4096 and text.startswith(part) and text[len(part)] == " "
+    assert qualitytext.head("short text", 256) == "short text"

@@ -138,6 +138,31 @@ def test_memory_is_recorded(e2e_log):
         assert kv["measured_bytes"] > 0
 
 
+def test_how_the_weights_are_held_is_recorded_with_their_resident_bytes(e2e_log):
+    """llama.cpp (and the fake engine, which does as it does) map the model file: each phase
+    records it with the file's resident bytes, which a macOS footprint leaves out and the
+    headline adds there; MLX copies its weights (nothing mapped to add)."""
+    data = json.loads(e2e_log[0].read_text())
+    for m in data["models"]:
+        mem = m["phases"]["warm"]["memory"]
+        held = "copied" if m["identity"]["engine"] == "mlx" else "mapped"
+        assert mem["weights_held"] == held
+        if held == "mapped":  # loaded and decoded: every page of the file is resident
+            assert mem["mapped_resident_bytes"] == m["identity"]["total_bytes"]
+        else:
+            assert "mapped_resident_bytes" not in mem
+        # Linux: the headline is RSS, which counts the mapped pages the process touched already
+        head = summary(e2e_log[0])[m["identity"]["name"]]
+        assert head["memory_figure"] == "RSS" and head["memory_weights"] == "counted"
+
+
+def summary(path):
+    from macprof.render.summary import summary_rows
+    from macprof.store import runlog
+
+    return {r["model"]: r for r in summary_rows(runlog.load(path))}
+
+
 @real_engines
 def test_mlx_memory_is_recorded(e2e_log):
     data = json.loads(e2e_log[0].read_text())

@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -355,3 +356,84 @@ def test_share_removes_a_reference_that_is_a_path():
     shared, removed = share.redact(log, identifiers=[])
     assert shared["models"][0]["identity"]["source"] == {"ref": "<path of x>", "store": "path", "path": None}
     assert "model path of x" in removed
+
+
+# -- hostile stores (issue #23, rows 9, 13 and 14) -------------------------------------------------
+def test_one_bad_ollama_manifest_is_one_line_and_the_others_are_listed(built, env):
+    """A manifest nested 100,000 deep raised RecursionError out of `macprof models`; one broken
+    manifest is now its own row, saying why, and every other model is still listed."""
+    bad = built["ollama"] / "manifests" / "registry.ollama.ai" / "library" / "nested" / "latest"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MacprofError, match="not an Ollama manifest .JSON nested too deep."):
+        resolve.resolve("ollama:nested")
+    entries = {e.ref: e for e in stores.discover()}
+    assert entries["ollama:nested:latest"].problem.endswith("not an Ollama manifest (JSON nested too deep)")
+    assert "ollama:qwen3:8b" in entries and entries["ollama:qwen3:8b"].problem is None
+    out = macprof("models", env=env)
+    assert "org/tiny-GGUF:Q4_K_M" in out.stdout and "ollama:someone/tiny:latest" in out.stdout
+    assert out.stdout.count("JSON nested too deep") == 1 and out.stderr == ""
+    rows = {r["ref"]: r for r in json.loads(macprof("models", "--format", "json", env=env).stdout)["rows"]}
+    assert rows["ollama:nested:latest"]["file_bytes"] is None and "nested too deep" in rows["ollama:nested:latest"]["note"]
+
+
+def _count_reads(monkeypatch) -> list:
+    """Every directory listed from now on (os.scandir and os.listdir: Path.iterdir's)."""
+    read: list = []
+    for name in ("scandir", "listdir"):
+        real = getattr(os, name)
+
+        def counted(path=".", _real=real):
+            read.append(path)
+            return _real(path)
+        monkeypatch.setattr(os, name, counted)
+    return read
+
+
+def test_a_folder_linked_to_itself_is_read_once(tmp_path, fake_dir, monkeypatch):
+    """Six links to "." made FOLDER_DEPTH levels of 6 ways each: 6^7 directory visits (13 s);
+    each directory is read once now, however many links lead to it."""
+    folder = tmp_path / "loops"
+    folder.mkdir()
+    shutil.copy(fake_dir / "fake-b.gguf", folder / "m.gguf")
+    for i in range(6):
+        (folder / f"link{i}").symlink_to(".")
+    read = _count_reads(monkeypatch)
+    entries = stores.folder_entries(folder)
+    assert [e.path for e in entries] == [folder / "m.gguf"]
+    assert len(read) <= 2, len(read)  # the folder, and nothing it links back to
+
+
+def test_an_lm_studio_entry_linked_to_usr_is_not_walked_whole(env, tmp_path, monkeypatch):
+    """A repo folder linked to /usr was walked entry by entry (all of it): the walk of a repo
+    stops REPO_DEPTH levels down and after WALK_ENTRIES entries."""
+    big = tmp_path / "big"
+    for i in range(30):
+        (big / f"d{i}" / "a" / "b" / "c" / "e").mkdir(parents=True)
+        (big / f"d{i}" / "f.txt").write_text("x")
+    lms = Path(env["HOME"]) / ".lmstudio" / "models" / "pub"
+    lms.mkdir(parents=True)
+    (lms / "usr").symlink_to("/usr")
+    (lms / "big").symlink_to(big)
+    monkeypatch.setattr(stores, "WALK_ENTRIES", 50)
+    read = _count_reads(monkeypatch)
+    assert stores.lmstudio_entries(lms.parent) == []
+    assert len(read) <= 2 * 50 + 2, len(read)  # at most WALK_ENTRIES entries per repo, each listing >= 1
+    assert len(stores.repo_files(big)) < 30  # the walk stopped at its bound
+    monkeypatch.setattr(stores, "WALK_ENTRIES", 10_000)
+    assert len(stores.repo_files(big)) == 30 and all(f.count("/") == 1 for f in stores.repo_files(big))
+    assert not any(f.startswith("d0/a/b/c/e") for f in stores.repo_files(big, depth=2))
+
+
+def test_a_snapshot_linked_to_a_private_file_names_the_link_never_its_bytes(built, env, tmp_path):
+    """A hub snapshot's GGUF linked to /etc/passwd: the message printed the target's first bytes
+    (b'root'); it says what the file is instead."""
+    private = tmp_path / "private.txt"
+    private.write_text("root:x:0:0:secret\n")
+    snapshot = hub_repo(built["hub"], "org/linked-GGUF", {"linked-Q4_0.gguf": built["a"]})
+    (snapshot / "linked-Q4_0.gguf").unlink()
+    (snapshot / "linked-Q4_0.gguf").symlink_to(private)
+    proc = macprof("inspect", "org/linked-GGUF", env=env, check=False)
+    line = one_line(proc.stderr)
+    assert proc.returncode == 2 and f"(a symlink to {private})" in line and "not a GGUF file" in line
+    assert "root" not in line.replace(str(tmp_path), "")

@@ -270,6 +270,9 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
                                 footprint_end_bytes=end.footprint_bytes if end else None,
                                 peak_footprint_bytes=end.peak_footprint_bytes if end else None,
                                 footprint_samples=end.footprint_samples if end else None)
+    if end and end.has("weights_held"):
+        memory = memory.replace(weights_held=end.weights_held, **({"mapped_resident_bytes": end.mapped_resident_bytes}
+                                                                   if end.has("mapped_resident_bytes") else {}))
     return memory
 
 

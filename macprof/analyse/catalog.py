@@ -64,6 +64,9 @@ def row(e: Entry, bw: dict, available: int, total: int, gpu: tuple[int | None, s
                  "path": str(e.path), "quant": None, "n_params": None, "file_bytes": None,
                  "weight_bytes_per_token": None, "ceiling_published_tok_s": None, "ceiling_measured_tok_s": None,
                  "fits": None, "note": None}
+    if e.problem:  # a store's entry that names no readable model (a broken manifest): its row says why
+        out["note"] = e.problem
+        return out
     try:
         info = modelinfo.inspect(e.path)
         for key, gbs in (("ceiling_published_tok_s", bw["published_gbs"]), ("ceiling_measured_tok_s", bw["measured_gbs"])):

@@ -16,7 +16,7 @@ from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
 from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_interval, min_reps, verdict
 from macprof.measure import stats
-from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_figures
+from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_family, memory_figures
 from macprof.analyse.quality import quality_figures
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Sweep, SweepCase, WarmPhase
@@ -59,7 +59,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 continue
             head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=found.summary.ttft_s.median,
                         decode_tok_s=found.summary.decode_tok_s.median, efficiency=measured_efficiency(found.roofline),
-                        **memory_figures([sweep.memory] if sweep.memory else []))
+                        **memory_figures([sweep.memory] if sweep.memory else [], m.identity.engine))
             head.update(energy_figures(sweep.telemetry), **_case_energy(found))
             block, lengths, states = found, (found.prompt_tokens, found.gen_tokens), thermal_state_of(sweep)
         ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
@@ -70,6 +70,8 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                         "ttft": [r.ttft_s for r in ok if r.ttft_s is not None]},
             "conditions": {
                 "lengths": lengths,
+                # what the requests really had (a server's prompts may not be the asked length)
+                "measured_lengths": measured_lengths(ok),
                 "machine": machine.host_id or (machine.cpu_model, machine.chip),
                 "engine_version": _engine_version(m, log.software),
                 "power_source": machine.power_source,
@@ -77,7 +79,9 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 # over time, from the phase's telemetry (absent from older logs: None on both sides)
                 "thermal_pressure": head["thermal_pressure"],
                 "phase_power_source": head["phase_power_source"],
-                "memory_figure": head["memory_figure"],
+                "memory_figure": memory_family(head["memory_figure"]),
+                # a footprint that missed mapped weights against one that counts its weights
+                "memory_weights": head["memory_weights"],
                 # NSProcessInfo's at the phase's boundaries (macOS; absent from older logs)
                 "phase_thermal_state": states,
             },
@@ -85,15 +89,24 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
     return rows
 
 
-_FLAG_NAMES = {"lengths": "prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
+def measured_lengths(requests) -> tuple:
+    """(prompt tokens, generated tokens) of the requests, each a (min, max) range; 0 where the
+    server counted none (a server's prompts in words: then nothing says they match the other side)."""
+    prompts = [r.prompt_tokens or 0 for r in requests]
+    gens = [r.server.completion_tokens or 0 if r.has("server") and r.server else r.n_tokens for r in requests]
+    return tuple((min(v), max(v)) if v else None for v in (prompts, gens))
+
+
+_FLAG_NAMES = {"lengths": "prompt/gen lengths", "measured_lengths": "measured prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
                "power_source": "power source", "thermal_state": "thermal state",
                "thermal_pressure": "thermal pressure during the phase", "phase_power_source": "power source during the phase",
-               "memory_figure": "memory: footprint vs RSS", "phase_thermal_state": "thermal state during the phase"}
+               "memory_figure": "memory: footprint vs RSS", "phase_thermal_state": "thermal state during the phase",
+               "memory_weights": "memory: the weights counted on one side only (mapped weights outside a footprint)"}
 
 
 # flagged only when both sides know them: a log from before telemetry, or an OS that reads
 # neither, says nothing about them
-_KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase_thermal_state")
+_KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase_thermal_state", "memory_weights")
 THERMAL_RANK = {"nominal": 0, "fair": 1, "serious": 2, "critical": 3}
 
 
@@ -126,6 +139,8 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
     for r in rows:
         flags = [_FLAG_NAMES[k] for k, v in r["conditions"].items() if v != base["conditions"][k]
                  and (k != "engine_version" or r["engine"] == base["engine"])  # engines differ by design
+                 # lengths asked otherwise are flagged as such; what the requests had says more only when asked alike
+                 and (k != "measured_lengths" or r["conditions"]["lengths"] == base["conditions"]["lengths"])
                  and (k not in _KNOWN_ONLY or None not in (v, base["conditions"][k]))]
         row = {k: v for k, v in r.items() if k not in ("samples", "conditions")}
         row["baseline"] = r is base
@@ -137,7 +152,8 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
             twin = None
         row["same_model_baseline"] = None if twin is None else f"{twin['model']}@{twin['source']}"
         row["same_model"] = None if twin is None else dict(zip(("ratios", "calls", "intervals"), _against(r, twin)),
-                                                           memory_figure=twin["memory_figure"])
+                                                           memory_figure=twin["memory_figure"],
+                                                           memory_weights=twin.get("memory_weights"))
         out.append(row)
     return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
             "interval": f"{CONFIDENCE:.0%} percentile bootstrap of the ratio of medians, {RESAMPLES} resamples per side, "
@@ -162,8 +178,10 @@ def _against(r: dict, base: dict) -> tuple[dict, dict, dict]:
 def _memory_ratio(r: dict, base: dict) -> float | None:
     """The peak memory ratio, only between like figures: a macOS footprint counts the GPU's
     buffers (weights, K/V) that an RSS leaves out, so footprint / RSS measures nothing. RSS on
-    both sides is not offered instead: on macOS it would judge a figure that misses the model."""
-    if r["memory_figure"] != base["memory_figure"]:
+    both sides is not offered instead: on macOS it would judge a figure that misses the model.
+    Nor between a footprint that counts the weights and one that missed them (mapped, their
+    residency unknown: a log from before it was measured)."""
+    if _memory_unlike(r, base):
         return None
     return stats.ratio(r["peak_memory_bytes"], base["peak_memory_bytes"])
 
@@ -243,10 +261,10 @@ def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
         few += [f"{_label(metric, judged)} of {', '.join(small)}"] if small else []
     parts = []
     mixed = [f"{row['model']}@{row['source']} (peak {row['memory_figure']}) against {row['same_model_baseline']} "
-             f"(peak {row['same_model']['memory_figure']})" for row in judged if _mixed_memory(row)]
+             f"(peak {row['same_model']['memory_figure']}): not comparable, {_mixed_memory(row)}"
+             for row in judged if _mixed_memory(row)]
     if mixed and "memory" in (m for m, _ in specs):
-        parts.append(f"memory of {', '.join(mixed)}: not comparable, footprint vs RSS (a macOS footprint counts the "
-                     f"GPU's buffers, which RSS leaves out)")
+        parts.append(f"memory of {'; '.join(mixed)}")
     if unmeasured:
         parts.append(f"{'; '.join(unmeasured)}: nothing was measured there, and a gate judges only what was measured")
     if few:
@@ -256,10 +274,22 @@ def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
     return "--fail-if cannot judge " + "; nor ".join(parts) if parts else None
 
 
-def _mixed_memory(row: dict) -> bool:
-    """A footprint on one side, an RSS on the other."""
-    mine, twin = row["memory_figure"], row["same_model"]["memory_figure"]
-    return bool(mine and twin and mine != twin)
+def _memory_unlike(r: dict, base: dict) -> str | None:
+    """Why two headline memories measure different things, or None when they measure the same:
+    a footprint against an RSS, or a footprint counting the weights against one that missed them."""
+    if memory_family(r["memory_figure"]) != memory_family(base["memory_figure"]):
+        return "footprint vs RSS (a macOS footprint counts the GPU's buffers, which RSS leaves out)"
+    mine, theirs = r.get("memory_weights"), base.get("memory_weights")
+    if mine and theirs and mine != theirs:
+        return ("the weights counted on one side only (a footprint leaves out mapped weights, and this log did not "
+                "measure their resident bytes)")
+    return None
+
+
+def _mixed_memory(row: dict) -> str | None:
+    """Why the row's memory and its twin's in the baseline run are unlike (_memory_unlike)."""
+    twin = row["same_model"]
+    return _memory_unlike(row, twin) if row["memory_figure"] and twin["memory_figure"] else None
 
 
 def _unjudged(rows: list[dict], metric: str) -> tuple[list[str], list[str]]:

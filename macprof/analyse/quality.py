@@ -11,6 +11,7 @@ from macprof.model import events as ev
 from macprof.model.log import ModelResult
 from macprof.model.phases import Failure, PhaseMemory
 from macprof.model.quality import KldSummary, QualityChunk, QualityPhase
+from macprof.model.records import ABSENT
 
 
 def build_quality(events: Sequence[ev.Event], failures: list[Failure], memory: PhaseMemory) -> QualityPhase:
@@ -33,6 +34,7 @@ def build_quality(events: Sequence[ev.Event], failures: list[Failure], memory: P
     return QualityPhase(
         text=head.text, n_ctx=head.n_ctx, chunks_planned=head.chunks, tokens_sha256=head.tokens_sha256,
         reference=head.reference, is_reference=head.is_reference, reference_reason=head.reference_reason,
+        rescore_reason=head.rescore_reason if head.has("rescore_reason") else ABSENT,
         scored_tokens=len(nll), **{k: v for k, v in q.perplexity(nll).items() if k != "mean_nll"},
         kld=KldSummary(**q.kld_stats(kld)) if has_kld else None,
         **(q.same_top_stats(same) if has_kld else {"same_top": None, "same_top_unc": None}),

@@ -17,9 +17,11 @@ def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
 
 def request_record(e: ev.Request) -> Request:
     """A raw request event plus the figures derived from its timestamps."""
-    server = e.server or {}  # a server's request: its own token counts per chunk (engines/wire.py)
+    server = e.server  # a server's request: its stamps are chunk arrivals, its counts settled after it
     d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0,
-               server.get("chunk_tokens"), server.get("completion_tokens"))
+               server.chunk_tokens if server else None,
+               (server.completion_tokens - (server.unstamped_tokens or 0)) if server and server.completion_tokens
+               is not None else None, chunked=server is not None)
     itl = sorted(d.itl_s)
     tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before", "server") if e.has(k)}
     return Request(

@@ -33,13 +33,16 @@ def _macprof_run(config: Path, model, n: int, depth: int, threads: int | None, r
     from macprof.store.runlog import load
 
     name = model.name
-    # the model as it was named: its models.toml entry, or its reference on the command line
-    which = [model.source.ref, "--engine", model.engine] if model.source else ["--config", str(config), "--models", name]
+    # the model as it was named: its models.toml entry, or its reference on the command line,
+    # after "--" (a reference that starts with "-" is no option)
+    which, refs = (["--engine", model.engine], [model.source.ref]) if model.source else \
+        (["--config", str(config), "--models", name], [])
     with tempfile.TemporaryDirectory(prefix="macprof-overhead-") as tmp:
         log = Path(tmp) / "run.json"
         cmd = [sys.executable, "-m", "macprof", "run", *which, "--depth", str(depth), "--gen-tokens", str(n), "--reps", str(reps), "--log", str(log)]
         if threads:
             cmd += ["--threads", str(threads)]
+        cmd += ["--", *refs]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0 or not log.exists():
             raise MacprofError(f"overhead: `macprof run` failed ({done.returncode}): {done.stderr.strip()[-300:]}")
@@ -52,7 +55,9 @@ def _macprof_run(config: Path, model, n: int, depth: int, threads: int | None, r
 
 
 def _llama_bench(binary: Path, model: Path, n: int, depth: int, threads: int, reps: int) -> float:
-    out = subprocess.run([str(binary), "-m", str(model), "-p", "0", "-n", str(n), "-d", str(depth),
+    from macprof.bench.loop import bench_model
+
+    out = subprocess.run([str(binary), "-m", bench_model(model), "-p", "0", "-n", str(n), "-d", str(depth),
                           "-t", str(threads), "-r", str(reps), "-o", "json"], capture_output=True, text=True)
     if out.returncode != 0:
         raise MacprofError(f"overhead: {binary} failed ({out.returncode}): {out.stderr.strip()[-300:]}")

@@ -58,8 +58,20 @@ def _llama_tg(engine, ids: list[int], n: int) -> float:
     return (n - 1) * 1e9 / (time.perf_counter_ns() - t1)
 
 
+def bench_model(model: Path) -> str:
+    """The model as llama-bench's -m is given it: absolute (a path that starts with "-" is no
+    option), and without a comma, since llama-bench reads -m as a comma-separated list."""
+    from macprof.errors import MacprofError
+
+    path = str(Path(model).absolute())
+    if "," in path:
+        raise MacprofError(f"overhead: {path}: llama-bench reads -m as a comma-separated list of models, and this "
+                           f"path has a comma; link the model under a name without one")
+    return path
+
+
 def _llama_bench(binary: Path, model: Path, n: int, depth: int, threads: int) -> float:
-    out = subprocess.run([str(binary), "-m", str(model), "-p", "0", "-n", str(n), "-d", str(depth),
+    out = subprocess.run([str(binary), "-m", bench_model(model), "-p", "0", "-n", str(n), "-d", str(depth),
                           "-t", str(threads), "-r", "1", "-o", "json"], capture_output=True, text=True, check=True)
     (row,) = json.loads(out.stdout)
     # llama-bench's tg rate is n / (time of n decodes): n intervals, the same rhythm as ours

@@ -97,10 +97,27 @@ def parse_sysctl(text: str) -> dict:
             break
         out["core_levels"].append({"name": values.get(f"hw.perflevel{level}.name"), "cores": int(count)})
     levels = out["core_levels"]
-    out["cores_performance"] = levels[0]["cores"] if levels else None
-    effic = [lv["cores"] for lv in levels[1:] if lv["name"] in (None, "Efficiency")]
-    # M5 Pro/Max have Super + Performance levels and no efficiency cores: 0, not unknown
-    out["cores_efficiency"] = effic[0] if effic else (0 if len(levels) > 1 else None)
+    kinds = cores_by_kind(levels)
+    out["cores_by_kind"] = kinds or None
+    # macOS's own names: an M5 has no "Performance" level (Super + Efficiency), an M5 Pro/Max no
+    # "Efficiency" one (Super + Performance): 0 there, not unknown, and never the Super cores
+    out["cores_performance"] = kinds.get("Performance", 0) if levels else None
+    out["cores_efficiency"] = kinds.get("Efficiency", 0) if levels else None
+    return out
+
+
+# Before macOS had hw.perflevelN.name (Monterey dumps have none) every Apple chip had two levels,
+# performance then efficiency; Super cores (M5 on) came with macOS 26, which names its levels.
+_UNNAMED_LEVELS = ("Performance", "Efficiency")
+
+
+def cores_by_kind(levels: list[dict]) -> dict[str, int]:
+    """Cores per kind as macOS names its core levels (Super, Performance, Efficiency), fastest
+    level first: {"Super": 6, "Performance": 12} on an 18-core M5 Max."""
+    out: dict[str, int] = {}
+    for i, level in enumerate(levels):
+        kind = level["name"] or (_UNNAMED_LEVELS[i] if i < len(_UNNAMED_LEVELS) else f"perflevel{i}")
+        out[kind] = out.get(kind, 0) + level["cores"]
     return out
 
 
@@ -175,7 +192,8 @@ def detect() -> dict:
     if gpu_cores is None:
         unknown["gpu_cores"] = "system_profiler and ioreg reported no GPU core count"
     return {"chip": info["chip"], "gpu_cores": gpu_cores, "cores_performance": info["cores_performance"],
-            "cores_efficiency": info["cores_efficiency"], "core_levels": info["core_levels"], "unknown": unknown}
+            "cores_efficiency": info["cores_efficiency"], "cores_by_kind": info["cores_by_kind"],
+            "core_levels": info["core_levels"], "unknown": unknown}
 
 
 KNOWN_CHIPS = tuple(dict.fromkeys(chip for chip, _ in BANDWIDTH_GBS))

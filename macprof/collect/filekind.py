@@ -30,6 +30,25 @@ def not_regular(path: Path, mode: int) -> MacprofError:
     return MacprofError(f"{path}: not a regular file ({what})")
 
 
+def not_a_folder(path: Path) -> str | None:
+    """Why ``path``'s folder cannot be made, when a file stands where one of its folders would
+    be ("runs is a regular file, not a folder"; mkdir says only "File exists"), else None."""
+    for parent in reversed(Path(path).parents):  # from the root down: the first that is no folder
+        try:
+            mode = os.stat(parent).st_mode
+        except OSError:
+            return None  # missing from here on: nothing stands in the way
+        if not stat.S_ISDIR(mode):
+            return f"{parent} is {describe(mode)}, not a folder"
+    return None
+
+
+def linked(path: Path) -> str:
+    """`` (a symlink to TARGET)`` for a symlink, else nothing: a message about what a file holds
+    names what it really is (a snapshot's "model.gguf" linked to /etc/passwd), never quotes it."""
+    return f" (a symlink to {os.path.realpath(path)})" if os.path.islink(path) else ""
+
+
 def regular_stat(path: Path) -> os.stat_result:
     """os.stat of a regular file (symlinks followed), or a one-line error."""
     st = os.stat(path)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from macprof.collect import ggufconst
-from macprof.collect.filekind import open_regular
+from macprof.collect.filekind import linked, open_regular
 from macprof.errors import MacprofError
 
 CHUNK = 1 << 20
@@ -292,7 +292,8 @@ def _preamble(cur: _Cursor) -> int:
         raise MacprofError(f"{path}: empty file (0 bytes), not a GGUF model")
     magic = cur.take(min(4, cur.size), "the magic")
     if magic != b"GGUF":
-        raise MacprofError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+        # the bytes are not quoted: they may be anything's (a snapshot linked to /etc/passwd)
+        raise MacprofError(f"{path}{linked(path)}: not a GGUF file (it does not begin with the GGUF magic)")
     (version,) = cur.unpack(_U32, "the version")
     if version and not version & 0xFFFF:  # 3 stored big-endian reads as 0x03000000
         raise MacprofError(f"{path}: a big-endian GGUF file (version {struct.unpack('>I', struct.pack('<I', version))[0]} "

@@ -108,8 +108,14 @@ def _darwin_facts(info: dict) -> None:
     hw = chips.detect()
     info["unknown"].update(hw.pop("unknown"))
     info.update(hw)
-    if hw.get("cores_performance") is not None:
-        info["sources"]["cores_performance"] = "sysctl hw.perflevel0.physicalcpu"
+    if hw.get("cores_by_kind"):
+        named = all(level["name"] for level in hw["core_levels"])
+        source = "sysctl hw.perflevelN.name and .physicalcpu" + ("" if named else " (no names: performance, then efficiency)")
+        for key in ("cores_by_kind", "cores_performance", "cores_efficiency"):
+            info["sources"][key] = source
+    else:  # macOS 11 has no hw.perflevel keys
+        for key in ("cores_by_kind", "cores_performance", "cores_efficiency"):
+            info["unknown"][key] = "sysctl printed no hw.perflevelN keys"
     info["os_version"], info["sources"]["os_version"] = macos.os_version()
     info["power_source"] = parse_pmset_batt(run_command(["pmset", "-g", "batt"]) or "")
     pmset = run_command(["pmset", "-g"]) or ""

@@ -114,7 +114,12 @@ _MLX_QUERY = ("import json, mlx.core as mx; f = getattr(mx, 'device_info', None)
               "print(json.dumps({k: v for k, v in f().items() if isinstance(v, int)}))")
 _GGML_QUERY = ("import json, llama_cpp; from macprof.engines.llama_cpp_facts import ggml_devices; "
                "llama_cpp.llama_backend_init(); print(json.dumps(ggml_devices()))")
-GGML_DEVICE_GPU = 1  # enum ggml_backend_dev_type: CPU 0, GPU 1, ACCEL 2 (ggml-backend.h)
+# enum ggml_backend_dev_type in ggml-backend.h's order (tests/test_macos.py reads the installed
+# header): CPU, GPU (dedicated memory), IGPU (integrated, host memory), ACCEL (BLAS, AMX: used
+# beside the CPU backend), META (wraps devices for tensor parallelism). A ggml from before IGPU
+# had ACCEL at 2, so a 2 is not read as a GPU: only GPU is.
+GGML_DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
+GGML_DEVICE_GPU = GGML_DEVICE_TYPES.index("GPU")
 
 
 def _python(code: str) -> str | None:

@@ -87,10 +87,13 @@ def isolated(name: str, **kwargs) -> dict:
     result. MLX keeps the buffers a probe frees in its cache for the life of the process (GiBs
     here): in the parent they would stay held through the whole run, leaving less memory to
     the model and skewing the memory-refusal decision. A child gives all of it back on exit."""
-    code = ("import json, sys; from macprof.collect import probes; "
+    from macprof.run import lifeline
+
+    # the child ends with the parent, however the parent ends (run/lifeline.py): GiBs of buffers
+    code = ("import json, sys; from macprof.run import lifeline; lifeline.hold(); from macprof.collect import probes; "
             "print(json.dumps(getattr(probes, sys.argv[1])(**json.loads(sys.argv[2]), isolate=False)))")
     out = subprocess.run([sys.executable, "-c", code, name, json.dumps(kwargs)], capture_output=True, text=True,
-                         timeout=600, check=False)
+                         timeout=600, check=False, **lifeline.popen_args(dict(os.environ)))
     if out.returncode != 0:
         tail = (out.stderr or "").strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
         raise RuntimeError(f"{name} in a separate process failed: {tail[0]}")

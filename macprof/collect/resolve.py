@@ -71,7 +71,7 @@ def _path(ref: str, path: Path) -> Resolved:
             raise MacprofError(f"{ref}: a directory but not an MLX model (no config.json and *.safetensors)")
         return Resolved(ref, "path", path, "mlx")
     if not stores.is_gguf(path):
-        raise MacprofError(f"{ref}: not a GGUF file (it does not begin with the GGUF magic)")
+        raise MacprofError(f"{ref}{filekind.linked(path)}: not a GGUF file (it does not begin with the GGUF magic)")
     return Resolved(ref, "path", path, "gguf", stores.quant_tag(path.name))
 
 
@@ -114,8 +114,7 @@ def _repo(ref: str, body: str, hubs: bool, lmstudio: bool) -> Resolved:
         searched.append(f"LM Studio {root}")
         folder = root / repo_id
         if folder.is_dir():
-            files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-            rel = _pick(ref, repo_id, files, file, selector, folder)
+            rel = _pick(ref, repo_id, stores.repo_files(folder), file, selector, folder)
             return _found(ref, "lmstudio", folder, rel, selector)
     get = f"hf download {repo_id}" + (f' --include "*{selector}*"' if selector else "")
     raise MacprofError(f"{ref}: {repo_id} was not found in {'; nor in '.join(searched)}; macprof downloads nothing: "

@@ -38,6 +38,11 @@ _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 MAX_MANIFEST = 1 << 20
 FOLDER_DEPTH = 6  # how deep a folder given to `macprof models` is searched
+REPO_DEPTH = 4  # how deep an LM Studio repo folder is searched (its files sit one or two levels down)
+# Directory entries one folder or repo is read for, at most: a store's entry linked to /usr walked
+# all of it, and links to "." made the visits grow as (links)^depth. Every directory is also read
+# once however many links lead to it (by device and inode).
+WALK_ENTRIES = 20_000
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,9 @@ class Entry:
 
     ref: str
     store: str  # "hf", "llama.cpp", "ollama", "lmstudio", "folder"
-    path: Path  # a GGUF file or an MLX model directory
+    path: Path  # a GGUF file or an MLX model directory (a manifest that names none: ``problem``)
     format: str  # "gguf" or "mlx"
+    problem: str | None = None  # why this entry names no model it can read (a broken Ollama manifest)
 
 
 # -- locations ---------------------------------------------------------------------------
@@ -100,11 +106,13 @@ def lmstudio_roots() -> list[Path]:
     """LM Studio's models folders: the one its settings name first, then the defaults."""
     roots = []
     try:
-        settings = json.loads((Path.home() / ".lmstudio" / "settings.json").read_text(encoding="utf-8"))
+        # read as a small regular file: a FIFO there must not block the listing
+        settings = json.loads(filekind.read_regular(Path.home() / ".lmstudio" / "settings.json", MAX_MANIFEST,
+                                                    "LM Studio's settings"))
         folder = settings.get("downloadsFolder") if isinstance(settings, dict) else None
         if isinstance(folder, str) and folder.strip():
             roots.append(Path(folder).expanduser())
-    except (OSError, ValueError):  # no settings, or not JSON: the default folders
+    except (OSError, ValueError, RecursionError, MacprofError):  # none, not JSON, not a file: the defaults
         pass
     roots += [Path.home() / ".lmstudio" / "models", Path.home() / ".cache" / "lm-studio" / "models"]
     return list(dict.fromkeys(roots))
@@ -267,6 +275,8 @@ def ollama_blob(root: Path, manifest: Path) -> Path:
         data = json.loads(filekind.read_regular(manifest, MAX_MANIFEST, "an Ollama manifest"))
         layers = data["layers"]
         digests = [x["digest"] for x in layers if isinstance(x, dict) and x.get("mediaType") == OLLAMA_MODEL_LAYER]
+    except RecursionError:  # JSON nested deeper than the parser goes: no manifest Ollama writes
+        raise MacprofError(f"{manifest}: not an Ollama manifest (JSON nested too deep)") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise MacprofError(f"{manifest}: not an Ollama manifest ({type(exc).__name__}: {str(exc)[:80]})") from None
     if not digests or not isinstance(digests[0], str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digests[0]):
@@ -281,12 +291,14 @@ def ollama_entries(root: Path) -> list[Entry]:
     base = root / "manifests"
     out = []
     for manifest in sorted(base.glob("*/*/*/*")) if base.is_dir() else []:
+        ref = ollama_name(*manifest.relative_to(base).parts)
         try:
             blob = ollama_blob(root, manifest)
-        except (MacprofError, OSError):
-            continue  # a broken manifest is no model to list
-        host, namespace, model, tag = manifest.relative_to(base).parts
-        out.append(Entry(ollama_name(host, namespace, model, tag), "ollama", blob, "gguf"))
+        except (MacprofError, OSError) as exc:  # listed with why, in one line: the others still are
+            problem = str(exc) if isinstance(exc, MacprofError) else f"{manifest}: cannot read ({exc.strerror})"
+            out.append(Entry(ref, "ollama", manifest, "gguf", problem))
+            continue
+        out.append(Entry(ref, "ollama", blob, "gguf"))
     return out
 
 
@@ -295,23 +307,67 @@ def lmstudio_entries(root: Path) -> list[Entry]:
     out = []
     for repo in sorted(root.glob("*/*")) if root.is_dir() else []:
         if repo.is_dir():
-            files = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file())
-            out += repo_entries(f"lmstudio:{repo.relative_to(root).as_posix()}", repo, files, "lmstudio")
+            out += repo_entries(f"lmstudio:{repo.relative_to(root).as_posix()}", repo, repo_files(repo), "lmstudio")
     return out
 
 
+class _Walk:
+    """One bounded walk: the directories read (by device and inode, so a link back to one is
+    not followed again) and the entries left to read (WALK_ENTRIES in all)."""
+
+    def __init__(self, entries: int | None = None) -> None:
+        self.seen: set[tuple[int, int]] = set()
+        self.left = WALK_ENTRIES if entries is None else entries
+
+    def children(self, folder: Path) -> list[Path]:
+        """The folder's entries, sorted; none when it was read before, cannot be read, or the
+        walk has read its fill."""
+        try:
+            st = folder.stat()
+            if (st.st_dev, st.st_ino) in self.seen or self.left <= 0:
+                return []
+            self.seen.add((st.st_dev, st.st_ino))
+            with os.scandir(folder) as it:
+                names = [e.name for _, e in zip(range(self.left), it)]
+        except OSError:
+            return []
+        self.left -= len(names)
+        return [folder / n for n in sorted(names)]
+
+
+def repo_files(repo: Path, depth: int = REPO_DEPTH) -> list[str]:
+    """The regular files of a repo folder (LM Studio's), relative and "/"-separated, sorted;
+    at most ``depth`` levels down and WALK_ENTRIES entries read."""
+    walk, out = _Walk(), []
+
+    def visit(folder: Path, rel: str, depth: int) -> None:
+        for p in walk.children(folder):
+            if p.is_dir():
+                if depth > 1:
+                    visit(p, f"{rel}{p.name}/", depth - 1)
+            elif p.is_file():
+                out.append(rel + p.name)
+
+    visit(repo, "", depth)
+    return sorted(out)
+
+
 def folder_entries(folder: Path, depth: int = FOLDER_DEPTH) -> list[Entry]:
-    """The GGUF files and MLX directories under a folder, named by their paths."""
+    """The GGUF files and MLX directories under a folder, named by their paths: FOLDER_DEPTH
+    levels down at most, each directory once, WALK_ENTRIES entries read at most."""
     out: list[Entry] = []
-    if is_mlx_dir(folder):
-        return [Entry(str(folder), "folder", folder, "mlx")]
-    try:
-        children = sorted(folder.iterdir())
-    except OSError:
-        return out
-    for p in children:
-        if p.is_dir() and depth > 0 and not p.name.startswith("."):
-            out += folder_entries(p, depth - 1)
-        elif p.name.endswith(".gguf") and is_model_gguf(p.name) and is_gguf(p):
-            out.append(Entry(str(p), "folder", p, "gguf"))
+    walk = _Walk()
+
+    def visit(folder: Path, depth: int) -> None:
+        if is_mlx_dir(folder):
+            out.append(Entry(str(folder), "folder", folder, "mlx"))
+            return
+        for p in walk.children(folder):
+            if p.is_dir():
+                if depth > 0 and not p.name.startswith("."):
+                    visit(p, depth - 1)
+            elif p.name.endswith(".gguf") and is_model_gguf(p.name) and is_gguf(p):
+                out.append(Entry(str(p), "folder", p, "gguf"))
+
+    visit(folder, depth)
     return out

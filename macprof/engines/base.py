@@ -37,8 +37,17 @@ class TopTwo:
         return self.first_logit - self.second_logit
 
 
+# How an engine holds the weights once loaded: "mapped" (the model file mapped, its pages the
+# OS page cache's: llama.cpp's default use_mmap; macOS's physical footprint does not count such
+# clean file-backed pages, so the headline adds their resident bytes, analyse/headline.py),
+# "copied" (read into the engine's own buffers: MLX, counted by the footprint), or None where
+# another process holds them (a server).
+WEIGHTS_HELD = ("mapped", "copied")
+
+
 class Engine(Protocol):
     name: str
+    weights_held: str | None  # one of WEIGHTS_HELD, or None (another process holds the weights); set by load_model
 
     def load_model(self, path: Path, settings: EngineSettings) -> None:
         """Read, allocate and materialise the weights (no tokenizer)."""

@@ -29,7 +29,7 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp import _logger as _lc_logger
 
-from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts
+from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
 from macprof.engines.base import CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
 from macprof.errors import MacprofError
 
@@ -61,6 +61,7 @@ class LlamaCppEngine(PrefixReuse):
         self._bctx = None  # the batch context (open_batch .. close_batch)
         self._bsize = 0
         self._swa_full = True
+        self.weights_held: str | None = None  # "mapped" (llama.cpp's default) or "copied", once loaded
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -86,6 +87,7 @@ class LlamaCppEngine(PrefixReuse):
                              "n_swa": int(lc.llama_model_n_swa(model)), "swa_full": self._swa_full}
         self._logits_t = ctypes.POINTER(ctypes.c_float * self.vocab_size)
         self._load = load_facts(model, mparams, self._context_params(settings.n_ctx, 1))  # as passed
+        self.weights_held = weights_held(self._load["load_mode"], bool(lc.llama_supports_mmap()))
 
     def _context(self, n_ctx: int, n_seq: int):
         return lc.llama_init_from_model(self.model, self._context_params(n_ctx, n_seq))

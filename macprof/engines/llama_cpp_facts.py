@@ -12,15 +12,19 @@ from pathlib import Path
 
 import llama_cpp as lc
 
+from macprof.collect.macos import GGML_DEVICE_GPU
+
 
 def default_threads(platform: str = sys.platform, sysctl=None) -> tuple[int, str]:
     """llama-bench's default thread count (common_cpu_get_num_math) and where it came from: on
-    macOS the performance cores only (sysctl hw.perflevel0.physicalcpu, as llama.cpp's
-    common_cpu_get_num_physical_cores reads it); elsewhere the physical cores (psutil)."""
+    macOS the fastest level's cores only (sysctl hw.perflevel0.physicalcpu, as llama.cpp's
+    common_cpu_get_num_physical_cores reads it: the Performance cores to M4, the Super ones from
+    M5 on, an M5 Pro/Max's Performance cores being its second level); elsewhere the physical
+    cores (psutil)."""
     if platform == "darwin":
         text = (sysctl or _sysctl)("hw.perflevel0.physicalcpu")
         if text and text.strip().isdigit() and int(text) > 0:
-            return int(text), "sysctl hw.perflevel0.physicalcpu (performance cores, llama-bench's default)"
+            return int(text), "sysctl hw.perflevel0.physicalcpu (the fastest cores, llama-bench's default)"
     try:
         import psutil
 
@@ -40,8 +44,9 @@ def _sysctl(key: str) -> str | None:
 
 
 def ggml_devices() -> list[dict]:
-    """ggml's backend devices (name, description, type: 0 CPU, 1 GPU, 2 accelerator; total
-    memory, which Metal gives as recommendedMaxWorkingSetSize), read through ggml's own C API:
+    """ggml's backend devices (name, description, type: 0 CPU, 1 GPU, 2 IGPU, 3 ACCEL, 4 META as
+    collect/macos.py's GGML_DEVICE_TYPES lists them; total memory, which Metal gives as
+    recommendedMaxWorkingSetSize), read through ggml's own C API:
     llama-cpp-python binds none of it, the library it loaded exports it."""
     lib = Path(lc.__file__).parent / "lib"
     path = next((lib / n for n in ("libggml.dylib", "libggml.so") if (lib / n).exists()), None)
@@ -74,7 +79,7 @@ def load_facts(model, mparams, cparams, devices=None) -> dict:
         devices = [{"error": f"ggml device list unreadable: {exc}"}]
     n_layer = int(lc.llama_model_n_layer(model))
     asked = int(mparams.n_gpu_layers)
-    gpus = [d for d in devices if d.get("type") == 1]
+    gpus = [d for d in devices if d.get("type") == GGML_DEVICE_GPU]
     offload = bool(lc.llama_supports_gpu_offload()) and bool(gpus)
     # llama.cpp's load_tensors puts min(n_gpu_layers, n_layer + 1) layers (the output layer
     # counts as one) on the GPU, all of them for a negative value
@@ -97,6 +102,17 @@ def _load_mode(mparams) -> str:
         return _enum_name(lc, "llama_load_mode_name", mparams.load_mode)
     mmap = bool(mparams.use_mmap) and bool(lc.llama_supports_mmap())
     return "+".join([m for m, on in (("mmap", mmap), ("mlock", bool(mparams.use_mlock))) if on]) or "none"
+
+
+def weights_held(load_mode: str, supports_mmap: bool) -> str:
+    """"mapped" or "copied" (engines/base.py WEIGHTS_HELD) from the load mode passed. llama.cpp's
+    "auto" maps the file unless a device lacks mmap support (llama-model.cpp, load_tensors:
+    use_mmap is dropped then; ggml-cpu and ggml-metal both report mmap_support), and, mapped,
+    hands the mapping itself to the backends (buffer_from_host_ptr: Metal wraps the pages, it
+    does not copy them); "none" and "direct_io" read the weights into buffers of their own."""
+    if load_mode == "auto":
+        return "mapped" if supports_mmap else "copied"
+    return "mapped" if "mmap" in load_mode.split("+") else "copied"
 
 
 def cut_refusal(held: int, n_tokens: int, *, recurrent: bool, hybrid: bool, n_swa: int, swa_full: bool,

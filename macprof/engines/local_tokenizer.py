@@ -38,3 +38,17 @@ def load(path: Path) -> Any:
         eng.model, eng.vocab = model, lc.llama_model_get_vocab(model)
         return eng
     return None
+
+
+def eos_ids(tok: Any) -> list[int]:
+    """The ids that end a generation by this tokenizer (EOS, EOT and the like): what a
+    ``logit_bias`` must hold off so that a server without ``ignore_eos`` reaches the asked length."""
+    mlx_tok = getattr(tok, "tokenizer", None)
+    if mlx_tok is not None and hasattr(mlx_tok, "eos_token_ids"):  # mlx-lm's TokenizerWrapper
+        return sorted(int(i) for i in mlx_tok.eos_token_ids)
+    vocab = getattr(tok, "vocab", None)
+    if vocab is not None:  # a GGUF's vocabulary: every end-of-generation token it declares
+        from macprof.engines.llama_cpp import lc
+
+        return [i for i in range(int(lc.llama_vocab_n_tokens(vocab))) if lc.llama_vocab_is_eog(vocab, i)]
+    return []

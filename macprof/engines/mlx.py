@@ -32,6 +32,17 @@ from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
 _CLEAR_EVERY = 256  # as generate_step: return freed buffers to the allocator cache now and then
 BATCH_API = "0.31.3"  # the first mlx-lm whose BatchGenerator takes stream= and has next_generated()
+# what generate_batch passes to BatchGenerator and calls on it: batch_api_missing checks each
+# (tests/test_macos.py holds these to the call itself, benchmarks/mlx_floor_check.py to the floor's wheel)
+BATCH_KEYWORDS = ("max_tokens", "stop_tokens", "sampler", "completion_batch_size", "prefill_batch_size",
+                  "prefill_step_size", "stream")
+BATCH_METHODS = ("insert", "next_generated", "close")
+
+
+def greedy(logprobs: mx.array) -> mx.array:
+    """The batch sweep's sampler: mlx-lm's greedy_sampler is exactly this argmax, but it exists
+    only from mlx-lm 0.32.0 on, and the floor (0.31.3) has everything else the batch needs."""
+    return mx.argmax(logprobs, axis=-1)
 
 
 def wire(core: Any = mx) -> tuple[int | None, dict]:
@@ -61,23 +72,31 @@ def _macos_major() -> int | None:
 
 
 def batch_api_missing(generator: Any) -> str | None:
-    """Why this mlx-lm's BatchGenerator cannot serve the batch sweep, or None: stream= and
-    next_generated() exist from mlx-lm 0.31.3 (pyproject's floor; an older install is told)."""
+    """Why this mlx-lm's BatchGenerator cannot serve the batch sweep, or None: every keyword
+    generate_batch passes and every method it calls, all there from mlx-lm 0.31.3 (pyproject's
+    floor; stream= and next_generated() are what older ones lack, and an older install is told)."""
     import inspect
 
     import mlx_lm
 
     try:
-        has_stream = "stream" in inspect.signature(generator.__init__).parameters
+        params = dict(inspect.signature(generator.__init__).parameters)
     except (TypeError, ValueError):
-        has_stream = False
-    if has_stream and hasattr(generator, "next_generated"):
+        params = {}  # no signature to read: every keyword counts as missing
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    missing = [f"{k}=" for k in BATCH_KEYWORDS if k not in params and not takes_any]
+    missing += [f"{m}()" for m in BATCH_METHODS if not hasattr(generator, m)]
+    if not missing:
         return None
-    return f"batch unsupported: mlx-lm {getattr(mlx_lm, '__version__', '?')} < {BATCH_API} (BatchGenerator API)"
+    return (f"batch unsupported: mlx-lm {getattr(mlx_lm, '__version__', '?')}'s BatchGenerator has no "
+            f"{', '.join(missing)} (the batch sweep needs mlx-lm {BATCH_API} or later)")
 
 
 class MlxEngine(PrefixReuse):
     name = "mlx"
+    # mx.load reads safetensors into arrays of MLX's own (Metal buffers on a Mac), which the
+    # physical footprint counts: nothing stays mapped from the files
+    weights_held: str | None = "copied"
 
     def __init__(self) -> None:
         self.model: Any = None
@@ -210,12 +229,11 @@ class MlxEngine(PrefixReuse):
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
         from mlx_lm.generate import BatchGenerator
-        from mlx_lm.sample_utils import greedy_sampler
 
         if self._kv_bits:
             raise MacprofError("mlx-lm's BatchGenerator keeps an f16 K/V cache: run the batch sweep with --kv-type f16")
         size = len(prompts)
-        gen = BatchGenerator(self.model, max_tokens=n, stop_tokens=None, sampler=greedy_sampler,
+        gen = BatchGenerator(self.model, max_tokens=n, stop_tokens=None, sampler=greedy,
                              completion_batch_size=size, prefill_batch_size=size,
                              prefill_step_size=self._prefill_step, stream=self._stream)
         try:

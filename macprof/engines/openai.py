@@ -3,14 +3,22 @@
 ``generate`` sends one streamed request and yields one ``wire.Chunk`` per chunk that carries
 text, so the caller stamps each chunk as it is received (t_i: the chunk carrying token i);
 the server's own report of the request (token count, prompt and cached tokens, its timings)
-is ``last_final`` once the stream has ended. Tokens are never counted here by chunks
-(macprof/engines/wire.py says where each count comes from).
+is ``last_final`` once the stream has ended. Tokens are never counted here by chunks: ``settle``
+(engines/counting.py) settles them from the server's free count or, where that leaves the tokens
+per chunk unknown, from an untimed counting request made after the timed one.
 
-Prompts are built from plain English words: ``tokenize`` returns word indices, not the model's
-tokens, so a prompt's length in words is what macprof asks for and its length in tokens is what
-the server reports (``usage.prompt_tokens``), else what the server's own tokenize endpoint counts
-(llama-cpp-python's ``/extras/tokenize``, llama.cpp's ``/tokenize``), else unknown.
-``tokenizer_mode`` records which.
+Measuring must not change what is measured: a timed request carries what an app's would (the
+prompt, greedy, a length) plus what holds EOS off on this server (``eos_keys``: ``ignore_eos``
+on llama.cpp's server, ``min_tokens`` on llama-cpp-python's, else ``logit_bias`` on the model's
+EOS ids where they are known) and streamed usage; never logprobs, echo or n_probs (wire.COSTLY).
+
+Prompts have an exact token count wherever a tokenizer can be had: the model's own, loaded from
+its file (``path`` in models.toml, ``--serve``, or the server's model id resolved through the
+model stores; engines/local_tokenizer.py), else the server's tokenize endpoint (llama.cpp's
+``/tokenize``, llama-cpp-python's ``/extras/tokenize``: the prompt builder's words are checked
+with it, run/prompts.py). Where none can, prompts are plain English words: ``tokenize`` returns
+word indices, the length in tokens is what the server reports (``usage.prompt_tokens``) and the
+summary warns with the measured range. ``tokenizer_mode`` records which.
 
 A server's cache is not addressable over its API: ``reset`` cannot empty it, so it sends a
 short unrelated request (untimed) that displaces a single-slot prompt cache (llama-cpp-python,
@@ -21,10 +29,11 @@ the reason; concurrent requests are the ``concurrency`` phase's (``open_stream``
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from macprof.engines import wire
+from macprof.engines import counting, wire
 from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo
 from macprof.errors import MacprofError
 
@@ -35,11 +44,42 @@ WORDS = tuple(" " + w for w in (
     "monkey dragon castle palace temple valley desert ocean harbor meadow thunder shadow mirror "
     "button ribbon pencil marble copper violet crystal feather blanket lantern compass harvest "
     "journey mountain whisper morning evening paper carpet guitar").split())
+# the server a --serve kind starts (run/serve.py); a running server is recognised by its
+# tokenize endpoint, else it is "openai-compatible"
+SERVED_AS = {"mlx": "mlx_lm.server", "llama.cpp": "llama-cpp-python", "llama-server": "llama-server"}
+# what makes each name its tokens in an untimed counting request (wire.counting_request_for);
+# llama-cpp-python's logprobs cost a vocabulary-wide sort per token, so its counting request
+# asks for them only where its plain count does not settle the chunks
+NAMES = {"llama-server": "ids-native", "llama-cpp-python": "offsets", "mlx_lm.server": "ids-logprobs",
+         "openai-compatible": "ids-logprobs"}
+DISPLACE = " harbor lantern compass"  # the untimed request of ``reset``: a short prompt no measured one starts with
+EOS_BIAS = -100.0  # OpenAI's "ban" (its range is -100..100): greedy never picks a token 100 logits down
+PROMPT_WORDS = 64  # words enough for varied prompts: each costs a request or two to a server's tokenizer
+
+
+def eos_keys(server: str, n: int, eos_ids: Sequence[int]) -> tuple[dict, str]:
+    """The request keys that hold EOS off on this server, and how (recorded with each request;
+    whether it worked is checked on each reply's count): ``ignore_eos`` / ``min_tokens`` where
+    the server has them, else ``logit_bias`` on the tokenizer's EOS ids where they are known."""
+    if server == "llama-server":
+        return {"ignore_eos": True}, "ignore_eos (llama.cpp's server)"
+    if server == "llama-cpp-python":
+        return {"min_tokens": n}, "min_tokens (llama-cpp-python's server)"
+    if server == "ollama":
+        return {}, "none: Ollama has no way to hold EOS off; the tokens received are measured"
+    keys: dict = {} if server == "mlx_lm.server" else {"ignore_eos": True, "min_tokens": n}
+    how = "ignore_eos / min_tokens where the server honours them" if keys else ""
+    if eos_ids:
+        keys["logit_bias"] = {str(i): EOS_BIAS for i in eos_ids}
+        how = " and ".join(filter(None, (how, f"logit_bias {EOS_BIAS:g} on the EOS ids {list(eos_ids)}")))
+    return keys, (how + " (checked on each reply's count)") if how else \
+        "none: the model's EOS ids are unknown (no tokenizer here); the tokens received are measured"
 
 
 class OpenAIEngine:
     name = "openai"
     separate_tokenizer = False  # the server holds it
+    weights_held: str | None = None  # the server's process holds them, however it does
     batch_unsupported: str | None = "a server batches concurrent requests itself: the concurrency phase measures that"
 
     def __init__(self) -> None:
@@ -47,14 +87,23 @@ class OpenAIEngine:
         self.model = ""
         self.api = "completions"
         self.timeout = 300.0
+        self.timeout_given: float | None = None
+        self.server = "openai-compatible"
         self.tokenizer_mode = "words; prompt tokens from usage"
+        self.exact_prompts = False  # a tokenizer here (local or the server's) builds prompts of exact length
         self._tokenize_url: tuple[str, str] | None = None  # (url, body key)
+        self._detokenize_url: str | None = None
+        self._remote = False  # prompts by the server's tokenize endpoint
         self._texts: dict[tuple[int, ...], str] = {}
+        self._server_ids: dict[str, list[int]] = {}
         self._dirty = False
         self.last_final: wire.Final | None = None
         self.last_chunks: list[wire.Chunk] = []
         self._served_info: dict = {}
         self._local = None  # the model's own tokenizer, where its file is known (engines/local_tokenizer.py)
+        self._eos_ids: tuple[int, ...] = ()
+        self.eos_how = ""
+        self._counted: dict[tuple[str, int], counting.Counted] = {}
 
     # -- loading: find the server and its tokenizer ----------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -62,6 +111,8 @@ class OpenAIEngine:
         self.url, self.model = str(endpoint.get("url", "")), str(endpoint.get("model", ""))
         self.api = str(endpoint.get("api", "completions"))
         self.timeout = float(endpoint.get("timeout", 300.0))
+        given = endpoint.get("timeout_given")
+        self.timeout_given = float(given) if isinstance(given, (int, float)) else None  # --timeout, for messages
         self._served_info = dict(endpoint.get("served") or {})
         if self.api not in wire.APIS:
             raise MacprofError(f"{self.url}: api {self.api!r} is not one of {', '.join(wire.APIS)}")
@@ -74,12 +125,25 @@ class OpenAIEngine:
                 raise MacprofError(f"{self.url}: the server does not answer: {exc}") from None
         self._served_info.setdefault("models_listed", _model_ids(listed))
         self._find_tokenizer()
-        if endpoint.get("file") and self.api != "chat":  # a chat template adds tokens of its own
+        self.server = SERVED_AS.get(str(self._served_info.get("server")), self.server)
+        if self.api == "ollama":
+            self.server = "ollama"
+        file, how = endpoint.get("file"), "its file"
+        if not file and self.api != "chat":
+            file, how = self._resolved_model()
+        if file and self.api != "chat":  # a chat template adds tokens of its own
             from macprof.engines import local_tokenizer
 
-            self._local = local_tokenizer.load(Path(endpoint["file"]))
+            self._local = local_tokenizer.load(Path(file))
             if self._local is not None:
-                self.tokenizer_mode = "the model's own tokenizer, loaded from its file: exact prompt lengths"
+                self.tokenizer_mode = f"the model's own tokenizer, loaded from {how}: exact prompt lengths"
+                self._eos_ids = tuple(local_tokenizer.eos_ids(self._local))
+        if self._local is None and self._tokenize_url is not None and self.api != "chat":
+            self._remote = True
+            self.tokenizer_mode = f"the server's own tokenizer ({self._tokenize_url[0].removeprefix(self._root())}): " \
+                                  f"exact prompt lengths"
+        self.exact_prompts = self._local is not None or self._remote
+        self.eos_how = eos_keys(self.server, 1, self._eos_ids)[1]
 
     def _root(self) -> str:
         base = self.url.rstrip("/")
@@ -89,29 +153,46 @@ class OpenAIEngine:
         return base
 
     def _find_tokenizer(self) -> None:
-        for path, key in (("/extras/tokenize", "input"), ("/tokenize", "content")):
+        """The server's tokenize endpoint, which also says which server it is."""
+        for path, key, detok, server in (("/extras/tokenize", "input", "/extras/detokenize", "llama-cpp-python"),
+                                         ("/tokenize", "content", "/detokenize", "llama-server")):
             try:
                 got = wire.get_json(self._root() + path, timeout=10.0, body={key: " apple", "model": self.model})
             except wire.ServerError:
                 continue
             if isinstance(got, dict) and isinstance(got.get("tokens"), list):
-                self._tokenize_url, self.tokenizer_mode = (self._root() + path, key), f"words; prompt tokens from usage, else {path}"
+                self._tokenize_url, self._detokenize_url = (self._root() + path, key), self._root() + detok
+                self.server, self.tokenizer_mode = server, f"words; prompt tokens from usage, else {path}"
                 return
+
+    def _resolved_model(self) -> tuple[str | None, str]:
+        """The served model's files where its id names a model of the local stores (a path, a
+        Hugging Face repo, an Ollama name): its tokenizer, loaded here."""
+        from macprof.collect import resolve
+
+        for ref in (self.model, *(("ollama:" + self.model,) if self.api == "ollama" else ())):
+            try:
+                found = resolve.resolve(ref)
+            except (MacprofError, OSError):
+                continue
+            return str(found.path), f"{found.path} (the server's model id resolved through the model stores: {found.store})"
+        return None, ""
 
     def load_tokenizer(self) -> None:
         pass
 
     # -- prompts -----------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
-        """The model's tokens where its tokenizer is loaded here; else word indices, not the
-        model's tokens (prompts are built from plain words; see the module's note), and a text
-        that is not made of those words has none."""
+        """The model's tokens where its tokenizer is loaded here, or by the server's tokenize
+        endpoint; else word indices, not the model's tokens (prompts are built from plain words;
+        see the module's note), and a text that is not made of those words has none."""
         if self._local is not None:
             ids = self._local.tokenize(text)
-            self._texts[tuple(ids)] = text
-            return ids
-        words = text.split()
-        ids = [WORDS.index(" " + w) for w in words] if all(" " + w in WORDS for w in words) else []
+        elif self._remote:
+            ids = self._server_tokens(text)
+        else:
+            words = text.split()
+            ids = [WORDS.index(" " + w) for w in words] if all(" " + w in WORDS for w in words) else []
         self._texts[tuple(ids)] = text
         return ids
 
@@ -121,31 +202,78 @@ class OpenAIEngine:
             return known
         if self._local is not None:
             return self._local.detokenize(ids)
+        if self._remote:
+            return self._server_text(ids)
         return "".join(WORDS[i] for i in ids if 0 <= i < len(WORDS))
 
     @property
     def vocab_size(self) -> int:
-        return self._local.vocab_size if self._local is not None else len(WORDS)
+        if self._local is not None:
+            return self._local.vocab_size
+        return 0 if self._remote else len(WORDS)
+
+    def prompt_candidates(self) -> list[int] | None:
+        """With the server's tokenizer: the ids of a sample English text for the prompt builder to
+        pick its words from (a whole-vocabulary scan would be thousands of requests); None else."""
+        if not self._remote:
+            return None
+        from importlib import resources
+
+        text = resources.files("macprof").joinpath("data/quality.txt").read_text(encoding="utf-8")
+        return list(dict.fromkeys(self._server_tokens(text)))
+
+    @property
+    def prompt_words(self) -> int | None:
+        return PROMPT_WORDS if self._remote else None
+
+    def _server_tokens(self, text: str) -> list[int]:
+        if text not in self._server_ids:
+            assert self._tokenize_url is not None
+            url, key = self._tokenize_url
+            try:
+                got = wire.get_json(url, timeout=30.0, body={key: text, "add_special": True, "model": self.model})
+            except wire.ServerError as exc:
+                raise MacprofError(f"{url}: the server's tokenizer failed: {exc}") from None
+            tokens = got.get("tokens") if isinstance(got, dict) else None
+            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+                raise MacprofError(f"{url}: the server's tokenizer answered no token list")
+            self._server_ids[text] = tokens
+        return list(self._server_ids[text])
+
+    def _server_text(self, ids: Sequence[int]) -> str:
+        """The server's detokenization; empty where it fails (a piece of a character)."""
+        if self._detokenize_url is None:
+            return ""
+        try:
+            got = wire.get_json(self._detokenize_url, timeout=30.0, body={"tokens": list(ids), "model": self.model})
+        except wire.ServerError:
+            return ""
+        text = got.get("content", got.get("text")) if isinstance(got, dict) else None
+        return text if isinstance(text, str) else ""
 
     def server_prompt_tokens(self, text: str) -> int | None:
         """The prompt's length in the model's tokens by the server's own tokenize endpoint
         (asked before the timed span); None where it has none."""
         if self._tokenize_url is None:
             return None
+        if self._remote:
+            return len(self._server_tokens(text))
         url, key = self._tokenize_url
         try:
-            got = wire.get_json(url, timeout=30.0, body={key: text, "model": self.model})
+            got = wire.get_json(url, timeout=30.0, body={key: text, "add_special": True, "model": self.model})
         except wire.ServerError:
             return None
         tokens = got.get("tokens") if isinstance(got, dict) else None
         return len(tokens) if isinstance(tokens, list) else None
 
     # -- requests ----------------------------------------------------------------------------
+    def eos_keys(self, n: int) -> dict:
+        return eos_keys(self.server, n, self._eos_ids)[0]
+
     def open_stream(self, text: str, n: int) -> Iterator[wire.Chunk | wire.Final]:
-        """One streamed request (thread-safe: it shares nothing with other calls)."""
-        logprobs = self._tokenize_url is not None and self._tokenize_url[0].endswith("/extras/tokenize")
-        url, body = wire.request_for(self.api, self.url, self.model, text, n, logprobs)
-        return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama")
+        """One streamed timed request (thread-safe: it shares nothing with other calls)."""
+        url, body = wire.request_for(self.api, self.url, self.model, text, n, self.eos_keys(n))
+        return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama", given_s=self.timeout_given)
 
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
         """Yields, per chunk with text, the tokens the server says it carries (0: not said);
@@ -162,6 +290,78 @@ class OpenAIEngine:
                 self.last_chunks.append(item)
                 yield item.tokens or 0
 
+    # -- counting, after the timed request --------------------------------------------------
+    def settle(self, text: str, n: int, chunks: Sequence[wire.Chunk], final: wire.Final,
+               budget_s: float | None = None) -> counting.Settled:
+        """The tokens of a timed request and of each of its chunks: the server's free report
+        where it settles them, else an untimed counting request (engines/counting.py); within
+        ``budget_s`` seconds (what the request's time limit leaves)."""
+        texts = [c.text for c in chunks]
+        named = [c.tokens for c in chunks]
+        if chunks and all(k is not None for k in named):  # the server named each chunk's tokens itself
+            per_chunk = [int(k or 0) for k in named]
+            return counting.Settled(final.completion_tokens if final.completion_tokens is not None else sum(per_chunk),
+                                    final.count_source, per_chunk, "reported per chunk")
+        free, source = final.completion_tokens, final.count_source
+        if not counting.needs_counting(len(texts), free) or self.api == "ollama":  # Ollama: eval_count is all it gives
+            return counting.settle(texts, free, source, None)
+        counted, error = self._count(text, n, texts, budget_s if budget_s is not None else self.timeout)
+        return counting.settle(texts, free, source, counted, error)
+
+    def _count(self, text: str, n: int, texts: list[str], budget_s: float) -> tuple[counting.Counted | None, str | None]:
+        """The counting request for (``text``, ``n``), made once per prompt while its text is the
+        timed request's; after a displacing request, so that it computes the prompt from scratch."""
+        joined = "".join(texts)
+        hit = self._counted.get((text, n))
+        if hit is not None and counting.same_text(hit.text, joined):
+            return hit, None
+        end = time.monotonic() + budget_s
+        self._dirty = True
+        self.reset()
+        names = NAMES.get(self.server)
+        try:
+            if self.server == "llama-cpp-python":  # its plain count first: logprobs cost it a sort per token
+                got = self._reply(text, n, None, end)
+                if got.completion_tokens != len(texts) and counting.same_text(got.text, joined):
+                    got = self._reply(text, n, names, end)
+            else:
+                try:
+                    got = self._reply(text, n, names, end)
+                except wire.ServerError:
+                    if names is None or self.server != "openai-compatible":
+                        raise
+                    got = self._reply(text, n, None, end)  # a server that refuses logprobs: its count only
+        except wire.ServerError as exc:
+            return None, f"the counting request failed: {exc}"
+        self._dirty = True
+        counted = self._counted_from(got)
+        self._counted[(text, n)] = counted
+        return counted, None
+
+    def _reply(self, text: str, n: int, names: str | None, end: float) -> wire.Reply:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise wire.ServerError("no time left within the request's limit (--timeout)")
+        url, body = wire.counting_request_for(self.api, self.url, self.model, text, n, self.eos_keys(n), names)
+        return wire.reply(wire.get_json(url, timeout=left, body=body))
+
+    def _counted_from(self, got: wire.Reply) -> counting.Counted:
+        if got.ids is not None:
+            decode = self._local.detokenize if self._local is not None else (
+                self._server_text if self._detokenize_url else None)
+            total = got.completion_tokens if got.completion_tokens is not None else len(got.ids)
+            if decode is not None:
+                return counting.Counted(got.text, total, counting.prefixes_from_ids(got.ids, decode), "ids")
+            placed = counting.prefixes_from_pieces(got.pieces) if got.pieces else None
+            if placed is not None:  # no tokenizer here: the tokens' raw strings the server named
+                return counting.Counted(got.text, total, placed, "raw token strings")
+            return counting.Counted(got.text, total)
+        if got.offsets is not None:
+            return counting.Counted(got.text, got.completion_tokens if got.completion_tokens is not None
+                                    else len(got.offsets), counting.prefixes_from_offsets(got.text, got.offsets),
+                                    "text offsets")
+        return counting.Counted(got.text, got.completion_tokens)
+
     @property
     def reused_tokens(self) -> int:
         f = self.last_final
@@ -172,7 +372,7 @@ class OpenAIEngine:
             return
         self._dirty = False
         try:  # displace what the server cached, untimed (see the module's note)
-            for _ in self.open_stream(" harbor lantern compass", 1):
+            for _ in self.open_stream(DISPLACE, 1):
                 pass
         except wire.ServerError:
             pass  # the next request meets the same server and records its own failure
@@ -212,8 +412,9 @@ class OpenAIEngine:
         pass
 
     def versions(self) -> dict:
-        return {"openai-endpoint": self.url, "api": self.api, "model": self.model,
-                "tokenizer": self.tokenizer_mode, **{k: v for k, v in self._served_info.items() if v is not None}}
+        return {"openai-endpoint": self.url, "api": self.api, "model": self.model, "server_kind": self.server,
+                "tokenizer": self.tokenizer_mode, "eos": self.eos_how,
+                **{k: v for k, v in self._served_info.items() if v is not None}}
 
     def close(self) -> None:
         if self._local is not None:

@@ -8,7 +8,8 @@ lines, ``data: [DONE]`` at the end); Ollama streams one JSON object per line, th
 
 What is read and never guessed: tokens are the server's count (streamed ``usage``,
 llama.cpp's ``timings.predicted_n``, Ollama's ``eval_count``, or the tokens a chunk's
-``logprobs`` / ``tokens`` list), never the number of chunks; the server's own timings
+``logprobs`` / ``tokens`` list), never the number of chunks (engines/counting.py settles the
+tokens per chunk, with an untimed counting request where needed); the server's own timings
 (llama.cpp ``timings``, Ollama ``*_duration`` in ns, LM Studio ``stats``) are kept as
 reported beside normalised seconds. Nothing here takes a timestamp: the caller stamps each
 chunk as it is yielded. Only http:// is spoken (local servers).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import socket
 import time
 from dataclasses import dataclass, field
@@ -26,6 +28,10 @@ from urllib.parse import urlsplit
 
 APIS = ("completions", "chat", "ollama")
 ERROR_CHARS = 500  # of a server's error body
+LINE_CAP = 1 << 20  # bytes of one stream line: a longer one fails its request
+BODY_CAP = 16 << 20  # bytes of a non-streamed body (model lists, counting, tokenize, error bodies)
+READ_BYTES = 65536  # one read of a stream
+SPECIAL_SLACK = 8  # tokens with no text a count may hold beyond its chunks (EOS, stop tokens)
 
 
 class ServerError(Exception):
@@ -50,35 +56,112 @@ class Final:
     finish_reason: str | None = None
     count_source: str | None = None  # where completion_tokens came from
     timings: dict[str, Any] = field(default_factory=dict)  # normalised seconds + the raw report
+    # impossible values the server sent (negative, non-finite, more tokens than the text can
+    # carry): its claim as a string, keyed by field, never a figure (server_request.py flags them)
+    claims: dict[str, str] = field(default_factory=dict)
 
 
-def request_for(api: str, base: str, model: str, text: str, n: int, logprobs: bool = False) -> tuple[str, dict]:
-    """The path and JSON body of a greedy request for ``n`` tokens after ``text``. EOS is
-    suppressed where the server has a way: ``ignore_eos`` (llama.cpp's server), ``min_tokens``
-    (llama-cpp-python's server); others ignore keys they do not know and may stop early,
-    which the request record then flags."""
+# Options that make a server do work an app's request would not ask for (vocabulary-wide
+# log-probabilities, echoed prompts, per-token timings): never on a timed request. Counting
+# requests (untimed, engines/openai.py) may ask for what names their tokens.
+COSTLY = ("logprobs", "top_logprobs", "echo", "n_probs", "post_sampling_probs", "return_tokens",
+          "timings_per_token", "return_progress")
+
+
+def request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None = None) -> tuple[str, dict]:
+    """The path and JSON body of a timed greedy streamed request for ``n`` tokens after ``text``:
+    what an app would send, plus ``eos``, the keys that hold EOS off on this server
+    (engines/openai.py ``eos_keys``), and streamed usage (the count, at no cost, where the
+    server has it). Nothing of COSTLY."""
     if api == "ollama":
         root = base.rstrip("/").removesuffix("/api")
         return root + "/api/generate", {"model": model, "prompt": text, "raw": True, "stream": True,
                                         "options": {"num_predict": n, "temperature": 0, "seed": 0}}
-    body: dict[str, Any] = {"model": model, "max_tokens": n, "stream": True, "temperature": 0, "seed": 0,
-                            "stream_options": {"include_usage": True}, "ignore_eos": True, "min_tokens": n,
-                            "cache_prompt": True, "timings_per_token": False}
+    body: dict[str, Any] = {"model": model, "max_tokens": n, "stream": True, "temperature": 0,
+                            "stream_options": {"include_usage": True}, **(eos or {})}
     if api == "chat":
         return base.rstrip("/") + "/chat/completions", {**body, "messages": [{"role": "user", "content": text}]}
-    # logprobs: llama-cpp-python's server then names the token each chunk carries (only sent to
-    # it: mlx_lm.server refuses an integer there)
-    return base.rstrip("/") + "/completions", {**body, "prompt": text, **({"logprobs": 0} if logprobs else {})}
+    return base.rstrip("/") + "/completions", {**body, "prompt": text}
 
 
-def stream(url: str, body: dict, deadline_s: float, ndjson: bool) -> Iterator[Chunk | Final]:
+def counting_request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None,
+                         names: str | None) -> tuple[str, dict]:
+    """The untimed counting request of a timed one: the same prompt, greedy settings and EOS
+    keys, not streamed, and ``names``, what makes this server name its tokens: "ids-native"
+    (llama.cpp's own /completion with return_tokens), "ids-logprobs" (mlx_lm.server's
+    ``logprobs: true``), "offsets" (llama-cpp-python's ``logprobs: 0``: each token's text offset),
+    or None (its usage count only)."""
+    if names == "ids-native":
+        root = base.rstrip("/").removesuffix("/v1")
+        return root + "/completion", {"prompt": text, "n_predict": n, "temperature": 0, "stream": False,
+                                      "return_tokens": True, **(eos or {})}
+    url, body = request_for(api, base, model, text, n, eos)
+    body = {k: v for k, v in body.items() if k != "stream_options"}
+    body["stream"] = False
+    if api == "ollama":
+        return url, body
+    if names == "ids-logprobs":  # ids, and the top token's raw string (greedy: the one chosen)
+        body.update(logprobs=True, top_logprobs=1)
+    elif names == "offsets":
+        body["logprobs"] = 0
+    return url, body
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A non-streamed reply: its text, token count, and what names its tokens (ids, or each
+    token's text offset), where the server gave them."""
+
+    text: str
+    completion_tokens: int | None
+    ids: tuple[int, ...] | None = None
+    offsets: tuple[int, ...] | None = None
+    pieces: tuple[str, ...] | None = None  # each token's raw vocabulary string
+
+
+def reply(obj: Any) -> Reply:
+    """The text, count and token names of a non-streamed reply (OpenAI completions or chat,
+    llama.cpp's /completion, Ollama's /api/generate); ServerError for any other shape."""
+    if not isinstance(obj, dict):
+        raise ServerError(f"not a completion reply: {str(obj)[:200]}")
+    if "content" in obj and isinstance(obj.get("tokens"), list):  # llama.cpp's own /completion
+        named = tuple(t for t in obj["tokens"] if _int(t) is not None)
+        return Reply(str(obj.get("content") or ""), _int(obj.get("tokens_predicted"), len(named)), named)
+    if "response" in obj:  # Ollama
+        return Reply(str(obj.get("response") or ""), _int(obj.get("eval_count")))
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ServerError(f"not a completion reply: {json.dumps(obj)[:200]}")
+    choice = choices[0]
+    message: dict = choice["message"] if isinstance(choice.get("message"), dict) else {}
+    text = choice.get("text") if "text" in choice else message.get("content")
+    usage: dict = obj["usage"] if isinstance(obj.get("usage"), dict) else {}
+    total = _int(usage.get("completion_tokens"))
+    lp: dict = choice["logprobs"] if isinstance(choice.get("logprobs"), dict) else {}
+    ids: tuple[int, ...] | None = None
+    offsets: tuple[int, ...] | None = None
+    pieces: tuple[str, ...] | None = None
+    if isinstance(lp.get("content"), list) and all(isinstance(c, dict) and _int(c.get("id")) is not None
+                                                   for c in lp["content"]):
+        ids = tuple(c["id"] for c in lp["content"])  # mlx_lm.server names ids
+        if all(isinstance(c.get("token"), str) for c in lp["content"]):
+            pieces = tuple(c["token"] for c in lp["content"])  # and, with top_logprobs, their raw strings
+    if isinstance(lp.get("text_offset"), list) and all(_int(o) is not None for o in lp["text_offset"]):
+        offsets = tuple(lp["text_offset"])  # llama-cpp-python: where each token starts in the text
+    return Reply(str(text or ""), total, ids, offsets, pieces)
+
+
+def stream(url: str, body: dict, deadline_s: float, ndjson: bool, given_s: float | None = None) -> Iterator[Chunk | Final]:
     """POST ``body`` to ``url`` and yield each chunk as it arrives, then one Final. Raises
     ServerError for a refused connection, an HTTP error, a malformed line, a stream cut before
-    its end marker or one stalled past ``deadline_s`` (counted from the call)."""
+    its end marker or one not ended within ``deadline_s`` (counted from the call, whatever the
+    server trickles); ``given_s``, the --timeout the user gave (of which ``deadline_s`` is the
+    request's share), is the number the messages name."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise ServerError(f"{url}: only http:// URLs of a local server are supported")
     end = time.monotonic() + deadline_s
+    limit = _limit(deadline_s, given_s)
     conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=max(0.01, deadline_s))
     try:
         try:
@@ -88,31 +171,34 @@ def stream(url: str, body: dict, deadline_s: float, ndjson: bool) -> Iterator[Ch
         except ConnectionRefusedError:
             raise ServerError(f"connection refused: {parts.hostname}:{parts.port}") from None
         except (socket.timeout, TimeoutError):
-            raise ServerError(f"no answer within {deadline_s:g} s") from None
+            raise ServerError(f"no answer {limit}") from None
         except OSError as exc:
             raise ServerError(f"{type(exc).__name__}: {exc}") from None
         if resp.status >= 400:
             raise ServerError(f"HTTP {resp.status} {resp.reason}: {_error_text(resp.read(4096))}")
-        yield from _read(resp, conn, end, deadline_s, ndjson)
+        if 300 <= resp.status < 400:
+            raise ServerError(f"HTTP {resp.status} {resp.reason}: a redirect (to {resp.getheader('Location')!r}), "
+                              f"not an answer; macprof follows none: give the server's own URL")
+        kind = (resp.getheader("Content-Type") or "").lower()
+        if "text/html" in kind:
+            raise ServerError(f"HTTP {resp.status}: an HTML page, not an event stream ({kind}): "
+                              f"is the URL the server's API?")
+        yield from _read(resp, conn, end, limit, ndjson)
     finally:
         conn.close()
 
 
-def _read(resp, conn, end: float, deadline_s: float, ndjson: bool) -> Iterator[Chunk | Final]:
+def _limit(deadline_s: float, given_s: float | None) -> str:
+    """The request's limit in words: the user's --timeout where it is known."""
+    if given_s is None:
+        return f"within {deadline_s:g} s"
+    return f"within --timeout {given_s:g} s (the request gave up at {deadline_s:g} s, leaving time to record it)"
+
+
+def _read(resp, conn, end: float, limit: str, ndjson: bool) -> Iterator[Chunk | Final]:
     final = Final()
-    state: dict[str, Any] = {"chunks": 0, "counted": 0, "per_chunk": True}
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise ServerError(f"stalled: the stream did not end within {deadline_s:g} s")
-        if conn.sock is not None:
-            conn.sock.settimeout(left)
-        try:
-            raw = resp.readline()
-        except (socket.timeout, TimeoutError):
-            raise ServerError(f"stalled: no data for {left:.3g} s (the request's limit is {deadline_s:g} s)") from None
-        except (http.client.HTTPException, OSError) as exc:
-            raise ServerError(f"the stream broke off: {type(exc).__name__}: {exc}") from None
+    state: dict[str, Any] = {"chunks": 0, "counted": 0, "per_chunk": True, "bytes": 0}
+    for raw in _lines(resp, conn, end, limit):
         if not raw:
             raise ServerError("the server closed the stream before its end marker (it may have died)")
         line = raw.decode("utf-8", errors="replace").strip()
@@ -126,8 +212,8 @@ def _read(resp, conn, end: float, deadline_s: float, ndjson: bool) -> Iterator[C
                 break
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise ServerError(f"malformed stream line: {line[:200]!r}") from None
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, int digits past the limit, nesting
+            raise ServerError(f"malformed stream line ({type(exc).__name__}): {line[:200]!r}") from None
         if not isinstance(obj, dict):
             raise ServerError(f"malformed stream line (not an object): {line[:200]!r}")
         if "error" in obj:
@@ -137,6 +223,7 @@ def _read(resp, conn, end: float, deadline_s: float, ndjson: bool) -> Iterator[C
         # carries that token: it is yielded, so its arrival is stamped and its token counted
         if chunk is not None and (chunk.text or chunk.tokens):
             state["chunks"] += 1
+            state["bytes"] += len(chunk.text.encode("utf-8"))
             if chunk.tokens is None:
                 state["per_chunk"] = False
             else:
@@ -145,17 +232,62 @@ def _read(resp, conn, end: float, deadline_s: float, ndjson: bool) -> Iterator[C
         if ndjson and obj.get("done"):
             break
     _settle_count(final, state)
+    _bound_count(final, state)
     yield final
+
+
+def _lines(resp, conn, end: float, limit: str) -> Iterator[bytes]:
+    """The stream's lines (b"" once it ends), each at most LINE_CAP bytes, the whole read
+    bounded by ``end`` however slowly the server sends (each read waits at most the time left)."""
+    buf = b""
+    while True:
+        cut = buf.find(b"\n")
+        if cut >= 0:
+            yield buf[: cut + 1]
+            buf = buf[cut + 1:]
+            continue
+        if len(buf) > LINE_CAP:
+            raise ServerError(f"a stream line longer than {LINE_CAP} bytes (the cap of one line)")
+        left = end - time.monotonic()
+        if left <= 0:
+            raise ServerError(f"stalled: the stream did not end {limit}")
+        if conn.sock is not None:
+            conn.sock.settimeout(left)
+        try:
+            data = resp.read1(READ_BYTES)
+        except (socket.timeout, TimeoutError):
+            raise ServerError(f"stalled: the stream did not end {limit}") from None
+        except (http.client.HTTPException, OSError) as exc:
+            raise ServerError(f"the stream broke off: {type(exc).__name__}: {exc}") from None
+        if not data:
+            if buf:
+                yield buf
+            yield b""
+            return
+        buf += data
+
+
+def _bound_count(final: Final, state: dict) -> None:
+    """A count more than the streamed text could carry is the server's claim, not a count: a
+    token is at least one byte of text, allowing one empty token per chunk and SPECIAL_SLACK more
+    (EOS and other special tokens that stream no text)."""
+    most = state["bytes"] + state["chunks"] + SPECIAL_SLACK
+    if final.completion_tokens is not None and final.completion_tokens > most:
+        final.claims["completion_tokens"] = (f"{final.completion_tokens} (more than the {state['chunks']} chunks "
+                                             f"and {state['bytes']} bytes of text streamed can carry)")
+        final.completion_tokens, final.count_source = None, None
 
 
 def _settle_count(final: Final, state: dict) -> None:
     """The request's token count: the server's total where it gave one, else the sum of the
-    per-chunk counts it gave (llama-cpp-python names each chunk's token in logprobs)."""
+    per-chunk counts it gave (a server that names each chunk's tokens unasked; macprof asks no
+    timed request to, engines/counting.py settles them otherwise)."""
     if final.completion_tokens is None and state["per_chunk"] and state["chunks"]:
         final.completion_tokens, final.count_source = state["counted"], "per-chunk logprobs/tokens"
 
 
 def _openai(obj: dict, final: Final) -> Chunk | None:
+    _claims({k: obj[k] for k in ("usage", "timings", "stats") if isinstance(obj.get(k), dict)}, final)
     usage = obj.get("usage")
     if isinstance(usage, dict):
         final.prompt_tokens = _int(usage.get("prompt_tokens"), final.prompt_tokens)
@@ -167,15 +299,17 @@ def _openai(obj: dict, final: Final) -> Chunk | None:
     timings = obj.get("timings")
     if isinstance(timings, dict):  # llama.cpp's server (the last one holds the totals)
         final.timings = {"source": "llama.cpp timings", "prompt_s": _ms(timings.get("prompt_ms")),
-                         "decode_s": _ms(timings.get("predicted_ms")), "raw": timings}
-        final.prompt_tokens = _int(timings.get("prompt_n"), final.prompt_tokens)
+                         "decode_s": _ms(timings.get("predicted_ms")), "raw": _raw(timings)}
         final.cached_tokens = _int(timings.get("cache_n"), final.cached_tokens)
+        computed = _int(timings.get("prompt_n"))  # the tokens it computed: the prompt less what it reused
+        if computed is not None and usage_prompt(obj) is None:
+            final.prompt_tokens = computed + (final.cached_tokens or 0)
         if final.count_source != "usage" and _int(timings.get("predicted_n")) is not None:
             final.completion_tokens, final.count_source = _int(timings.get("predicted_n")), "timings.predicted_n"
     stats = obj.get("stats")
     if isinstance(stats, dict):  # LM Studio's REST API (/api/v0)
         final.timings = {"source": "LM Studio stats", "ttft_s": _num(stats.get("time_to_first_token")),
-                         "decode_s": _num(stats.get("generation_time")), "raw": stats}
+                         "decode_s": _num(stats.get("generation_time")), "raw": _raw(stats)}
         final.finish_reason = stats.get("stop_reason") or final.finish_reason
     choices = obj.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
@@ -186,6 +320,11 @@ def _openai(obj: dict, final: Final) -> Chunk | None:
     delta: dict = raw_delta if isinstance(raw_delta, dict) else {}
     text = choice.get("text") if "text" in choice else (delta.get("content") or delta.get("reasoning_content") or "")
     return Chunk(str(text or ""), _chunk_tokens(obj, choice))
+
+
+def usage_prompt(obj: dict) -> int | None:
+    usage = obj.get("usage")
+    return _int(usage.get("prompt_tokens")) if isinstance(usage, dict) else None
 
 
 def _chunk_tokens(obj: dict, choice: dict) -> int | None:
@@ -203,6 +342,7 @@ def _chunk_tokens(obj: dict, choice: dict) -> int | None:
 
 
 def _ollama(obj: dict, final: Final) -> Chunk | None:
+    _claims({k: v for k, v in obj.items() if k.endswith(("_duration", "_count"))}, final)
     if obj.get("done"):
         final.completion_tokens = _int(obj.get("eval_count"))
         final.count_source = "eval_count" if final.completion_tokens is not None else None
@@ -211,7 +351,7 @@ def _ollama(obj: dict, final: Final) -> Chunk | None:
         final.timings = {"source": "ollama durations", "prompt_s": _ns(obj.get("prompt_eval_duration")),
                          "decode_s": _ns(obj.get("eval_duration")), "load_s": _ns(obj.get("load_duration")),
                          "total_s": _ns(obj.get("total_duration")),
-                         "raw": {k: v for k, v in obj.items() if k.endswith(("_duration", "_count"))}}
+                         "raw": _raw({k: v for k, v in obj.items() if k.endswith(("_duration", "_count"))})}
     text = obj.get("response")
     if text is None and isinstance(obj.get("message"), dict):  # /api/chat
         text = obj["message"].get("content")
@@ -219,11 +359,42 @@ def _ollama(obj: dict, final: Final) -> Chunk | None:
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
+    """A count: a non-negative int (not a bool); anything else is no count (``default``)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A duration or rate: a finite non-negative number (not a bool), else None."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        x = float(v)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) and x >= 0 else None
+
+
+def _impossible(v: Any) -> bool:
+    """A number no count or duration can be: negative, NaN or infinite."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return v < 0 if isinstance(v, int) else not (math.isfinite(v) and v >= 0)
+
+
+def _claims(obj: dict, final: Final, where: str = "") -> None:
+    """Each impossible number of what is read of a stream object (usage, timings, stats, Ollama's
+    counts and durations), kept as the server's claim (a string)."""
+    for k, v in obj.items():
+        if isinstance(v, dict) and where.count(".") < 3:
+            _claims(v, final, f"{where}{k}.")
+        elif _impossible(v):
+            final.claims[f"{where}{k}"] = repr(v)
+
+
+def _raw(d: dict) -> dict:
+    """A server's own report as kept in the log: JSON only (an impossible number as its claim, a string)."""
+    return {k: (_raw(v) if isinstance(v, dict) else repr(v) if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in d.items()}
 
 
 def _ms(v: Any) -> float | None:
@@ -263,11 +434,33 @@ def get_json(url: str, timeout: float = 5.0, body: dict | None = None) -> Any:
         else:
             conn.request("POST", parts.path or "/", json.dumps(body).encode(), {"Content-Type": "application/json"})
         resp = conn.getresponse()
-        data = resp.read()
+        data = _body(resp, conn, time.monotonic() + timeout, timeout)
         if resp.status >= 400:
             raise ServerError(f"HTTP {resp.status}: {_error_text(data)}")
         return json.loads(data)
-    except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+    except (OSError, http.client.HTTPException, ValueError, RecursionError) as exc:
         raise ServerError(f"{url}: {type(exc).__name__}: {exc}") from None
     finally:
         conn.close()
+
+
+def _body(resp, conn, end: float, timeout: float) -> bytes:
+    """A non-streamed body, at most BODY_CAP bytes, read within ``timeout`` however slowly it comes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise ServerError(f"the answer did not end within {timeout:g} s")
+        if conn.sock is not None:
+            conn.sock.settimeout(left)
+        try:
+            data = resp.read1(READ_BYTES)
+        except (socket.timeout, TimeoutError):
+            raise ServerError(f"the answer did not end within {timeout:g} s") from None
+        if not data:
+            return b"".join(parts)
+        size += len(data)
+        if size > BODY_CAP:
+            raise ServerError(f"an answer longer than {BODY_CAP} bytes (the cap of a non-streamed body)")
+        parts.append(data)

@@ -54,13 +54,16 @@ def _rate(count: float, ns: int) -> float | None:
 
 
 def derive(t0: int, t_tokenized: int | None, token_times: Sequence[int], prompt_tokens: int,
-           chunks: Sequence[int] | None = None, total: int | None = None) -> Derived:
-    """``token_times`` one per token; or, for a server's stream, one per chunk, with ``chunks``
-    the tokens each carried (then ITL is per chunk and decode counts the tokens after the
-    first chunk), or only ``total``, the server's count, where it names no tokens per chunk
-    (then decode is unknown: how many tokens the first chunk held is not known)."""
+           chunks: Sequence[int] | None = None, total: int | None = None, chunked: bool = False) -> Derived:
+    """``token_times`` one per token; or, for a server's stream (``chunked``), one per chunk, with
+    ``chunks`` the tokens each carried (then ITL is per chunk and decode counts the tokens after
+    the first chunk), or only ``total``, the tokens the chunks carried, where the tokens per chunk
+    are not known (then decode is unknown: how many tokens the first chunk held is not known);
+    neither: no count at all (n is 0, never the number of chunks)."""
     if not token_times:
         return Derived(0, None, None, None, None, (), span(t0, t_tokenized), None)
+    if chunked and not chunks and total is None:
+        total = 0
     n = sum(chunks) if chunks else (total if total is not None else len(token_times))
     after_first = n - chunks[0] if chunks else (n - 1 if total is None else None)
     t1, tn = token_times[0], token_times[-1]

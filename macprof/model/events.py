@@ -9,9 +9,10 @@ from typing import Any
 
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
 from macprof.model.phases import DepthFill as Fill
-from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
+from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency, ServerReport
 from macprof.model.event_base import Event
-from macprof.model.phase_events import CommProfile, LoadLevel, QualityChunkScored, QualityStart, RankGroup, RankTimeline
+from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
+                                        RankTimeline)
 from macprof.model.records import ABSENT, record
 from macprof.model.telemetry import TelemetryRaw
 
@@ -159,6 +160,8 @@ class PhaseEnd(Event):
     peak_footprint_bytes: int | None = ABSENT  # added by the parent (collect/footprint.py, phase_peak)
     footprint_samples: int | None = ABSENT
     t: int | None = ABSENT  # perf_counter_ns as the phase ends
+    weights_held: str | None = ABSENT  # engines/base.py WEIGHTS_HELD; absent where a server holds them
+    mapped_resident_bytes: int | None = ABSENT  # mapped weights: the model files' resident bytes (mincore)
 
 
 @record
@@ -220,7 +223,7 @@ class Request(_RequestHead):
     engine_memory: dict[str, Any] | None = None
     # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
     # texts; what the server reported (count, tokens per chunk, its timings, flags)
-    server: dict[str, Any] | None = ABSENT
+    server: ServerReport | None = ABSENT
 
 
 @record
@@ -294,7 +297,8 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
-    ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored)}
+    ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
+    QualityStored)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

@@ -54,6 +54,7 @@ class Machine(Record):
     power_mode: str | None = ABSENT  # macOS: automatic / low / high (pmset); absent from older logs
     gpu_working_set_bytes: int | None = ABSENT  # macOS: Metal's recommendedMaxWorkingSetSize
     sources: dict[str, str] | None = ABSENT  # field -> where its value came from (macOS)
+    cores_by_kind: dict[str, int] | None = ABSENT  # macOS: cores per kind as macOS names them (Super, Performance, Efficiency)
 
 
 @record

@@ -7,7 +7,7 @@ from typing import Any
 
 from macprof.model.event_base import Event
 from macprof.model.quality import QualityText
-from macprof.model.records import record
+from macprof.model.records import ABSENT, record
 
 
 # -- the quality phase (run/phases/quality.py) -------------------------------------------------
@@ -25,6 +25,18 @@ class QualityStart(Event):
     reference: str | None = None
     is_reference: bool = False
     reference_reason: str | None = None
+    rescore_reason: str | None = ABSENT  # the reference scored again: why its stored log-probs were not used
+
+
+@record
+class QualityStored(Event):
+    """The reference's log-probabilities are stored whole: the digest of the files (.npy and its
+    sidecar), so a later model, or a resumed run, uses them only while they are the same bytes."""
+
+    KIND = "quality_stored"
+    phase: str
+    sha256: str
+    bytes: int
 
 
 @record

@@ -53,6 +53,40 @@ class Itl(Record):
 
 
 @record
+class CountingRequest(Record):
+    """The untimed request that counted a server request's tokens, made after it where the
+    server's own free count did not settle them (engines/counting.py): the same prompt and
+    greedy settings, not streamed; used only when its text is the timed request's."""
+
+    status: str  # "ok" (used), "differs" (its text is not the timed request's: not used), "error"
+    completion_tokens: int | None = None
+    named_by: str | None = None  # what placed each token in the text: "ids" (detokenized), "raw token strings",
+    # "text offsets"; None: a total only
+    reason: str | None = None  # why it was not used, or failed
+
+
+@record
+class ServerReport(Record):
+    """What a server's request counted and reported (engines/wire.py, engines/counting.py):
+    the tokens, where the count came from, the tokens each received chunk carried where that is
+    known, how EOS was held off, the server's own timings, and flags for whatever differs from
+    what was asked. docs/design.md "Local servers" says what is assumed and what is checked."""
+
+    completion_tokens: int | None = None
+    count_source: str | None = None
+    chunk_tokens: tuple[int, ...] | None = None  # per received chunk with text; None: not known
+    chunk_tokens_source: str | None = None
+    unstamped_tokens: int | None = ABSENT  # counted by the server after the last chunk with text (its EOS)
+    prompt_tokens_source: str | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    eos: str | None = ABSENT  # how EOS was held off on this request (absent in older logs)
+    counting: CountingRequest | None = ABSENT
+    timings: dict[str, Any] | None = None
+    flags: tuple[str, ...] = ()
+
+
+@record
 class Request(Record):
     """A request as journaled (raw timestamps, token ids) plus what its timestamps give."""
 
@@ -84,7 +118,7 @@ class Request(Record):
     itl: Itl | None = None
     aggregate_decode_tok_s: float | None = ABSENT
     aggregate_e2e_tok_s: float | None = ABSENT
-    server: dict[str, Any] | None = ABSENT  # a server's request: what it reported (engines/wire.py)
+    server: ServerReport | None = ABSENT  # a server's request: what it counted and reported
 
 
 @record
@@ -143,6 +177,11 @@ class PhaseMemory(Record):
     footprint_end_bytes: int | None = ABSENT
     peak_footprint_bytes: int | None = ABSENT
     footprint_samples: int | None = ABSENT
+    # how the engine held its weights ("mapped" / "copied", engines/base.py) and, mapped, the
+    # model files' resident bytes at the phase's end: clean file pages macOS's footprint leaves
+    # out, added to it in the headline (analyse/headline.py); absent in older logs and servers
+    weights_held: str | None = ABSENT
+    mapped_resident_bytes: int | None = ABSENT
 
 
 # -- the ceilings --------------------------------------------------------------------------

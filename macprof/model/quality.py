@@ -16,7 +16,9 @@ class QualityText(Record):
     source: str | None = None
     sha256: str | None = None
     bytes: int | None = None
-    tokens: int | None = None
+    tokens: int | None = None  # the ids of what was tokenized: the whole text, or its start (tokenized_chars)
+    # a text far longer than the scored tokens need: the characters of its start that were tokenized
+    tokenized_chars: int | None = ABSENT
 
 
 @record
@@ -56,6 +58,7 @@ class QualityPhase(Record):
     reference: str | None = None  # the model compared against
     is_reference: bool = False
     reference_reason: str | None = None  # why there is no KLD (no reference, tokenizers differ, ...)
+    rescore_reason: str | None = ABSENT  # the reference: why it scored again (its stored log-probs changed)
     scored_tokens: int = 0
     ppl: float | None = None
     ppl_unc: float | None = None

@@ -150,6 +150,42 @@ def encode(value: Any) -> Any:
     return value
 
 
+# What a JSON value read from a file may be before any record is made of it. A run log nests
+# about 11 deep (tiny-sweeps.json); 64 leaves room for what free-form fields hold, and keeps
+# every recursive walk after it (the schema, the codec, `share`, deepcopy) far from Python's
+# recursion limit: a log nested 600 deep ended `share` in a RecursionError. No figure macprof
+# records needs more than 64 bits (nanosecond stamps, bytes); 10^300 ended `plot` in an
+# OverflowError.
+MAX_DEPTH = 64
+MAX_INT_BITS = 63
+
+
+def json_refusal(data: Any) -> str | None:
+    """Why ``data`` (JSON as read) is no record's, as 'PLACE: what', or None: arrays and
+    objects nested past MAX_DEPTH, an integer past 64 bits. Iterative, so a value nested
+    deeper than Python's recursion limit is refused rather than raising."""
+    stack: list[tuple[Any, int, str]] = [(data, 1, "")]
+    while stack:
+        value, depth, at = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return f"{_place(at)}: nested more than {MAX_DEPTH} deep"
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, v in items:
+                if isinstance(v, (dict, list)):
+                    stack.append((v, depth + 1, f"{at}/{key}"))
+                elif type(v) is int and v.bit_length() > MAX_INT_BITS:  # never str() it: 5,000 digits raise
+                    return f"{_place(f'{at}/{key}')}: an integer of {v.bit_length()} bits (at most {MAX_INT_BITS} and a sign)"
+        elif type(value) is int and value.bit_length() > MAX_INT_BITS:
+            return f"{_place(at)}: an integer of {value.bit_length()} bits (at most {MAX_INT_BITS} and a sign)"
+    return None
+
+
+def _place(at: str, limit: int = 100) -> str:
+    """A place in a JSON value for a one-line message: its start, where it is very long."""
+    return (at[:limit] + "...") if len(at) > limit else at or "(top level)"
+
+
 class _Misfit(Exception):
     def __init__(self, at: str, what: str) -> None:
         self.at, self.what = at, what
@@ -191,24 +227,62 @@ def _make_shape(cls: type) -> _Shape:
 
 def _decoder(hint: Any) -> Decoder:
     """How a value typed ``hint`` is read: records, and tuples and dicts of them, recursively;
-    anything else (numbers, strings, free-form values) as read. A null is None whatever the type."""
+    a number, string or flag checked to be one (a journal is not checked against the schema: a
+    list where a timestamp belongs would reach the arithmetic as a TypeError); anything else
+    (free-form values) as read. A null is None whatever the type."""
     hint = _plain(hint)
     origin = typing.get_origin(hint)
     if isinstance(hint, type) and issubclass(hint, Record):
         record_cls = hint  # looked up when a value is read: a record may contain its own kind
         return lambda value, at: _decode_record(record_cls, value, at)
     if origin is tuple:
-        return _sequence(_decoder(typing.get_args(hint)[0]))
+        item = typing.get_args(hint)[0]
+        return _sequence(_decoder(item), nullable=_plain(item) is not item)
     if origin is dict:
         return _mapping(_decoder(typing.get_args(hint)[1]))
-    return None
+    return _SCALARS.get(hint)
 
 
-def _sequence(item: Decoder) -> Decoder:
+def _scalar(test: Callable[[Any], bool], what: str) -> Decoder:
+    def read(value: Any, at: str) -> Any:
+        if not test(value):
+            raise _Misfit(at, f"expected {what}, found {_json_type(value)}")
+        return value
+    return read
+
+
+def _json_type(value: Any) -> str:
+    """A value's kind in JSON's words (a list, not a Python ``list``)."""
+    for kind, name in ((bool, "true/false"), (int, "an integer"), (float, "a number"), (str, "a string"),
+                       (list, "an array"), (dict, "an object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+# bool is an int to Python, never to JSON: true is no count and no timestamp
+_TESTS: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    int: (lambda v: type(v) is int, "an integer"),
+    float: (lambda v: type(v) in (int, float), "a number"),
+    str: (lambda v: type(v) is str, "a string"),
+    bool: (lambda v: type(v) is bool, "true or false"),
+}
+_SCALARS: dict[Any, Decoder] = {hint: _scalar(test, what) for hint, (test, what) in _TESTS.items()}
+_SCALAR_ITEMS = {_SCALARS[hint]: test for hint, (test, _) in _TESTS.items()}  # decoder -> its test
+
+
+def _sequence(item: Decoder, nullable: bool = False) -> Decoder:
     def read(value: Any, at: str) -> tuple:
         if not isinstance(value, list):
-            raise _Misfit(at, f"expected an array, found {type(value).__name__}")
-        if item is None:  # numbers, strings: a token list of thousands is copied, not walked
+            raise _Misfit(at, f"expected an array, found {_json_type(value)}")
+        if item is None:  # free-form items: a token list of thousands is copied, not walked
+            return tuple(value)
+        if item in _SCALAR_ITEMS:  # numbers: checked in one pass, each item named only when one is wrong
+            test = _SCALAR_ITEMS[item]
+            wrong = next((i for i, v in enumerate(value) if not test(v) and not (nullable and v is None)), None) \
+                if not all(map(test, value)) else None
+            if wrong is not None:
+                item(value[wrong], f"{at}/{wrong}")
             return tuple(value)
         return tuple(None if v is None else item(v, f"{at}/{i}") for i, v in enumerate(value))
     return read
@@ -217,7 +291,7 @@ def _sequence(item: Decoder) -> Decoder:
 def _mapping(item: Decoder) -> Decoder:
     def read(value: Any, at: str) -> dict:
         if not isinstance(value, dict):
-            raise _Misfit(at, f"expected an object, found {type(value).__name__}")
+            raise _Misfit(at, f"expected an object, found {_json_type(value)}")
         if item is None:
             return dict(value)
         return {k: None if v is None else item(v, f"{at}/{k}") for k, v in value.items()}
@@ -226,7 +300,7 @@ def _mapping(item: Decoder) -> Decoder:
 
 def _decode_record(cls: type, data: Any, at: str):
     if not isinstance(data, dict):
-        raise _Misfit(at, f"expected an object, found {type(data).__name__}")
+        raise _Misfit(at, f"expected an object, found {_json_type(data)}")
     values = {}
     for name, required, decode in _shape(cls).fields:
         if name in data:

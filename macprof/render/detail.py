@@ -109,9 +109,16 @@ def _conditions(phase: str, ph: WarmPhase | PrefixPhase) -> list[str]:
 def _peak(mem: PhaseMemory | None) -> str:
     """The footprint first where the log has one (macOS: it counts the GPU's buffers, RSS does not)."""
     rss = f"peak RSS {fmt_bytes(mem.peak_rss_bytes if mem else None)}"
+    held = f", weights {mem.weights_held}" if mem is not None and mem.has("weights_held") else ""
     if mem is None or not mem.has("peak_footprint_bytes"):
-        return rss
-    return f"peak footprint {fmt_bytes(mem.peak_footprint_bytes)} ({rss})"
+        return rss + held
+    if mem.has("weights_held") and mem.weights_held == "mapped":
+        # the mapped weights' clean file pages are outside the footprint: added (analyse/headline.py)
+        mapped = mem.mapped_resident_bytes if mem.has("mapped_resident_bytes") else None
+        total = fmt_bytes(mem.peak_footprint_bytes + mapped) if mem.peak_footprint_bytes and mapped is not None else "?"
+        return (f"peak footprint+mapped {total} = footprint {fmt_bytes(mem.peak_footprint_bytes)} + mapped weights "
+                f"{fmt_bytes(mapped) if mapped is not None else 'unknown (not measured)'} resident ({rss})")
+    return f"peak footprint {fmt_bytes(mem.peak_footprint_bytes)} ({rss}{held})"
 
 
 def _engine_mem(mem: dict) -> str:

@@ -7,8 +7,11 @@ from __future__ import annotations
 from macprof.render.exporters import Column, Row
 from macprof.render.text import fmt_bytes
 
-# what JSON and CSV carry beside peak_rss_bytes: the headline figure, which one it is, the footprint
-MEMORY_FIELDS = ("peak_memory_bytes", "memory_figure", "peak_footprint_bytes")
+# what JSON and CSV carry beside peak_rss_bytes: the headline figure, which one it is, the footprint,
+# the mapped weights' resident bytes added to it, how the engine held its weights and whether the
+# headline counts them (analyse/headline.py)
+MEMORY_FIELDS = ("peak_memory_bytes", "memory_figure", "peak_footprint_bytes", "mapped_weights_bytes", "weights_held",
+                 "memory_weights")
 
 
 def memory_column(rows: tuple[Row, ...] | list[Row]) -> Column:

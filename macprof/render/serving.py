@@ -13,6 +13,7 @@ from macprof.model.phases import Request
 from macprof.model.serving import ConcurrencyPhase, LoadLevelResult
 from macprof.render.exporters import Table, text_table
 from macprof.render.text import fmt_rate, fmt_s
+from macprof.sanitise import hide_credentials
 
 
 def _predicted(level: LoadLevelResult) -> str:
@@ -61,7 +62,7 @@ def server_lines(m: ModelResult) -> list[str]:
     if m.identity.engine != "openai":
         return []
     versions = m.engine_versions or {}
-    lines = [f"   server: {versions.get('openai-endpoint', '?')} (api {versions.get('api', '?')}, "
+    lines = [f"   server: {hide_credentials(versions.get('openai-endpoint', '?'))} (api {versions.get('api', '?')}, "
              f"model {versions.get('model', '?')}); tokens: {versions.get('tokenizer', '?')}"]
     if versions.get("served_by") == "macprof":
         lines.append(f"   started by macprof: {versions.get('command')} ({versions.get('version')}); answered after "
@@ -74,15 +75,23 @@ def server_lines(m: ModelResult) -> list[str]:
                      "says nothing about the model's)")
     reqs = _requests(m)
     counted = [r.prompt_tokens for r in reqs if r.prompt_tokens]
-    asked = "in tokens (the model's tokenizer, here)" if "exact" in str(versions.get("tokenizer")) else "in words"
+    asked = "in tokens (a tokenizer, here)" if "exact" in str(versions.get("tokenizer")) else "in words"
     lines.append(f"   prompt lengths are asked for {asked}; the server counted p50 {median(counted):.0f} tokens"
                  if counted else f"   prompt lengths are asked for {asked}; the server counted none")
+    if versions.get("eos"):
+        lines.append(f"   EOS: {versions['eos']}")
+    sources: dict[str, int] = {}
+    for r in reqs:
+        if r.server and r.status == "ok":
+            key = f"{r.server.count_source or 'nothing'}; per chunk: {r.server.chunk_tokens_source or 'unknown'}"
+            sources[key] = sources.get(key, 0) + 1
+    lines += [f"   tokens counted by ({n} requests): {k}" for k, n in sorted(sources.items())]
     lines += _timing_lines(reqs)
     flags: dict[str, int] = {}
     for r in reqs:
-        for f in (r.server or {}).get("flags") or ():
-            key = "fewer or more tokens than asked: the server could not be made to ignore EOS (actual counts " \
-                  "recorded)" if f.startswith("count:") else f
+        for f in r.server.flags if r.server else ():
+            key = "fewer or more tokens than asked: EOS was not held off (the tokens received are measured, " \
+                  "their counts recorded)" if f.startswith("count:") else f
             flags[key] = flags.get(key, 0) + 1
     lines += [f"   flagged ({n} requests): {f}" for f, n in sorted(flags.items())]
     return lines
@@ -90,7 +99,7 @@ def server_lines(m: ModelResult) -> list[str]:
 
 def _timing_lines(reqs: Sequence[Request]) -> list[str]:
     """The server's own prompt time beside the client's TTFT (medians over requests that have both)."""
-    pairs = [(r.ttft_s, (r.server or {}).get("timings") or {}) for r in reqs if r.status == "ok" and r.ttft_s]
+    pairs = [(r.ttft_s, (r.server.timings if r.server else None) or {}) for r in reqs if r.status == "ok" and r.ttft_s]
     own = [(t, float(tm["prompt_s"]), tm.get("source")) for t, tm in pairs if tm.get("prompt_s") is not None]
     if not own:
         return ["   server timings: none reported (the client's figures are all there is; network + queueing "
@@ -123,3 +132,40 @@ def _diff(a: float | None, b: float | None) -> str:
     if a is None or b is None:
         return "unknown: a side has no figure"
     return ("+" if a >= b else "-") + fmt_s(abs(a - b))
+
+
+def _range(values: Sequence[int]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def length_warnings(m: ModelResult) -> list[str]:
+    """A server's requests whose lengths were not the asked ones, said in the summary: the
+    prompts' real range (where no tokenizer could be had here, or the server counted otherwise)
+    and the replies' (where EOS was not held off); each request's real lengths are in the log."""
+    if m.identity.engine != "openai":
+        return []
+    ph, s, versions = m.phases, m.settings, m.engine_versions or {}
+    asked: list[tuple[int, int, Request]] = [(s.prompt_tokens, s.gen_tokens, r) for r in _requests(m)]
+    for c in ph.grid.cases if ph.grid else ():
+        asked += [(c.prompt_tokens, c.gen_tokens, r) for r in c.requests]
+    ok = [(p, g, r) for p, g, r in asked if r.status == "ok" and r.kind == "measured"]
+    out = []
+    prompts = [(p, r.prompt_tokens) for p, _, r in ok]
+    if any(got != want for want, got in prompts if got):
+        wanted = sorted({want for want, got in prompts if got and got != want})
+        out.append(f"{m.identity.name}: prompts were {_range([got for _, got in prompts if got])} tokens (the server's "
+                   f"count) where {', '.join(map(str, wanted))} were asked; tokens: {versions.get('tokenizer', '?')}. "
+                   f"Exact lengths need the model's tokenizer: give its file (`path` in models.toml, or --serve) or a "
+                   f"server with a tokenize endpoint")
+    elif prompts and not any(got for _, got in prompts):
+        out.append(f"{m.identity.name}: the prompts' lengths in tokens are unknown (the server counted none and no "
+                   f"tokenizer could be had here): {prompts[0][0]} words were asked")
+    gens = [(g, r.server.completion_tokens) for _, g, r in ok if r.server and r.server.completion_tokens is not None]
+    if any(got != want for want, got in gens):
+        wanted = sorted({want for want, got in gens if got != want})
+        out.append(f"{m.identity.name}: replies were {_range([got for _, got in gens])} tokens where "
+                   f"{', '.join(map(str, wanted))} were asked: EOS was not held off ({versions.get('eos', '?')}); "
+                   f"decode is over the tokens received")
+    return out
+

@@ -13,6 +13,7 @@ from macprof.render.exporters import Column, Table, cell, to_text
 from macprof.render.quality import quality_table
 from macprof.render.energy import ENERGY_FIELDS, energy_lines, fmt_j, throttle_warnings
 from macprof.render.memory import MEMORY_FIELDS, memory_column
+from macprof.render.serving import length_warnings
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, clean_lines
 
 SPREAD_WARN = 0.10  # stdev over 10% of the median
@@ -131,6 +132,7 @@ def warnings(log: RunLog) -> list[str]:
             out.append(f"{name}: --drop-cache could not evict the model from the page cache ({drops[0].reason}): "
                        f"cold trials are labelled by their measured residency instead")
         out += _reuse_warnings(name, ph)
+        out += length_warnings(m)  # a server's requests of other lengths than asked (render/serving.py)
         prefix_checks = ph.prefix.summary.checks if ph.prefix else None
         if prefix_checks and prefix_checks.failed:
             out.append(f"{name}: prefix reuse changed the output in {prefix_checks.failed} of {prefix_checks.n} requests "

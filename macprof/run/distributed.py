@@ -21,13 +21,15 @@ import subprocess
 from pathlib import Path
 
 from macprof.config import ModelSpec
-from macprof.config_dist import Distributed
+from macprof.config_dist import Distributed, check_hosts, host_refusal
+from macprof.run import lifeline
 
 LOCAL = "127.0.0.1"  # the one address mlx.launch starts without ssh
 PREFLIGHT_TIMEOUT_S = 120.0
 SSH_TIMEOUT_S = 5
 
 _PROBE = """
+from macprof.run import lifeline; lifeline.hold()  # ends with macprof, however it ends
 import json, sys
 import mlx.core as mx
 backend, path, parallel = sys.argv[1:4]
@@ -64,9 +66,13 @@ def free_port(count: int) -> int:
 
 
 def command(python: str, spec: Distributed) -> list[str]:
+    """mlx.launch's command line. Every value is joined to its option by "=", so none can be
+    read as an option of its own; the hosts are checked again here (config_dist.check_hosts):
+    mlx.launch hands each to ssh with no "--" before it."""
+    check_hosts("distributed.hosts", spec.hosts)
     env = [f"--env=PYTHONPATH={os.environ['PYTHONPATH']}"] if os.environ.get("PYTHONPATH") else []
-    return [*launcher(python), "--backend", spec.backend, "--hosts", ",".join(spec.hosts),
-            "--starting-port", str(free_port(len(spec.hosts))), *env, "--", python, "-m", "macprof.run.worker"]
+    return [*launcher(python), f"--backend={spec.backend}", f"--hosts={','.join(spec.hosts)}",
+            f"--starting-port={free_port(len(spec.hosts))}", *env, "--", python, "-m", "macprof.run.worker"]
 
 
 def preflight(python: str, model: ModelSpec) -> str | None:
@@ -75,6 +81,10 @@ def preflight(python: str, model: ModelSpec) -> str | None:
     assert spec is not None
     if model.engine != "mlx":
         return f"engine {model.engine!r} cannot be sharded: only mlx runs over MLX's distributed runtime"
+    for host in spec.hosts:  # checked where they were read; again before ssh sees any
+        refusal = host_refusal(host)
+        if refusal:
+            return f"distributed.hosts: {refusal}"
     for host in dict.fromkeys(spec.hosts):
         if host != LOCAL:
             refusal = _ssh_refusal(host)
@@ -82,7 +92,8 @@ def preflight(python: str, model: ModelSpec) -> str | None:
                 return refusal
     try:
         probe = subprocess.run([python, "-c", _PROBE, spec.backend, str(model.path), spec.parallel], capture_output=True,
-                               text=True, timeout=PREFLIGHT_TIMEOUT_S, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                               text=True, timeout=PREFLIGHT_TIMEOUT_S,
+                               **lifeline.popen_args({**os.environ, "HF_HUB_OFFLINE": "1"}))
         facts = json.loads(probe.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, ValueError, IndexError, OSError) as exc:
         return f"could not check the {spec.backend} backend and the model's layouts: {type(exc).__name__}: {exc}"
@@ -98,7 +109,8 @@ def _ssh_refusal(host: str) -> str | None:
     """mlx.launch reaches every host but 127.0.0.1 over ssh: one that does not answer is said so
     now, in one line, instead of a rank that never joins the ring."""
     try:
-        done = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", host, "true"],
+        # "--": whatever the host is, ssh reads it as the destination, never as an option
+        done = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", "--", host, "true"],
                               capture_output=True, text=True, timeout=SSH_TIMEOUT_S * 3)
     except FileNotFoundError:
         return f"host {host} cannot be reached: mlx.launch needs ssh, and there is none"

@@ -13,10 +13,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 from pathlib import Path
 from typing import IO, Sequence
 
+from macprof.collect.filekind import not_a_folder
 from macprof.errors import MacprofError
 from macprof.model.events import Event
 from macprof.run import signals
@@ -38,7 +40,7 @@ class Journal:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise MacprofError(f"{path}: cannot write the journal ({exc.strerror})") from None
+            raise MacprofError(f"{path}: cannot write the journal: {not_a_folder(path) or exc.strerror}") from None
         try:
             fd = os.open(path, flags, 0o644)
         except FileExistsError:
@@ -76,7 +78,7 @@ class Journal:
 
     def write(self, event: Event) -> None:
         event = event.replace(seq=self.next_seq)
-        line = json.dumps(event.to_json(), separators=(",", ":")) + "\n"
+        line = _line(event.to_json())
         with signals.deferred():  # the line on disk and the event in memory, or neither
             try:
                 self.fh.write(line)
@@ -122,3 +124,22 @@ def repair_tail(path: Path, fd: int) -> None:
     except ValueError:
         os.ftruncate(fd, start)
     os.fsync(fd)
+
+
+def _line(obj) -> str:
+    """The event as one line of JSON: never bare NaN / Infinity (not JSON); a non-finite float
+    becomes null in that event rather than the record being lost."""
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n"
+    except ValueError:
+        return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -27,7 +27,7 @@ from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
-from macprof.run import distributed, reference, resume, signals, watch
+from macprof.run import distributed, qualitytext, reference, resume, signals, watch
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
@@ -51,6 +51,8 @@ class Runner:
         self._proc: subprocess.Popen | None = None
         self._telemetry: telemetry.Source | None = None  # opened with the first worker, closed at the end
         self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
+        for text in sorted({m.settings.text for m in models if "quality" in m.settings.phases and m.settings.text}):
+            qualitytext.check(text)  # and a --text that is a FIFO, a device or too large: before any worker waits on it
         self._store = reference.store_path(journal.path, self._reference) if self._reference else None
 
     def _source(self) -> telemetry.Source:
@@ -210,7 +212,7 @@ class Runner:
 
     # -- one worker --------------------------------------------------------------------------
     def _worker(self, model: ModelSpec, phases: list[str], journal: Journal, trial: int = 0,
-                cases: dict | None = None, done: list[dict] | None = None) -> WorkerResult:
+                cases: dict | None = None, done: list[dict] | None = None, rescore: str | None = None) -> WorkerResult:
         s = model.settings
         cases = cases or {}
         # one sequence's context: the longest request of the phases this worker runs (batch
@@ -227,7 +229,8 @@ class Runner:
                # the idle wait before each phase gives the power baseline: only where power is read
                "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
         if "quality" in phases:
-            job["quality"] = reference.job(model, self._reference, self._store, journal.events)
+            self._rescore_reference(model, journal)
+            job["quality"] = reference.job(model, self._reference, self._store, journal.events, rescore)
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         # a cold trial's sampler starts before the spawn: its energy runs from spawn to ready
         sampler = TelemetrySampler(self._source(), from_spawn=phases == ["cold"])
@@ -246,6 +249,20 @@ class Runner:
             self.progress.note(f"{model.name}: FAILED in {recorded.phase}: {recorded.reason}")
         stderr.close()
         return WorkerResult(phases_done=state.done_phases, failure=recorded, loaded=state.loaded)
+
+    def _rescore_reference(self, model: ModelSpec, journal: Journal) -> None:
+        """Before a model is held to the reference's stored log-probabilities: they must be the
+        bytes the reference journaled (reference.store_changed); else the reference scores again
+        first, and its quality phase records why."""
+        if model.name == self._reference:
+            return
+        why = reference.store_changed(self._store, journal.events, self._reference)
+        ref = next((m for m in self.models if m.name == self._reference), None)
+        if why is None or ref is None or self._store is None:
+            return
+        self.progress.note(f"{ref.name}: {why}; scoring it again before {model.name}")
+        reference.remove_store(self._store)
+        self._worker(ref, ["quality"], journal, rescore=why)
 
     def _kill_worker(self) -> None:
         proc = self._proc

@@ -32,16 +32,23 @@ class PromptBuilder:
         self.words = self._word_tokens()
 
     def _word_tokens(self) -> list[str]:
-        vocab = self.engine.vocab_size
-        rng = random.Random(f"{self.seed}:scan")
-        ids = rng.sample(range(vocab), min(_SCAN, vocab))
+        # a server's tokenizer answers over HTTP: it offers the ids of a sample text to pick the
+        # words from, and how many are enough (engines/openai.py), instead of a vocabulary scan
+        offered = getattr(self.engine, "prompt_candidates", lambda: None)()
+        enough = getattr(self.engine, "prompt_words", None) if offered is not None else None
+        if offered is None:
+            vocab = self.engine.vocab_size
+            rng = random.Random(f"{self.seed}:scan")
+            offered = rng.sample(range(vocab), min(_SCAN, vocab))
         lead = list(self.lead)
         words = []
-        for i in ids:
+        for i in offered:
             piece = self.engine.detokenize([i])
             if len(piece) >= 3 and piece[0] == " " and piece[1:].isascii() and piece[1:].isalpha() \
                     and self.engine.tokenize(piece) == lead + [i]:
                 words.append(piece)
+                if enough and len(words) >= enough:
+                    break
         if len(words) < 16:
             raise MacprofError(f"the model's vocabulary gave only {len(words)} single-token words to build prompts from")
         return sorted(words)

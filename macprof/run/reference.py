@@ -4,6 +4,7 @@ first: the one named by ``reference`` (--reference), else the run's highest-prec
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Sequence
 
@@ -48,12 +49,15 @@ def ordered(models: Sequence[ModelSpec], reference: str | None) -> list[ModelSpe
     return sorted(models, key=lambda m: m.name != reference)
 
 
-def job(model: ModelSpec, reference: str | None, store: Path | None, events: Sequence[ev.Event]) -> dict:
+def job(model: ModelSpec, reference: str | None, store: Path | None, events: Sequence[ev.Event],
+        rescore: str | None = None) -> dict:
     """The quality part of a worker's job: the reference, where its distributions are, and,
-    when it failed before storing them, why (from the journal)."""
+    when it failed before storing them, why (from the journal); ``rescore``: why the reference
+    scores again (store_changed)."""
     if reference is None or store is None:
         return {"reference": None, "missing": "no reference model in this run"}
-    out: dict = {"reference": reference, "store": str(store), "is_reference": model.name == reference}
+    out: dict = {"reference": reference, "store": str(store), "is_reference": model.name == reference,
+                 **({"rescore_reason": rescore} if rescore else {})}
     if not out["is_reference"]:
         failed = [e for e in events if isinstance(e, ev.Failure) and e.model == reference
                   and e.phase in (None, "quality")]
@@ -68,6 +72,45 @@ def store_path(journal_path: Path, reference: str) -> Path:
     return journal_path.with_name(f"{journal_path.name}.quality-{safe}")
 
 
+STORE_SUFFIXES = (".npy", ".json")
+
+
+def store_digest(store: Path) -> tuple[str, int]:
+    """(sha256, bytes) of the stored distributions and their sidecar, read as regular files
+    only (a FIFO put in their place is refused, not waited on)."""
+    from macprof.collect import filekind
+
+    digest, total = hashlib.sha256(), 0
+    for suffix in STORE_SUFFIXES:
+        with filekind.open_regular(store.with_name(store.name + suffix)) as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+                total += len(chunk)
+    return digest.hexdigest(), total
+
+
+def store_changed(store: Path | None, events: Sequence[ev.Event], reference: str | None) -> str | None:
+    """Why the reference's stored distributions cannot be used as they are now, or None: they
+    are the bytes its quality phase journaled (quality_stored), or it never stored any (the job
+    then says why). Files macprof wrote and reads back are checked, not trusted: on a resume a
+    file overwritten with other rows once gave a KLD of 6,957 and exit 0."""
+    if store is None or reference is None:
+        return None
+    stored = [e for e in events if isinstance(e, ev.QualityStored) and e.model == reference]
+    if not stored:
+        return None
+    try:
+        now, _ = store_digest(store)
+    except FileNotFoundError:
+        return "its stored log-probabilities are gone"
+    except (OSError, MacprofError) as exc:
+        return f"its stored log-probabilities cannot be read ({exc})"
+    then = stored[-1].sha256
+    if now != then:
+        return f"its stored log-probabilities changed on disk since it scored (sha256 {now[:12]}, journaled {then[:12]})"
+    return None
+
+
 def remove_store(store: Path) -> None:
-    for suffix in (".npy", ".json"):
+    for suffix in STORE_SUFFIXES:
         store.with_name(store.name + suffix).unlink(missing_ok=True)

@@ -1,16 +1,21 @@
-"""Servers macprof starts itself (``--serve mlx|llama.cpp MODEL``): ``mlx_lm.server`` or
-llama-cpp-python's server (its ``server`` extra) on a free loopback port, with the Python that
-runs macprof. ``serving`` waits until the server answers, yields what the run needs to know
+"""Servers macprof starts itself (``--serve mlx|llama.cpp|llama-server MODEL``): ``mlx_lm.server``
+or llama-cpp-python's server (its ``server`` extra), with the Python that runs macprof, or
+llama.cpp's own ``llama-server`` binary from PATH (what ``brew install llama.cpp`` gives on a Mac;
+benchmarks/build_llama_server.sh builds one from the vendored sources), on a free loopback port.
+``serving`` waits until the server answers, yields what the run needs to know
 (its URL, the model name to ask for, its command line, version, pid and start-up time) and
 stops it on the way out: at the end, on a failure and on Ctrl-C (the caller's ``finally``).
 
 The server runs in its own session so that stopping it reaches whatever it spawned; the
 stop is SIGTERM, then SIGKILL after a grace period, and is checked (``alive`` is empty after).
+A watcher beside it (run/lifeline.py) kills that session when macprof ends without stopping
+it: a SIGKILL of macprof leaves no server listening.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,13 +29,14 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from macprof.errors import MacprofError
+from macprof.run import lifeline
 
-KINDS = ("mlx", "llama.cpp")
+KINDS = ("mlx", "llama.cpp", "llama-server")
 HOST = "127.0.0.1"  # only loopback, ever
 STOP_GRACE_S = 10.0
 # where each answers once its model is loaded (mlx_lm.server's /v1/models lists the Hugging
-# Face cache and fails without one, so its /health)
-READY_PATH = {"mlx": "/health", "llama.cpp": "/v1/models"}
+# Face cache and fails without one, so its /health; llama-server's /health answers 503 until loaded)
+READY_PATH = {"mlx": "/health", "llama.cpp": "/v1/models", "llama-server": "/health"}
 LOG_TAIL = 1500  # characters of the server's log kept with a failure to start
 
 
@@ -48,6 +54,7 @@ class Server:
     log: IO[bytes]
     startup_s: float | None = None
     info: dict = field(default_factory=dict)
+    watcher: subprocess.Popen | None = None  # ends the server if macprof dies (run/lifeline.py)
 
 
 def free_port() -> int:
@@ -72,12 +79,31 @@ def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -
         # interrupt_requests off: by default a new request cuts the one streaming, which would
         # turn every concurrent level into a cascade of broken streams instead of a queue
         cmd = [py, "-m", "llama_cpp.server", "--model", str(path), "--host", HOST, "--port", str(port),
-               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", "--model_alias", path.stem, "--verbose", "False"]
+               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", f"--model_alias={path.stem}", "--verbose", "False"]
         return (cmd + (["--n_threads", str(threads)] if threads else []), path.stem, "llama_cpp_python")
+    if kind == "llama-server":
+        if not path.is_file():
+            raise MacprofError(f"--serve llama-server: {path} is not a GGUF file")
+        binary = shutil.which("llama-server")
+        if binary is None:
+            raise MacprofError("--serve llama-server: no llama-server on PATH (brew install llama.cpp, or build one "
+                               "with benchmarks/build_llama_server.sh and put its folder on PATH)")
+        # its own defaults otherwise (slots, continuous batching): the server as an app meets it
+        cmd = [binary, "--model", str(path), "--host", HOST, "--port", str(port), "--ctx-size", str(n_ctx),
+               "--alias", path.stem, "--no-webui"]
+        return (cmd + (["--threads", str(threads)] if threads else []), path.stem, "llama-server")
     raise MacprofError(f"--serve: {kind!r} is not one of {', '.join(KINDS)}")
 
 
 def _version(dist: str) -> str | None:
+    if dist == "llama-server":  # a binary: its own --version ("version: 5.1 (build 1, commit ...)")
+        binary = shutil.which("llama-server")
+        try:
+            out = subprocess.run([binary or "llama-server", "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        line = next((ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("version:")), None)
+        return line.removeprefix("version:").strip() if line else "unknown"
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -87,17 +113,22 @@ def _version(dist: str) -> str | None:
 def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, wait_s: float = 300.0) -> Server:
     """Start the server and wait until it lists its models; MacprofError (with its log's tail)
     when it exits first or does not answer within ``wait_s``."""
+    path = Path(os.path.abspath(path))  # absolute, it starts with "/": never read as an option ("-x.gguf")
     port = free_port()
     cmd, model, dist = command(kind, path, port, n_ctx, threads)
     version = _version(dist)
     if version is None:
         extra = "mlx-lm" if kind == "mlx" else "llama-cpp-python[server]"
+        if kind == "llama-server":
+            raise MacprofError("--serve llama-server: the llama-server on PATH does not run (`llama-server --version`)")
         raise MacprofError(f"--serve {kind}: {dist} is not installed (pip install '{extra}')")
     log = tempfile.TemporaryFile()
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    server = Server(kind, path, proc, f"http://{HOST}:{port}/v1", model, cmd, version, log)
+    # however macprof ends, SIGKILL included, the server ends with it: a watcher beside it
+    server = Server(kind, path, proc, f"http://{HOST}:{port}/v1", model, cmd, version, log,
+                    watcher=lifeline.watch_group(proc.pid))
     while True:
         if proc.poll() is not None:
             tail = _tail(log)
@@ -118,9 +149,10 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
 def _cold_request(server: Server, t_start: float) -> dict:
     """The cold start as an app meets it: the first request to the just-started server (one
     token after a short prompt), its TTFT, and the time from the server's start to that token."""
-    from macprof.engines import wire
+    from macprof.engines import openai, wire
 
-    url, body = wire.request_for("completions", server.url, server.model, " hello", 1)
+    eos = openai.eos_keys(openai.SERVED_AS[server.kind], 1, ())[0]  # so that one token comes
+    url, body = wire.request_for("completions", server.url, server.model, " hello", 1, eos)
     t0 = time.monotonic()
     try:
         for item in wire.stream(url, body, 300.0, ndjson=False):
@@ -160,6 +192,9 @@ def stop(server: Server) -> None:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait(STOP_GRACE_S)
     _signal_group(proc.pid, signal.SIGKILL)  # whatever it spawned and left behind
+    if server.watcher is not None:  # nothing left to watch
+        server.watcher.kill()
+        server.watcher.wait()
     server.log.close()
 
 

@@ -11,7 +11,9 @@ handled here, and a signal raises at most once:
 - disarmed (stopping, building and saving the log, printing the summary) a signal is only
   recorded: the save is atomic and short, so it is finished, and the caller says what happened;
 - inside ``deferred()`` (one journal write) a signal is held until the write is whole, so the
-  journal and the events in memory never disagree by a line.
+  journal and the events in memory never disagree by a line;
+- after the guard, if a signal came during it, a later one is let pass: the process is exiting
+  130 because of the first, and the defaults put back would have it end by the second (143).
 """
 
 from __future__ import annotations
@@ -76,7 +78,11 @@ def guard() -> Iterator[Guard]:
         yield g
     finally:
         for s, old in g.old.items():
-            signal.signal(s, old)
+            # once a signal came, the process is on its way out because of it, its status (130)
+            # decided: a second one must not end it by the signal instead (143, or "Aborted!"
+            # under SIGINT's default) on the way. Ignored, not handled: at its exit Python puts
+            # the default back in place of a handler of its own, but leaves SIG_IGN alone
+            signal.signal(s, signal.SIG_IGN if g.received else old)
         _guard = None
 
 

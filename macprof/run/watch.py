@@ -25,7 +25,7 @@ from macprof.collect import footprint
 from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.run import distributed
+from macprof.run import distributed, lifeline
 from macprof.run.sampling import TelemetrySampler
 
 RSS_PERIOD_S = 0.1
@@ -73,10 +73,13 @@ class _State:
             own = event.os_peak_rss_bytes if event.os_peak_scope == "phase" and self.own_peak else None
             peak = max(self.peak, own or 0)
             event = event.replace(peak_rss_bytes=peak or None, rss_samples=self.samples)
-            if event.has("footprint_bytes"):
+            if event.has("footprint_bytes") and self.own_peak:
                 event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=footprint.phase_peak(
                     max(self.footprint_peak, event.footprint_bytes or 0), self.footprint_max_at_start,
                     event.footprint_max_bytes))
+            elif event.has("footprint_bytes"):  # a server holds the model: its footprint is the parent's samples
+                # alone, the worker's own figures are the client's
+                event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=self.footprint_peak or None)
             self.done_phases.append(event.phase)
             self.phase = None
         elif isinstance(event, ev.Done):
@@ -109,8 +112,13 @@ def spawn(python: str, job: dict) -> tuple[subprocess.Popen, IO[bytes], int]:
     spec = settings_from_dict(job["settings"]).distributed
     cmd = [python, "-m", "macprof.run.worker"] if spec is None else distributed.command(python, spec)
     t_spawn = time.perf_counter_ns()
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=stderr, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # the worker ends with this process however this one ends, SIGKILL included (run/lifeline.py):
+    # it holds the line itself; mlx.launch, someone else's program, gets a watcher (it and its ranks)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
+                            **(lifeline.popen_args(env) if spec is None else {"env": env}))
+    if spec is not None:
+        lifeline.watch_group(proc.pid)  # ends by itself with the group
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(job) + "\n").encode())
     if spec is None:  # mlx.launch forwards its stdin to every rank and, at its end, spins: kept open (wait closes it)
@@ -132,16 +140,14 @@ def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], 
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    buf = b""
+    lines = Lines()
     try:
         while not state.finished:
             if sel.select(timeout=RSS_PERIOD_S):
                 chunk = os.read(proc.stdout.fileno(), 1 << 16)
                 if not chunk:
                     break  # EOF: the worker ended (or died)
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                for line in lines.feed(chunk):
                     event = _parse_event(line)
                     if event is not None:
                         journal(state.on_event(event))
@@ -192,6 +198,42 @@ def _ps(pid: int) -> psutil.Process | None:
         return psutil.Process(pid)
     except psutil.Error:
         return None
+
+
+MAX_EVENT_LINE = 16 << 20  # bytes; a request of 32k tokens with its stamps is about 1 MB
+
+
+class Lines:
+    """A worker's stdout cut into lines in time linear in its length (``buf += chunk`` and a
+    search from the start each time made one 100 MB line quadratic), each at most
+    MAX_EVENT_LINE bytes: a longer one is passed over whole, counted in ``dropped``, as a
+    malformed line is, and the lines after it are read as usual."""
+
+    def __init__(self, limit: int = MAX_EVENT_LINE) -> None:
+        self.limit, self.dropped = limit, 0
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._skipping = False
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            piece = chunk[start:end]
+            if not self._skipping and self._size + len(piece) <= self.limit:
+                out.append(b"".join(self._parts) + piece)
+            else:
+                self.dropped += 1
+            self._parts, self._size, self._skipping = [], 0, False
+            start = end + 1
+        rest = chunk[start:]
+        if rest and not self._skipping:
+            if self._size + len(rest) > self.limit:
+                self._parts, self._size, self._skipping = [], 0, True
+            else:
+                self._parts.append(rest)
+                self._size += len(rest)
+        return out
 
 
 def _parse_event(line: bytes) -> ev.Event | None:

@@ -50,6 +50,27 @@ def _mac(phase_boundary: bool = True) -> dict:
             "thermal_state": state if source == macos.NS_THERMAL_SOURCE else None}
 
 
+def _weights(engine, path: str) -> dict:
+    """How the engine holds its weights and, mapped, how many bytes of the model's files are
+    resident now (mincore: those clean file-backed pages are what macOS's footprint leaves out,
+    analyse/headline.py); nothing where another process holds them (a server)."""
+    held = engine.weights_held
+    if held is None:
+        return {}
+    if held != "mapped":
+        return {"weights_held": held}
+    from pathlib import Path
+
+    from macprof.collect import filekind, residency
+    from macprof.errors import MacprofError
+
+    try:
+        resident: int | None = sum(residency.file_residency(f)[0] for f in filekind.model_files(Path(path)))
+    except (OSError, MacprofError):
+        resident = None  # the file went away or cannot be mapped: unknown, never 0
+    return {"weights_held": held, "mapped_resident_bytes": resident}
+
+
 def _silent(event) -> None:
     """A rank other than 0: its events stay home (run/rank.py gathers its stamps)."""
 
@@ -143,7 +164,7 @@ def _phases(job: dict, engine, settings, emit, after=None):
                                    quality=job.get("quality") or {}))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
-                         t=time.perf_counter_ns(), **_mac()))
+                         t=time.perf_counter_ns(), **_mac(), **_weights(engine, job["path"])))
         if after is not None:
             after(phase, emit)
     return builder
@@ -167,6 +188,8 @@ def _with_fault(emit, fault: dict, model: str):
         elif event.KIND == "quality_chunk" and fault.get("phase") == "quality":  # the quality phase has no requests
             done += 1
             if done > fault.get("after_requests", 0):
+                if fault["kind"] == "hang":
+                    time.sleep(3600)
                 os.kill(os.getpid(), signal.SIGKILL)
         elif event.KIND == "request_start" and done >= fault.get("after_requests", 0):
             if fault["kind"] == "segfault":
@@ -180,6 +203,9 @@ def _with_fault(emit, fault: dict, model: str):
 
 
 def main() -> None:
+    from macprof.run import lifeline
+
+    lifeline.hold()  # the parent's death, a SIGKILL included, ends this worker (run/lifeline.py)
     emit: Callable[[Any], None] = Stream()
     job = json.loads(sys.stdin.readline())
     if job["settings"].get("distributed") and os.environ.get("MLX_RANK", "0") != "0":

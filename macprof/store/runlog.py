@@ -10,10 +10,12 @@ import tempfile
 from pathlib import Path
 
 from macprof.analyse.build import build
+from macprof.collect.filekind import not_a_folder
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.events import Event, parse_event
 from macprof.model.log import RunLog
+from macprof.model.records import MAX_DEPTH, json_refusal
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -25,7 +27,8 @@ def save(log: RunLog, path: Path, replace: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise MacprofError(f"{path}: could not write the run log ({exc.strerror}); {_kept(path)}") from None
+        why = not_a_folder(path) or exc.strerror
+        raise MacprofError(f"{path}: could not write the run log ({why}); {_kept(path)}") from None
     tmp = Path(name)
     try:
         with open(fd, "w", encoding="utf-8") as fh:
@@ -76,7 +79,13 @@ def read_journal(path: Path) -> list[Event]:
     lines = raw.split(b"\n")
     events = []
     for number, line in enumerate(lines, 1):
-        data = _json_line(line)
+        try:
+            data = _json_line(line)
+        except RecursionError:  # nested past what the parser takes: no cut line, a broken one
+            raise MacprofError(f"{path}: line {number}: nested more than {MAX_DEPTH} deep") from None
+        refusal = json_refusal(data) if data is not None else None
+        if refusal:
+            raise MacprofError(f"{path}: line {number}: {refusal}")
         event = parse_event(data, f"{path}: line {number}") if data is not None else None
         if event is not None:
             events.append(event)
@@ -177,8 +186,13 @@ def _parsed(where: str, text: str) -> RunLog:
     plot of one folder, the test suite) reuses it."""
     try:
         data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise MacprofError(f"{where}: nested more than {MAX_DEPTH} deep: not a macprof run log") from None
+    except ValueError as exc:
         raise MacprofError(f"{where}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
+    refusal = json_refusal(data)
+    if refusal:
+        raise MacprofError(f"{where}: {refusal}: not a macprof run log")
     if not isinstance(data, dict) or "schema_version" not in data:
         raise MacprofError(f"{where}: not a macprof run log (no schema_version)")
     if not isinstance(data["schema_version"], int) or data["schema_version"] > SCHEMA_VERSION:

@@ -122,10 +122,16 @@ def todo(ctx: PhaseContext, heads: list[dict]) -> list[bool]:
     return left
 
 
+def warm_prompts(builder: PromptBuilder, key: str, prompt_tokens: int, reps: int) -> list[Prompt]:
+    """A warm case's prompts: the warm-up's, then each measured request's (also what `macprof
+    overhead --endpoint` sends its raw client, bench/server.py)."""
+    return [builder.prompt(f"{key}:{i}", prompt_tokens) for i in range(reps + 1)]
+
+
 def _warm_case(ctx: PhaseContext, phase: str, key: str, prompt_tokens: int, gen_tokens: int, tags: dict) -> None:
     """One warm-up request (discarded), then ``reps`` measured ones, the cache emptied before each."""
     engine, s = ctx.engine, ctx.settings
-    prompts = [ctx.builder.prompt(f"{key}:{i}", prompt_tokens) for i in range(s.reps + 1)]
+    prompts = warm_prompts(ctx.builder, key, prompt_tokens, s.reps)
     heads = [{"phase": phase, "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)]
     left = todo(ctx, heads)
     for i, (prompt, head) in enumerate(zip(prompts, heads)):

@@ -24,7 +24,7 @@ from macprof.measure import quality as q
 from macprof.model import events as ev
 from macprof.model.quality import QualityText
 from macprof.run.phases.common import PhaseContext
-from macprof.run.qualitytext import read_text
+from macprof.run.qualitytext import head, read_text
 
 if TYPE_CHECKING:  # numpy is imported in the worker, where chunks are scored, not by the parent
     import numpy as np
@@ -51,7 +51,12 @@ def run_quality(ctx: PhaseContext) -> None:
     if not hasattr(engine, "score"):
         raise MacprofError(f"the {engine.name} engine cannot give the logits of every position (no score())")
     text, info = read_text(s.text)
-    ids = list(engine.tokenize(text))
+    part = head(text, s.quality_tokens)
+    ids = list(engine.tokenize(part))
+    if len(ids) < s.quality_tokens and len(part) < len(text):  # a tokenizer that packs fewer characters a token
+        part, ids = text, list(engine.tokenize(text))
+    if len(part) < len(text):
+        info["tokenized_chars"] = len(part)
     bos = list(engine.tokenize(""))  # what the tokenizer puts before any text: BOS, or nothing
     n_ctx = s.quality_ctx
     chunks = chunked_ids(ids, bos, n_ctx, s.quality_tokens)
@@ -65,7 +70,8 @@ def run_quality(ctx: PhaseContext) -> None:
     base, reason = (None, None) if is_ref else _open_reference(job, sha, vocab)
     ctx.emit(ev.QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
                              tokens_sha256=sha, vocab_size=vocab, reference=job.get("reference"), is_reference=is_ref,
-                             reference_reason=reason))
+                             reference_reason=reason, **({"rescore_reason": job["rescore_reason"]}
+                                                         if is_ref and job.get("rescore_reason") else {})))
     per_chunk = len(q.scored_range(n_ctx))
     writer = None
     if is_ref and store is not None:
@@ -91,6 +97,10 @@ def run_quality(ctx: PhaseContext) -> None:
         del writer
         _write_meta(store, {"model": job.get("reference"), "tokens_sha256": sha, "vocab_size": vocab, "n_ctx": n_ctx,
                             "chunks": len(chunks), "row_width": q.row_width(vocab)})
+        from macprof.run.reference import store_digest
+
+        digest, size = store_digest(store)  # what a later model checks the files against (reference.store_changed)
+        ctx.emit(ev.QualityStored(phase=PHASE, sha256=digest, bytes=size))
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
 
 
@@ -115,13 +125,27 @@ def _open_reference(job: dict, sha: str, vocab: int) -> tuple[np.ndarray | None,
     if job.get("missing"):
         return None, f"no reference: {job['missing']}"
     store = Path(job["store"])
-    try:
-        meta = json.loads(store.with_name(store.name + ".json").read_text())
-    except (OSError, ValueError):
+    from macprof.collect import filekind
+
+    try:  # regular files only: a FIFO in their place would block this worker until its timeout
+        meta = json.loads(filekind.read_regular(store.with_name(store.name + ".json"), 1 << 20, "the reference's sidecar"))
+        rows = filekind.regular_stat(Path(str(store) + ".npy"))
+    except (OSError, ValueError, MacprofError):
         return None, f"no reference: {ref} left no complete distributions (its quality phase failed or did not run)"
-    if meta["tokens_sha256"] != sha:
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), int) and not isinstance(meta.get(k), bool)
+                                             for k in ("vocab_size", "chunks", "row_width", "n_ctx")):
+        return None, f"no reference: {ref}'s stored sidecar is malformed"
+    if meta.get("tokens_sha256") != sha:
         return None, (f"tokenizer differs from the reference {ref}'s: the text's token ids hash to {sha[:12]}, "
-                      f"{ref}'s to {meta['tokens_sha256'][:12]} (KLD needs the same ids; not approximated)")
+                      f"{ref}'s to {str(meta.get('tokens_sha256'))[:12]} (KLD needs the same ids; not approximated)")
     if meta["vocab_size"] != vocab:
         return None, f"vocabulary of {vocab} ids, the reference {ref}'s has {meta['vocab_size']}: no KLD across them"
-    return np.load(str(store) + ".npy", mmap_mode="r"), None
+    try:
+        base = np.load(str(store) + ".npy", mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        return None, f"no reference: {ref}'s stored log-probabilities cannot be read ({type(exc).__name__}: {exc})"
+    want = (meta["chunks"] * len(q.scored_range(meta.get("n_ctx") or 0)), meta["row_width"])
+    if base.dtype != np.uint16 or base.shape != want or rows.st_size < base.nbytes:
+        return None, (f"no reference: {ref}'s stored log-probabilities are {base.dtype} {base.shape}, not the "
+                      f"uint16 {want} its sidecar describes")
+    return base, None

@@ -1,29 +1,35 @@
 """One request to a server, stamped chunk by chunk: t0 just before the request is sent (after
 the prompt text is ready: a server tokenizes on its side, inside TTFT), t_i when the chunk
 carrying token i is received. Used by warm, prefix and grid (through ``timed_request``) and by
-the concurrency phase's clients (``stream_request``, which shares nothing between threads)."""
+the concurrency phase's clients (``stream_request``, which shares nothing between threads).
+
+The stamps are all the timed span holds: how many tokens the request and each chunk carried is
+settled after it (``engine.settle``: the server's free count, or an untimed counting request,
+engines/counting.py), so nothing that counts runs while the chunks arrive."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from macprof.model.phases import CountingRequest, ServerReport
 from macprof.run.prompts import Prompt
 
 if TYPE_CHECKING:  # the HTTP client (http.client, ssl) is imported by the requests that use it, not
-    from macprof.engines import wire  # by every run that imports the phase registry
+    from macprof.engines import counting, wire  # by every run that imports the phase registry
 
 Clock = Callable[[], int]
+CHUNK_CHARS = 4096  # of a chunk's text kept in the log (its bytes were counted in full on the wire)
 
 
 def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
-    """One request through ``engine.generate`` (the engine keeps the server's final report)."""
+    """One request through ``engine.generate`` (the engine keeps the server's final report),
+    its count settled after it, within what the request's time limit leaves."""
     from macprof.engines import wire
 
     counted = engine.server_prompt_tokens(prompt.text)  # untimed: before t0
     ids = engine.tokenize(prompt.text)
     times: list[int] = []
-    chunks: list[wire.Chunk] = []
     t0 = clock()
     try:
         for _ in engine.generate(ids, n):  # each chunk's token count; its text: engine.last_chunks
@@ -31,16 +37,25 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
         status, error = "ok", None
     except wire.ServerError as exc:
         status, error = "error", str(exc)
-    chunks = list(engine.last_chunks[: len(times)])
-    out = record(t0, times, chunks, engine.last_final if status == "ok" else None, n, counted, status, error)
-    if getattr(engine, "_local", None) is not None and status == "ok" and out["server"]["prompt_tokens_source"] \
-            and out["prompt_tokens"] != len(ids):  # the model's own tokenizer here: the counts must agree
-        out["server"]["flags"].append(f"prompt: the server counted {out['prompt_tokens']} tokens, {len(ids)} asked")
+    raw = {"t0": t0, "times": times, "chunks": list(engine.last_chunks[: len(times)]), "status": status,
+           "error": error, "final": engine.last_final if status == "ok" else None}
+    spent = (time.perf_counter_ns() - t0) / 1e9
+    out = finish(engine, raw, prompt.text, n, counted, budget_s=max(0.0, engine.timeout - spent))
+    srv = out["server"]
+    if getattr(engine, "exact_prompts", False) and status == "ok":  # a tokenizer here built the prompt
+        if not srv.prompt_tokens_source:  # the server counted none: the prompt's own count stands
+            out.update(prompt_tokens=len(ids), computed_prompt_tokens=len(ids) - (out["reused_tokens"] or 0))
+            out["server"] = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
+        elif out["prompt_tokens"] != len(ids):  # the server's own count must agree with it
+            out["server"] = srv.replace(flags=(*srv.flags, f"prompt: the server counted {out['prompt_tokens']} "
+                                                           f"tokens, {len(ids)} asked"))
     return out
 
 
-def stream_request(engine, text: str, n: int, counted: int | None, clock: Clock = time.perf_counter_ns) -> dict:
-    """The same through ``engine.open_stream``, which shares nothing: for concurrent clients."""
+def stream_request(engine, text: str, n: int, clock: Clock = time.perf_counter_ns) -> dict:
+    """The timed part alone, through ``engine.open_stream``, which shares nothing: for
+    concurrent clients (their counts are settled by ``finish`` once the level has ended, so that
+    no counting request joins the load)."""
     from macprof.engines import wire
 
     times: list[int] = []
@@ -57,43 +72,56 @@ def stream_request(engine, text: str, n: int, counted: int | None, clock: Clock 
         status, error = "ok", None
     except wire.ServerError as exc:
         status, error = "error", str(exc)
-    return record(t0, times, chunks, final, n, counted, status, error)
+    return {"t0": t0, "times": times, "chunks": chunks, "status": status, "error": error, "final": final}
+
+
+def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: float | None = None) -> dict:
+    """The request's record from its timed part: its count settled (untimed), then ``record``."""
+    from macprof.engines import counting, wire
+
+    final = raw["final"] or wire.Final()
+    if raw["status"] == "ok":
+        settled = engine.settle(text, n, raw["chunks"], final, budget_s)
+    else:
+        settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
+    return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,
+                  getattr(engine, "eos_how", None))
 
 
 def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Final | None, n: int,
-           counted: int | None, status: str, error: str | None) -> dict:
+           counted: int | None, status: str, error: str | None, settled: counting.Settled | None = None,
+           eos: str | None = None) -> dict:
     """The request's fields: raw chunk times and texts, and ``server``: what the server reported
-    (tokens, where the count came from, tokens per chunk where known, its own timings), with
-    flags for what differs from the request asked for."""
-    from macprof.engines import wire
+    and how its tokens were counted (a ServerReport), with flags for what differs from the
+    request asked for."""
+    from macprof.engines import counting, wire
 
     f = final or wire.Final()
-    per_chunk = [c.tokens for c in chunks]
-    if chunks and all(k is not None for k in per_chunk):
-        chunk_tokens: list[int] | None = [int(k) for k in per_chunk if k is not None]
-        chunk_source = "reported per chunk"
-    elif f.completion_tokens is not None and f.completion_tokens == len(chunks):
-        # each chunk with text carries at least one token, so as many tokens as chunks is one each
-        chunk_tokens, chunk_source = [1] * len(chunks), "one per chunk: the reported count equals the chunks with text"
-    else:
-        chunk_tokens, chunk_source = None, "unknown: the server names no tokens per chunk and its count differs from the chunks"
-    flags = []
-    if f.completion_tokens is not None and f.completion_tokens != n:
-        flags.append(f"count: {f.completion_tokens} tokens of the {n} asked (finish: {f.finish_reason}); "
-                     f"the server could not be made to ignore EOS")
-    if chunk_tokens and max(chunk_tokens) > 1:
+    s = settled or counting.settle([c.text for c in chunks], f.completion_tokens, f.count_source, None)
+    flags = list(s.flags)
+    if s.completion_tokens is not None and s.completion_tokens != n:
+        flags.append(f"count: {s.completion_tokens} tokens of the {n} asked (finish: {f.finish_reason}); "
+                     f"EOS was not held off ({eos or 'no way known'}): the tokens received are measured")
+    if s.chunk_tokens and max(s.chunk_tokens) > 1:
         flags.append("multi-token chunks: ITL is per chunk, with each chunk's token count")
-    if status == "ok" and f.completion_tokens is None:
-        flags.append("the server reported no token count")
+    if status == "ok" and s.completion_tokens is None:
+        flags.append("the server reported no token count, and no counting request gave one")
+    for key, claim in sorted(f.claims.items()):  # impossible values: the server's claim, never a figure
+        flags.append(f"claim: the server sent {key} = {claim[:200]}, impossible: not taken as a measurement")
     prompt_tokens = f.prompt_tokens if f.prompt_tokens is not None else counted
     cached = f.cached_tokens
-    server: dict[str, Any] = {
-        "completion_tokens": f.completion_tokens, "count_source": f.count_source, "chunk_tokens": chunk_tokens,
-        "chunk_tokens_source": chunk_source, "prompt_tokens_source": "usage" if f.prompt_tokens is not None else (
-            "tokenize endpoint" if counted is not None else None),
-        "cached_tokens": cached, "finish_reason": f.finish_reason, "timings": f.timings or None, "flags": flags}
-    return {"status": status, "error": error, "t0": t0, "t_tokenized": t0, "token_times": times,
-            "tokens": [c.text for c in chunks], "prompt_tokens": prompt_tokens or 0, "reused_tokens": cached,
-            "computed_prompt_tokens": (prompt_tokens - cached) if prompt_tokens is not None and cached is not None
-            else prompt_tokens, "cached_tokens_after": None, "kv_cache_bytes": None, "engine_memory": None,
-            "server": server}
+    server = ServerReport(
+        completion_tokens=s.completion_tokens, count_source=s.count_source,
+        chunk_tokens=tuple(s.chunk_tokens) if s.chunk_tokens is not None else None,
+        chunk_tokens_source=s.chunk_source, unstamped_tokens=s.unstamped,
+        prompt_tokens_source="usage" if f.prompt_tokens is not None else ("tokenize endpoint" if counted is not None
+                                                                          else None),
+        cached_tokens=cached, finish_reason=f.finish_reason, eos=eos,
+        counting=CountingRequest(**s.counting) if s.counting else None, timings=f.timings or None, flags=tuple(flags))
+    out: dict[str, Any] = {
+        "status": status, "error": error, "t0": t0, "t_tokenized": t0, "token_times": times,
+        "tokens": [c.text[:CHUNK_CHARS] for c in chunks], "prompt_tokens": prompt_tokens or 0, "reused_tokens": cached,
+        "computed_prompt_tokens": (prompt_tokens - cached) if prompt_tokens is not None and cached is not None
+        else prompt_tokens, "cached_tokens_after": None, "kv_cache_bytes": None, "engine_memory": None,
+        "server": server}
+    return out

@@ -15,14 +15,15 @@ import time
 
 from macprof.model import events as ev
 from macprof.run.phases.common import Clock, PhaseContext
-from macprof.run.phases.server_request import stream_request
+from macprof.run.phases.server_request import finish, stream_request
 from macprof.run.prompts import Prompt
 
 
 # -- the concurrency phase -------------------------------------------------------------------
 def run_concurrency(ctx: PhaseContext) -> None:
     """Every level of ``load_cases``: a closed loop of C clients or
-    an open loop at R requests/s; the events of concurrent requests are emitted under a lock."""
+    an open loop at R requests/s. The requests' timed parts are gathered as they end and recorded
+    once the level has ended (their counts settled then, engines/openai.py ``settle``)."""
     engine, s = ctx.engine, ctx.settings
     if not hasattr(engine, "open_stream"):
         for case in load_cases(s):
@@ -39,18 +40,23 @@ def run_concurrency(ctx: PhaseContext) -> None:
         prompts = [ctx.builder.prompt(f"load:{case['id']}:{i}", s.prompt_tokens) for i in range(case["requests"])]
         counted = engine.server_prompt_tokens(prompts[0].text) if prompts else None
         t_start = ctx.clock()
-        sent = _closed(engine, case, prompts, s.gen_tokens, counted, emit, ctx.clock) if case["mode"] == "closed" \
-            else _open(engine, case, prompts, s.gen_tokens, counted, emit, ctx.clock)
+        done: list[tuple[int, dict]] = []  # (prompt index, the timed part), as the requests end
+        sent = _closed(engine, case, prompts, s.gen_tokens, done, lock, ctx.clock) if case["mode"] == "closed" \
+            else _open(engine, case, prompts, s.gen_tokens, done, lock, ctx.clock)
+        t_end = ctx.clock()
+        # counted once the level has ended, so that no counting request joins the load it measures
+        for i, raw in done:
+            _emit_request(emit, case, i, finish(engine, raw, prompts[i].text, s.gen_tokens, counted))
         emit(ev.LoadLevel(phase="concurrency", case=case["id"], mode=case["mode"], concurrency=case.get("concurrency"),
                           rate=case.get("rate"), planned=case["requests"], sent=sent, seed=case.get("seed"),
-                          t_start=t_start, t_end=ctx.clock(), time_limit_s=case["seconds"]))
+                          t_start=t_start, t_end=t_end, time_limit_s=case["seconds"]))
 
 
 def _emit_request(emit, case: dict, index: int, result: dict) -> None:
     emit(ev.Request(phase="concurrency", index=index, kind="measured", case=case["id"], **result))
 
 
-def _closed(engine, case: dict, prompts: list[Prompt], n: int, counted, emit, clock: Clock) -> int:
+def _closed(engine, case: dict, prompts: list[Prompt], n: int, done: list, lock, clock: Clock) -> int:
     """C clients; each takes the next prompt when its last request ended, until the count or
     the level's time is used up (a request in flight at the time limit still completes)."""
     nxt = iter(range(len(prompts)))
@@ -65,7 +71,9 @@ def _closed(engine, case: dict, prompts: list[Prompt], n: int, counted, emit, cl
                 if i is None:
                     return
                 sent[0] += 1
-            _emit_request(emit, case, i, stream_request(engine, prompts[i].text, n, counted, clock))
+            raw = stream_request(engine, prompts[i].text, n, clock)
+            with lock:
+                done.append((i, raw))
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(case["concurrency"])]
     for t in threads:
@@ -75,7 +83,7 @@ def _closed(engine, case: dict, prompts: list[Prompt], n: int, counted, emit, cl
     return sent[0]
 
 
-def _open(engine, case: dict, prompts: list[Prompt], n: int, counted, emit, clock: Clock) -> int:
+def _open(engine, case: dict, prompts: list[Prompt], n: int, done: list, lock, clock: Clock) -> int:
     """Seeded Poisson arrivals: exponential gaps of mean 1/R from ``random.Random(seed)``; each
     request starts on its own thread at its arrival time, whatever is in flight."""
     rng = random.Random(case["seed"])
@@ -87,10 +95,15 @@ def _open(engine, case: dict, prompts: list[Prompt], n: int, counted, emit, cloc
         arrivals.append(at)
     start = time.monotonic()
     threads = []
+
+    def one(i: int) -> None:
+        raw = stream_request(engine, prompts[i].text, n, clock)
+        with lock:
+            done.append((i, raw))
+
     for i, at in enumerate(arrivals):
         time.sleep(max(0.0, start + at - time.monotonic()))
-        t = threading.Thread(target=lambda i=i: _emit_request(emit, case, i, stream_request(
-            engine, prompts[i].text, n, counted, clock)), daemon=True)
+        t = threading.Thread(target=one, args=(i,), daemon=True)
         t.start()
         threads.append(t)
     for t in threads:
