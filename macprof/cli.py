@@ -74,7 +74,7 @@ def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens
     (--prompt-tokens/--gen-tokens lists, --shape), KV depths (--depth), batches (--batch), server
     load (--concurrency, --rate). Sweep options alone run only the sweeps."""
     from macprof import session
-    from macprof.cli_models import ensure_demo_models, selected_models
+    from macprof.cli_models import bare_resume, ensure_demo_models, selected_models
     from macprof.render.summary import render_summary
     from macprof.run import progress, signals
 
@@ -82,17 +82,19 @@ def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens
     distributed = cli_dist.run_override(**{k: extra.pop(k) for k in list(extra) if k.startswith("dist_")})
     quality = quality_overrides(**{k: extra.pop(k) for k in QUALITY_OPTIONS})
     server = extra
+    # a bare --resume names again the server and the models.toml its journal records
+    config_path, recorded = bare_resume(ctx, refs, resume, server, config_path)
     overrides = {
         "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
         "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
         "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force, "distributed": distributed,
         **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
-        **quality, **cli_serve.overrides(server, phases_given=bool(phases)),
+        **quality, **cli_serve.overrides(server, phases_given=bool(phases) or recorded is not None),
     }
     names = [n.strip() for name in names for n in name.split(",") if n.strip()]
     # from here to the summary a signal is answered in one line; a server --serve started stops
     with signals.guard() as guard, cli_serve.models(ctx, config_path, server, overrides, lambda: selected_models(
-            ctx, refs, engine, config_path, names, overrides, resume)) as selected:
+            ctx, refs, engine, config_path, names, overrides, resume), recorded) as selected:
         ensure_demo_models(selected)
         log_path = session.log_path_for(log_path, resume)
         display = progress.to_stream(sys.stderr)

@@ -15,7 +15,38 @@ from macprof.sanitise import clean
 def _config_given(ctx: click.Context) -> bool:
     from click.core import ParameterSource
 
-    return ctx.get_parameter_source("config_path") == ParameterSource.COMMANDLINE
+    return ctx.meta.get(_RECOVERED_CONFIG, False) or ctx.get_parameter_source("config_path") == ParameterSource.COMMANDLINE
+
+
+_RECOVERED_CONFIG = "macprof.config_recovered"  # a bare --resume took --config from its journal
+
+
+def bare_resume(ctx: click.Context, refs: tuple[str, ...], resume: Path | None, server: dict,
+                config_path: Path) -> tuple[Path, dict | None]:
+    """A bare `--resume JOURNAL` (no MODEL, --config, --endpoint or --serve) continues what the
+    journal's run_start records: the server that run started (``server`` gains its --serve, or
+    its --endpoint, --model and --api) and the models.toml it read. Returns the config path to
+    use and, for a server run, the served model's recorded settings (the options of that run,
+    which this command line may repeat but need not); (config_path, None) when it is no bare
+    resume or the journal records nothing of the kind (older journals)."""
+    if resume is None or refs or _config_given(ctx) or server.get("endpoint") or server.get("serve"):
+        return config_path, None
+    recorded = _run_start_models(resume)
+    origin = next((m["server"] for m in recorded if isinstance(m.get("server"), dict)), None)
+    configs = {m.get("config") for m in recorded if "source" not in m}  # a model named by reference reads none
+    (only,) = configs if len(configs) == 1 else (None,)
+    if isinstance(only, str):
+        config_path = Path(only)
+        ctx.meta[_RECOVERED_CONFIG] = True
+    if origin is None:
+        return config_path, None
+    if "serve" in origin:
+        server["serve"] = (origin["serve"], origin["ref"])
+        server["in_process"] = any("source" in m for m in recorded)
+    else:
+        server.update(endpoint=origin.get("endpoint"), served_model=origin.get("model"), api=origin.get("api"))
+    served = next(m for m in recorded if m.get("server") is origin)
+    return config_path, served["settings"] if isinstance(served.get("settings"), dict) else None
 
 
 def selected_models(ctx: click.Context, refs: tuple[str, ...], engine: str | None, config_path: Path,
@@ -33,6 +64,8 @@ def selected_models(ctx: click.Context, refs: tuple[str, ...], engine: str | Non
     if not refs:
         if engine:
             raise MacprofError("--engine applies to MODEL arguments (a models.toml entry names its own engine)")
+        if resume is not None and ctx.meta.get(_RECOVERED_CONFIG):  # a bare --resume: that run's models and options
+            return _from_config(config_path, _run_start_models(resume), names, overrides)
         return config.load(config_path, overrides).select(names)
     if names:
         raise MacprofError("--models selects from models.toml; with MODEL arguments every model named is measured")
@@ -40,31 +73,54 @@ def selected_models(ctx: click.Context, refs: tuple[str, ...], engine: str | Non
     return resolve.specs(refs, engine, settings)
 
 
-def _recorded(journal: Path) -> list[dict] | None:
-    """The models a journal's run_start records, when every one was named by reference."""
+def _run_start_models(journal: Path) -> list[dict]:
+    """The models a journal's run_start records ([] when it records none, or is no journal)."""
     from macprof.model.events import RunStart
     from macprof.store.runlog import read_journal
 
     try:
         start = next((e for e in read_journal(journal) if isinstance(e, RunStart)), None)
     except (MacprofError, OSError):
-        return None  # the resume itself says what is wrong with the journal
-    models = list(start.models or []) if start is not None else []
+        return []  # the resume itself says what is wrong with the journal
+    return [m for m in (start.models or ()) if isinstance(m, dict)] if start is not None else []
+
+
+def _recorded(journal: Path) -> list[dict] | None:
+    """The models a journal's run_start records, when every one was named by reference."""
+    models = _run_start_models(journal)
     return models if models and all(isinstance(m.get("source"), dict) for m in models) else None
+
+
+def recorded_settings(recorded: dict, overrides: dict | None):
+    """A recorded model's settings under this command line's options (each checked as for any run)."""
+    from macprof import config
+
+    config.settings_for(None, overrides)
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    return config.check_settings("command line", config.merge(config.settings_from_dict(recorded), cli))
+
+
+def _from_config(config_path: Path, recorded: list[dict], names: list[str], overrides: dict | None) -> tuple:
+    """The models a bare --resume's journal recorded from ``config_path`` (or those of them
+    --models names), each with its recorded settings under this command line's options."""
+    from dataclasses import replace
+
+    from macprof import config
+
+    settings = {m["name"]: m["settings"] for m in recorded if isinstance(m.get("settings"), dict)}
+    specs = config.load(config_path).select(names or list(settings))
+    return tuple(replace(m, settings=recorded_settings(settings[m.name], overrides)) if m.name in settings else m
+                 for m in specs)
 
 
 def _from_journal(recorded: list[dict], overrides: dict | None) -> tuple:
     from dataclasses import replace
 
-    from macprof import config
     from macprof.collect import resolve
 
-    config.settings_for(None, overrides)  # each option checked as for any run
-    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     out = []
     for m in recorded:
-        settings = config.check_settings("command line", config.merge(config.settings_from_dict(m["settings"]), cli))
-        (spec,) = resolve.specs([m["source"]["ref"]], m["engine"], settings)
+        (spec,) = resolve.specs([m["source"]["ref"]], m["engine"], recorded_settings(m["settings"], overrides))
         out.append(replace(spec, name=m["name"]))
     return tuple(out)
 

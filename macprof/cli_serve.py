@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -85,15 +86,20 @@ def overrides(opts: dict, phases_given: bool) -> dict:
 
 @contextmanager
 def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
-           other: Callable[[], tuple]) -> Iterator[tuple]:
+           other: Callable[[], tuple], recorded: dict | None = None) -> Iterator[tuple]:
     """The models to measure: the --endpoint, the server --serve started (stopped when the block
     ends, however it ends), else ``other()`` (models.toml or MODEL arguments). ``settings``:
-    the command line's, over the [settings] of --config when it is given."""
+    the command line's, over the [settings] of --config when it is given, or over ``recorded``
+    (a bare --resume: the settings its journal records, cli_models.bare_resume)."""
     from macprof import config
-    from macprof.cli_models import _config_given
+    from macprof.cli_models import _config_given, recorded_settings
+
+    given = config_path.resolve() if _config_given(ctx) else None
 
     def settings_of():
-        return config.settings_for(config_path if _config_given(ctx) else None, settings)
+        if recorded is not None:
+            return recorded_settings(recorded, settings)
+        return config.settings_for(given, settings)
 
     if opts.get("endpoint") and opts.get("serve"):
         raise MacprofError("--endpoint and --serve both name a server: give one")
@@ -106,8 +112,10 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
         yield other()
         return
     if opts.get("endpoint"):
-        yield (endpoint_spec(opts["endpoint"], opts.get("served_model"), opts.get("api") or "completions",
-                             settings_of()),)
+        spec = endpoint_spec(opts["endpoint"], opts.get("served_model"), opts.get("api") or "completions", settings_of())
+        assert spec.endpoint is not None
+        origin = {"endpoint": spec.endpoint.url, "model": spec.endpoint.model, "api": spec.endpoint.api}
+        yield (replace(spec, config=given, endpoint=replace(spec.endpoint, origin=origin)),)
         return
     from macprof.collect import resolve
     from macprof.run import serve
@@ -121,6 +129,8 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
     with serve.serving(kind, path, n_ctx=max(2048, 2 * need), threads=getattr(settings, "threads", None)) as server:
         served = endpoint_spec(server.url, server.model, "completions", settings, file=path, served=server.info,
                                name=f"{Path(path).stem}@{kind if kind.endswith('server') else kind + '-server'}")
+        assert served.endpoint is not None
+        served = replace(served, config=given, endpoint=replace(served.endpoint, origin={"serve": kind, "ref": ref}))
         yield (served, *(_in_process(ref, kind, settings) if opts.get("in_process") else ()))
 
 

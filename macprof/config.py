@@ -100,6 +100,7 @@ class ModelSpec:
     demo: str | None = None  # "SIZE/VARIANT" when the path is a demo:... path
     source: ModelSource | None = None  # a model named on the command line, not in models.toml
     endpoint: Endpoint | None = None  # engine "openai": the server
+    config: Path | None = None  # the models.toml it came from, or whose [settings] it took: a bare --resume reads it again
 
     @property
     def files(self) -> list[Path]:
@@ -265,7 +266,7 @@ def load(path: Path | str, overrides: dict | None = None, check_engines: bool = 
         settings = check_settings(where, merge(Settings(), file_settings, *_entry_settings(where, entry), cli))
         if settings.distributed is not None and engine != "mlx":
             raise MacprofError(f"{where}: key 'distributed': only engine \"mlx\" shards over MLX's distributed runtime")
-        models.append(ModelSpec(name, engine, model_path, entry.get("quant"), settings, demo))
+        models.append(ModelSpec(name, engine, model_path, entry.get("quant"), settings, demo, config=path.resolve()))
     return Config(path, tuple(models))
 
 
@@ -374,4 +375,5 @@ def endpoint_spec(where: str, entry: dict, config_path: Path, settings: Settings
         if not file.exists():
             raise MacprofError(f"{where}: key 'path': {file} does not exist")
     return ModelSpec(entry["name"], "openai", file or Path(entry["url"].split("://", 1)[1]), entry.get("quant"),
-                     check_settings(where, settings), endpoint=Endpoint(entry["url"], entry["model"], api, file))
+                     check_settings(where, settings), endpoint=Endpoint(entry["url"], entry["model"], api, file),
+                     config=config_path.resolve())

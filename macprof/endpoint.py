@@ -17,6 +17,9 @@ class Endpoint:
     api: str = "completions"  # chat | completions | ollama (macprof/engines/wire.py)
     file: Path | None = None
     served: dict | None = None  # a server macprof started: its command line and version
+    # how the command line named it ({"serve": KIND, "ref": MODEL} or {"endpoint": URL, "model", "api"}),
+    # recorded in the journal's run_start so that a bare `--resume` names it again
+    origin: dict | None = None
 
     def job(self, timeout: float) -> dict:
         return {"url": self.url, "model": self.model, "api": self.api, "timeout": timeout * 0.8, "timeout_given": timeout,

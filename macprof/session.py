@@ -20,7 +20,8 @@ from macprof.config import ModelSpec
 from macprof.errors import MacprofError
 from macprof.model.events import QualityChunkScored, Request
 from macprof.model.log import RunLog
-from macprof.run import resume as resumed
+import macprof.run.resume
+from macprof.run.resume import SUFFIX
 from macprof.run import signals
 from macprof.run.journal import Journal
 from macprof.run.orchestrator import Runner
@@ -29,7 +30,7 @@ from macprof.store.runlog import read_journal, save
 
 
 def journal_path(log_path: Path) -> Path:
-    return log_path.with_suffix(resumed.SUFFIX)
+    return log_path.with_suffix(SUFFIX)
 
 
 def log_path_for(log_path: Path | None, resume: Path | None, runs_dir: Path = Path("runs")) -> Path:
@@ -37,10 +38,10 @@ def log_path_for(log_path: Path | None, resume: Path | None, runs_dir: Path = Pa
     if resume is not None:
         if log_path is not None:
             raise MacprofError("--log and --resume together: a resumed run writes the log beside its journal")
-        if not resume.name.endswith(resumed.SUFFIX):
-            raise MacprofError(f"{resume}: not a journal (a journal's name ends in {resumed.SUFFIX}: "
+        if not resume.name.endswith(SUFFIX):
+            raise MacprofError(f"{resume}: not a journal (a journal's name ends in {SUFFIX}: "
                                f"the one beside the run log)")
-        return resume.with_name(resume.name.removesuffix(resumed.SUFFIX) + ".json")
+        return resume.with_name(resume.name.removesuffix(SUFFIX) + ".json")
     path = log_path or default_log_path(runs_dir)
     if path.suffix != ".json":
         raise MacprofError(f"{path}: the run log must be a .json file")
@@ -76,7 +77,7 @@ def _open_journal(models: tuple[ModelSpec, ...], log_path: Path, resume: bool, o
     journal = Journal.reopen(path)  # locked first: no other run appends while it is read
     try:
         events = read_journal(path)
-        resumed.check(path, events, models)
+        macprof.run.resume.check(path, events, models)
     except BaseException:
         journal.close()
         raise

@@ -123,6 +123,49 @@ def test_ctrl_c_stops_the_server(tiny_dir, tmp_path):
     assert not _servers(model)
 
 
+def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:  # a zombie has ended
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_a_sigkilled_run_leaves_no_server_and_a_bare_resume_finishes_it(tiny_dir, tmp_path):
+    """Rows 3 and 15 of the second hostile campaign: `kill -9` of macprof during `--serve
+    llama.cpp M` leaves no server (nor anything else it started) running; then `macprof run
+    --resume JOURNAL` alone, in a folder with no models.toml, starts the server again and
+    finishes the run."""
+    model = tiny_dir / MODELS["llama.cpp"]
+    log, journal = tmp_path / "run.json", tmp_path / "run.journal.jsonl"
+    reps = 12
+    proc = subprocess.Popen([sys.executable, "-m", "macprof", "run", "--serve", "llama.cpp", str(model), "--phases",
+                             "warm", "--reps", str(reps), "--prompt-tokens", "8", "--gen-tokens", "48", "--timeout",
+                             "120", "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (journal.exists() and journal.read_text().count('"event":"request"') >= 3):
+        assert proc.poll() is None, "the run ended before it was killed"
+        time.sleep(0.1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert _servers(model) and len(children) >= 3  # the server, its watcher, the worker
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    end = time.monotonic() + 5
+    while (_running(children) or _running(_servers(model))) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not _running(_servers(model)) and not _running(children), [p.cmdline()[:3] for p in _running(children)]
+    done = subprocess.run([sys.executable, "-m", "macprof", "run", "--resume", str(journal)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    m = runlog.load(log).models[0]
+    assert runlog.load(log).complete and m.identity.name.endswith("@llama.cpp-server")
+    assert len([r for r in m.phases.warm.requests if r.kind == "measured" and r.status == "ok"]) == reps
+    assert not _running(_servers(model))
+
+
 def test_a_running_mlx_server_is_measured_with_its_models_tokenizer(tiny_dir, tmp_path):
     """`--endpoint` to an mlx_lm.server the user started: the model id it serves (a folder) is
     resolved through the model stores, so prompts are exact and its EOS is held off by

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 from macprof.analyse.cold import build_cold
 from macprof.analyse.distributed import build_group
 from macprof.analyse.requests import phase_failures, request_record, summarize_requests, summarized
-from macprof.analyse import energy as power
+from macprof.analyse import energy
 from macprof.analyse.quality import build_quality
 from macprof.analyse.serving import build_concurrency
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
@@ -53,7 +53,7 @@ def build(events: Sequence[ev.Event]) -> RunLog:
         complete=bool(end and end.complete), interrupted=any(isinstance(e, ev.Interrupted) for e in events),
         machine=start.machine, software=start.software,
         definitions={**DEFINITIONS, "worked_example": DEFINITION_EXAMPLE, "near_tie_logits": NEAR_TIE_LOGITS,
-                     **ROOFLINE_DEFINITIONS, "energy": power.ENERGY_DEFINITIONS},
+                     **ROOFLINE_DEFINITIONS, "energy": energy.ENERGY_DEFINITIONS},
         bandwidth=start.bandwidth, memory=RunMemory(start=start.memory, end=end.memory if end else None),
         models=tuple(build_model(by_model[n], start.bandwidth) for n in order))
 
@@ -160,7 +160,7 @@ def _with_telemetry(record, events: Sequence[ev.Event], phase: str, measured: Se
     any, and the thermal state at its boundaries where the worker read one (macOS); a journal
     from before either leaves its keys absent."""
     record = record.replace(**_thermal_states(events, phase))
-    found = power.phase_telemetry([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase],
+    found = energy.phase_telemetry([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase],
                                   sorted(measured, key=lambda r: r.t0), trend)
     return record if found is None else record.replace(telemetry=found)
 
@@ -189,8 +189,8 @@ def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.E
     tel = sweep.telemetry
     if tel is None:
         return sweep
-    raw = power.merged([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase])
-    return sweep.replace(cases=tuple(c.replace(energy=power.energy(
+    raw = energy.merged([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase])
+    return sweep.replace(cases=tuple(c.replace(energy=energy.energy(
         [r for r in c.requests if r.kind == "measured"], raw, tel.baseline)) if c.requests else c for c in built))
 
 

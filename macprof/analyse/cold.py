@@ -3,7 +3,7 @@ ready, split into interpreter, import, load and tokenizer from their timestamps 
 
 from __future__ import annotations
 
-from macprof.analyse import energy as power
+from macprof.analyse.energy import cold_trial_energy, idle_baseline
 from macprof.analyse.requests import phase_failures, request_record, summarized
 from macprof.measure.timeline import span
 from macprof.model import events as ev
@@ -12,12 +12,12 @@ from macprof.model.records import ABSENT
 
 
 def build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
-    base = power.idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
+    base = idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
     trials = [_cold_trial(e, worker, failures, base) for e, worker in _cold_attempts(events, workers)]
     ok = [t for t in trials if t.status == "ok"]
-    # a trial interrupted and measured again after a resume is listed (its requests are kept)
-    # but is no failure: the trial it stood for succeeded
-    failed = [t for t in trials if t.status != "ok" and t.index not in {o.index for o in ok}]
+    # a trial the run's interruption cut short is listed as such (what it measured is kept) and
+    # is no failure of the engine; nor is a failed one measured again after a resume and ok
+    failed = [t for t in trials if t.status == "failed" and t.index not in {o.index for o in ok}]
 
     def summary(values: list[float | None]) -> Summary:
         return summarized(values, failures=len(failed))
@@ -65,8 +65,12 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
     joint = bool(loaded and loaded.tokenizer_separate is False)
     fails = [f for f in failures if f.worker == spawn.worker]
     failed = bool(fails) or not (first and second and first.status == second.status == "ok")
+    # no failure recorded and a request missing: the worker was still measuring when the run
+    # ended (a signal, a SIGKILL of macprof); a resume measures that trial again
+    cut = failed and not fails and not (first and second)
     return ColdTrial(
-        index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed" if failed else "ok",
+        index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache,
+        status="interrupted" if cut else "failed" if failed else "ok",
         interpreter_s=span(spawn.t_spawn, t_main), harness_s=harness if loaded and loaded.t_import_start else ABSENT,
         import_s=span(t_import_start, t_imported),
         model_load_s=span(t_imported, t_model), tokenizer_load_s=None if joint else span(t_model, t_tokenizer),
@@ -79,7 +83,8 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
         prompt_build_s=span(t_tokenizer, first.t0) if first and loaded else None,
         tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
         if joint else ABSENT,
-        failure=(fails[0] if fails else None) if failed else ABSENT,
+        failure=(fails[0] if fails else None) if failed and not cut else ABSENT,
+        note="the run was interrupted while this trial was measured; a resumed run measures it again" if cut else ABSENT,
         # the windows ready_s adds up: spawn -> the worker's first line, the engine's import -> ready
-        **power.cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
+        **cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
                                   [(spawn.t_spawn, t_main), (t_import_start, t_tokenizer)], base))

@@ -36,7 +36,7 @@ def _macprof_run(config: Path, model, n: int, depth: int, threads: int | None, r
     # the model as it was named: its models.toml entry, or its reference on the command line,
     # after "--" (a reference that starts with "-" is no option)
     which, refs = (["--engine", model.engine], [model.source.ref]) if model.source else \
-        (["--config", str(config), "--models", name], [])
+        ([f"--config={config}", f"--models={name}"], [])
     with tempfile.TemporaryDirectory(prefix="macprof-overhead-") as tmp:
         log = Path(tmp) / "run.json"
         cmd = [sys.executable, "-m", "macprof", "run", *which, "--depth", str(depth), "--gen-tokens", str(n), "--reps", str(reps), "--log", str(log)]

@@ -55,11 +55,17 @@ def model_files(model) -> list[dict]:
              "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in filekind.model_files(model.path)]
 
 
+def file_unknown(model) -> bool:
+    """A server whose model file is not named: no files to hash, now or on --resume."""
+    endpoint = getattr(model, "endpoint", None)
+    return endpoint is not None and endpoint.file is None
+
+
 def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
 
     files: list[dict] = []
     endpoint = getattr(model, "endpoint", None)
-    unknown_file = endpoint is not None and endpoint.file is None  # a server whose model file is not named
+    unknown_file = file_unknown(model)
     if not files_error and not unknown_file:
         try:
             files = model_files(model)

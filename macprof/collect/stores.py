@@ -87,10 +87,6 @@ def hub_caches() -> list[tuple[str, Path]]:
 OLLAMA_SERVICE_ROOT = Path("/usr/share/ollama/.ollama/models")
 
 
-def ollama_root() -> Path:
-    return ollama_roots()[0]
-
-
 def ollama_roots() -> list[Path]:
     """Where Ollama keeps models: OLLAMA_MODELS alone when set (the server reads only it), else
     the user's ~/.ollama/models, then the service install's store where one exists."""

@@ -101,7 +101,7 @@ FIELDS: dict[type, dict[str, str]] = {
     CeilingSide: {"reason": _O, "bound": _V, "prefill_reason": _O},
     Prediction: {"reason": _O},
     PredictionSide: {"reason": _O, "bound": _V},
-    ColdTrial: {"status": _V, "tokenizer_note": _T},
+    ColdTrial: {"status": _V, "tokenizer_note": _T, "note": _T},
     ColdEnergy: {"reason": _O, "domain": _V, "baseline_from": _V},
     DropCache: {"reason": _T},
     Residency: {"label": _V, "method": _V},

@@ -281,7 +281,7 @@ class ColdTrial(Record):
     index: int = 0
     residency: Residency | None = None
     drop_cache: DropCache | None = None
-    status: str = "ok"
+    status: str = "ok"  # ok | failed | interrupted (the run ended while it was measured)
     interpreter_s: float | None = ABSENT
     harness_s: float | None = ABSENT  # macprof's own start-up in the worker: not in ready_s
     import_s: float | None = ABSENT
@@ -295,6 +295,7 @@ class ColdTrial(Record):
     prompt_build_s: float | None = ABSENT
     tokenizer_note: str | None = ABSENT
     failure: Failure | None = ABSENT
+    note: str | None = ABSENT  # why a trial is "interrupted"
     energy: ColdEnergy | None = ABSENT  # spawn -> ready, where the trial's telemetry was journaled
 
 

@@ -66,7 +66,7 @@ def _cold_lines(cold) -> list[str]:
     lines: list[str] = []
     for t in cold.trials if cold else ():
         if t.status != "ok":
-            lines.append(f"   cold trial {t.index + 1}: FAILED")
+            lines.append(f"   cold trial {t.index + 1}: {'interrupted (the run ended during it)' if t.status == 'interrupted' else 'FAILED'}")
             continue
         label = t.residency.label if t.residency else None
         lines.append(

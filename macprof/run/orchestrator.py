@@ -19,7 +19,7 @@ import time
 
 import psutil
 
-from macprof import cases as sweeps
+import macprof.cases
 from macprof.collect import facts, residency, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
@@ -121,7 +121,7 @@ class Runner:
             past = resume.ModelPast()
         else:
             self.progress.note(f"{model.name}: measuring what the journal lacks (resumed)")
-            plan = {phase: past.cases_left(phase, cases) for phase, cases in sweeps.plan(model.settings).items()}
+            plan = {phase: past.cases_left(phase, cases) for phase, cases in macprof.cases.plan(model.settings).items()}
         self._cold(model, journal, past)
         self._phases(model, journal, plan, past)
         journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
@@ -135,7 +135,7 @@ class Runner:
         except OSError as exc:  # vanished or unreadable since the config was read
             start = facts.model_start_event(model, files_error=f"{exc.filename or model.path}: {exc.strerror}")
         journal.write(start)
-        plan = sweeps.plan(s)
+        plan = macprof.cases.plan(s)
         if plan:  # every case, refused ones included: the run log lists them all
             journal.write(ev.Plan(model=model.name, cases={phase: tuple(PlannedCase.from_json(c) for c in cases)
                                                            for phase, cases in plan.items()}))
@@ -158,11 +158,11 @@ class Runner:
             return None
         for phase, cases in plan.items():
             for case in list(cases):
-                if context and sweeps.tokens_per_sequence(case) > context:  # this case only: the others run
+                if context and macprof.cases.tokens_per_sequence(case) > context:  # this case only: the others run
                     cases.remove(case)
                     journal.write(ev.Failure(
                         model=model.name, phase=phase, case=case["id"], status="refused",
-                        reason=f"{model.path}: case {case['id']} needs {sweeps.tokens_per_sequence(case)} tokens of "
+                        reason=f"{model.path}: case {case['id']} needs {macprof.cases.tokens_per_sequence(case)} tokens of "
                                f"context per sequence; the model holds {context}"))
         return plan
 
@@ -219,11 +219,11 @@ class Runner:
         # cases get a context of their own for the batch, but check it one sequence at a time
         # in this one: a worker that runs only the batch phase, after a failure or a resume,
         # needs it too)
-        need = [0 if p in sweeps.SWEEP_PHASES else s.quality_ctx if p == "quality" else s.prompt_tokens + s.gen_tokens
+        need = [0 if p in macprof.cases.SWEEP_PHASES else s.quality_ctx if p == "quality" else s.prompt_tokens + s.gen_tokens
                 for p in phases]
-        need += [sweeps.tokens_per_sequence(c) for p in sweeps.SWEEP_PHASES if p in phases for c in cases.get(p, [])]
+        need += [macprof.cases.tokens_per_sequence(c) for p in macprof.cases.SWEEP_PHASES if p in phases for c in cases.get(p, [])]
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
-               "settings": settings_dict(s), "n_ctx": max(need) + sweeps.CONTEXT_MARGIN, "trial": trial,
+               "settings": settings_dict(s), "n_ctx": max(need) + macprof.cases.CONTEXT_MARGIN, "trial": trial,
                "cases": cases, "done": done or [],
                "endpoint": model.endpoint.job(s.timeout) if model.endpoint else None,
                # the idle wait before each phase gives the power baseline: only where power is read
@@ -294,7 +294,7 @@ def context_refusal(model: ModelSpec, ctx: int | None) -> str | None:
     """Settings that make no sense for this model: more tokens than its context holds (the
     sweep phases are checked case by case instead)."""
     need = model.settings.prompt_tokens + model.settings.gen_tokens
-    if ctx and need > ctx and set(model.settings.phases) - set(sweeps.SWEEP_PHASES):
+    if ctx and need > ctx and set(model.settings.phases) - set(macprof.cases.SWEEP_PHASES):
         return (f"{model.path}: prompt_tokens + gen_tokens = {need} exceeds the model's context length "
                 f"of {ctx} tokens")
     return None

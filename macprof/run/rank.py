@@ -98,14 +98,6 @@ def sharded(engine: str, ctx: RankContext) -> Any:
     return ShardedMlxEngine(ctx.group, ctx.spec["parallel"])
 
 
-def rank_of_env() -> int:
-    """This process's rank as mlx.launch set it (0 when not launched by it)."""
-    try:
-        return int(os.environ.get("MLX_RANK", "0"))
-    except ValueError:
-        return 0
-
-
 def facts(ctx: RankContext) -> dict:
     import mlx.core as mx
 

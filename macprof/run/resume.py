@@ -34,11 +34,14 @@ SUFFIX = ".journal.jsonl"
 
 
 def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
-    """What a run measures, as its run_start records it (a model named on the command line with
-    its reference: `--resume` without MODEL arguments resolves them again, models_of)."""
+    """What a run measures, as its run_start records it, with how the command named each model
+    (its reference, the models.toml it came from, the server --serve started or --endpoint
+    named): a bare `--resume JOURNAL` names them again (cli_models.bare_resume)."""
     return tuple({"name": m.name, "engine": m.engine, "path": str(Path(m.path).resolve()),
                   "settings": settings_dict(m.settings),
-                  **({"source": {"ref": m.source.ref, "store": m.source.store}} if m.source else {})} for m in models)
+                  **({"source": {"ref": m.source.ref, "store": m.source.store}} if m.source else {}),
+                  **({"config": str(m.config)} if m.config else {}),
+                  **({"server": m.endpoint.origin} if m.endpoint and m.endpoint.origin else {})} for m in models)
 
 
 def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> None:
@@ -91,7 +94,7 @@ def _changed_files(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> s
     starts = {e.model: e for e in events if isinstance(e, ev.ModelStart)}
     for m in models:
         start = starts.get(m.name)
-        if start is None or start.files_error:  # nothing was measured from those files
+        if start is None or start.files_error or facts.file_unknown(m):  # nothing was measured from those files
             continue
         try:
             files = facts.model_files(m)

@@ -65,8 +65,11 @@ def free_port() -> int:
 
 
 def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -> tuple[list[str], str, str]:
-    """(command line, the model name requests ask for, the distribution whose version it is)."""
+    """(command line, the model name requests ask for, the distribution whose version it is).
+    Every value is a number, an absolute path (it starts with "/"), a value joined to its option
+    by "=", or a name that cannot start with "-": none can be read as an option."""
     py = sys.executable
+    path = Path(os.path.abspath(path))
     if kind == "mlx":
         if not path.is_dir():
             raise MacprofError(f"--serve mlx: {path} is not an MLX model directory")
@@ -89,9 +92,10 @@ def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -
             raise MacprofError("--serve llama-server: no llama-server on PATH (brew install llama.cpp, or build one "
                                "with benchmarks/build_llama_server.sh and put its folder on PATH)")
         # its own defaults otherwise (slots, continuous batching): the server as an app meets it
+        alias = path.stem if not path.stem.startswith("-") else "model" + path.stem  # a separate argument: no "-" first
         cmd = [binary, "--model", str(path), "--host", HOST, "--port", str(port), "--ctx-size", str(n_ctx),
-               "--alias", path.stem, "--no-webui"]
-        return (cmd + (["--threads", str(threads)] if threads else []), path.stem, "llama-server")
+               "--alias", alias, "--no-webui"]
+        return (cmd + (["--threads", str(threads)] if threads else []), alias, "llama-server")
     raise MacprofError(f"--serve: {kind!r} is not one of {', '.join(KINDS)}")
 
 
@@ -113,7 +117,6 @@ def _version(dist: str) -> str | None:
 def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, wait_s: float = 300.0) -> Server:
     """Start the server and wait until it lists its models; MacprofError (with its log's tail)
     when it exits first or does not answer within ``wait_s``."""
-    path = Path(os.path.abspath(path))  # absolute, it starts with "/": never read as an option ("-x.gguf")
     port = free_port()
     cmd, model, dist = command(kind, path, port, n_ctx, threads)
     version = _version(dist)

@@ -147,7 +147,7 @@ def _phases(job: dict, engine, settings, emit, after=None):
     from macprof.run.phases.common import done_requests
     from macprof.run.prompts import PromptBuilder
 
-    builder = PromptBuilder(engine, seed=job.get("seed", 0))
+    builder = PromptBuilder(engine)  # its default seed: every phase, model and run the same prompts
     for phase in job["phases"]:
         # with power readable, the parent measures the idle baseline while this worker waits,
         # model loaded and nothing running; the wait's start bounds the baseline's window. Not
@@ -171,9 +171,9 @@ def _phases(job: dict, engine, settings, emit, after=None):
 
 
 def _with_fault(emit, fault: dict, model: str):
-    """MACPROF_TEST_FAULT='{"model": NAME, "kind": "segfault|hang|oom", "after_requests": N, "rank": R}':
-    the fault strikes when request N+1 of that model's worker starts (on rank R of a distributed
-    model, 0 by default)."""
+    """MACPROF_TEST_FAULT='{"model": NAME, "kind": "segfault|hang|oom", "after_requests": N, "rank": R,
+    "phase": P}': the fault strikes when request N+1 of that model's worker starts (in phase P
+    when given; on rank R of a distributed model, 0 by default)."""
     if fault.get("model") not in (None, model) or fault.get("rank", 0) != int(os.environ.get("MLX_RANK", "0")):
         return emit
     import signal
@@ -191,7 +191,8 @@ def _with_fault(emit, fault: dict, model: str):
                 if fault["kind"] == "hang":
                     time.sleep(3600)
                 os.kill(os.getpid(), signal.SIGKILL)
-        elif event.KIND == "request_start" and done >= fault.get("after_requests", 0):
+        elif (event.KIND == "request_start" and done >= fault.get("after_requests", 0)
+              and fault.get("phase") in (None, getattr(event, "phase", None))):
             if fault["kind"] == "segfault":
                 os.kill(os.getpid(), signal.SIGSEGV)
             elif fault["kind"] == "oom":  # what the OOM killer does
