@@ -167,7 +167,7 @@ def _first_model(url: str, api: str) -> str:
         listed = wire.get_json(root + "/api/tags" if api == "ollama" else url.rstrip("/") + "/models", timeout=10.0)
     except wire.ServerError as exc:
         raise MacprofError(f"--endpoint {url}: no model list ({exc}); name the model with --model") from None
-    names = openai._model_ids(listed)
+    names = openai.model_ids(listed)
     if not names:
         raise MacprofError(f"--endpoint {url}: the server lists no model; name one with --model")
     return names[0]

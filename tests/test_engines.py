@@ -4,7 +4,7 @@ models, every quantization of each (slow)."""
 import pytest
 
 from macprof import engines
-from macprof.engines.base import EngineSettings
+from macprof.engines.base import EngineSettings, lacks
 from macprof.run.prompts import PromptBuilder
 from tests.conftest import ALL_VARIANTS
 
@@ -153,4 +153,4 @@ def test_versions_record_how_the_model_was_loaded(loaded):
         assert v["threads"] > 0 and v["threads_source"]
     elif loaded.name == "mlx":
         assert "wired_limit_bytes" in v and (v["wired_limit_bytes"] or v["wired_reason"])
-        assert loaded.batch_unsupported is None
+        assert lacks(loaded, "batch") is None

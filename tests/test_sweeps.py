@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from macprof import cases, config
+from macprof.engines.base import CAPABILITIES
 from macprof.analyse import build, ceilings, estimate
 from macprof.measure import stats
 from macprof.model.events import parse_event
@@ -89,7 +90,7 @@ def test_engine_without_batching_is_recorded_not_faked():
     from macprof.run.phases.sweeps import run_batch
 
     class NoBatch:
-        batch_unsupported = "this engine decodes one sequence at a time"
+        capabilities = {**dict.fromkeys(CAPABILITIES), "batch": "this engine decodes one sequence at a time"}
 
         def reset_peak_memory(self):
             pass
@@ -102,7 +103,7 @@ def test_engine_without_batching_is_recorded_not_faked():
     run_batch(PhaseContext(NoBatch(), None, s, lambda e: events.append(e.to_json()), cases=cases.plan(s)["batch"]))
     assert [(e["event"], e.get("case")) for e in events] == [("case_unsupported", "b1"), ("case_unsupported", "b4"),
                                                              ("phase_memory", None)]
-    assert events[0]["reason"] == NoBatch.batch_unsupported
+    assert events[0]["reason"] == NoBatch.capabilities["batch"]
 
 
 def test_a_case_that_cannot_be_set_up_is_that_case_s_error():
@@ -113,7 +114,7 @@ def test_a_case_that_cannot_be_set_up_is_that_case_s_error():
     from macprof.run.phases.sweeps import run_batch
 
     class NoRoom:
-        batch_unsupported = None
+        capabilities = dict.fromkeys(CAPABILITIES)
 
         def reset_peak_memory(self):
             pass

@@ -44,10 +44,35 @@ class TopTwo:
 # another process holds them (a server).
 WEIGHTS_HELD = ("mapped", "copied")
 
+# What an engine can do beyond the core protocol. Every engine declares each one in its
+# ``capabilities``: None where it can, else the reason it cannot, which the phase that needs
+# it records as its refusal (never imitating the capability). Phases ask ``lacks``, never an
+# engine's name or ``hasattr``.
+CAPABILITIES = {
+    "score": "the logits of every position of a sequence, in one forward pass (the quality phase)",
+    "stream": "requests streamed to a server, chunk by chunk, with the server's own counts (every phase "
+              "against a server; the concurrency phase needs one)",
+    "batch": "B sequences decoded together, one weight read per step (the batch phase)",
+    "cache_cut": "the KV cache cut back to a prefix (prefix reuse, depth cases); cut_refusal says when one cut "
+                 "cannot be made",
+    "top2": "the two best next tokens after a sequence (the output checks' near-tie diagnosis)",
+}
+# what an in-process engine says of "stream"
+IN_PROCESS = "concurrent requests are measured against a server (engine openai)"
+
+
+def lacks(engine, capability: str) -> str | None:
+    """Why ``engine`` cannot do ``capability`` (a key of CAPABILITIES), or None when it can."""
+    if capability not in CAPABILITIES:
+        raise KeyError(f"no capability {capability!r} (known: {', '.join(CAPABILITIES)})")
+    return engine.capabilities[capability]
+
 
 class Engine(Protocol):
     name: str
     weights_held: str | None  # one of WEIGHTS_HELD, or None (another process holds the weights); set by load_model
+    separate_tokenizer: bool  # whether the tokenizer loads apart from the model (cold start's split)
+    capabilities: dict[str, str | None]  # every key of CAPABILITIES: None, or why not (see ``lacks``)
 
     def load_model(self, path: Path, settings: EngineSettings) -> None:
         """Read, allocate and materialise the weights (no tokenizer)."""
@@ -92,9 +117,7 @@ class Engine(Protocol):
         what the cache held (``cut_refusal`` of that prefix); None when it kept what it could.
         ``reused_tokens`` is then 0: a recomputed prefix is never reported as reused."""
 
-    # Batched decoding: B sequences decoded together, one weight read per step for all.
-    batch_unsupported: str | None  # None, or why this engine cannot (recorded, never imitated)
-
+    # Batched decoding (capability "batch"): B sequences decoded together, one weight read per step for all.
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
         """Make room for ``size`` sequences of ``tokens_per_seq`` tokens (untimed)."""
 
@@ -106,7 +129,13 @@ class Engine(Protocol):
     def close_batch(self) -> None: ...
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
-        """Untimed diagnosis: the two best next tokens after ``ids`` (the cache is emptied)."""
+        """Untimed diagnosis (capability "top2"): the two best next tokens after ``ids`` (the
+        cache is emptied)."""
+
+    def score(self, ids: Sequence[int]) -> Any:
+        """Capability "score": the model's logits at every position of ``ids``, one forward
+        pass from an empty cache, as float32 [len(ids), vocab_size] (a numpy array). The cache
+        is emptied after it."""
 
     def kv_cache_bytes(self) -> int | None:
         """Bytes the KV cache holds now, where the engine exposes it; else None."""
@@ -119,15 +148,6 @@ class Engine(Protocol):
     def versions(self) -> dict: ...
 
     def close(self) -> None: ...
-
-
-class Scorer(Protocol):
-    """What the quality phase needs beyond ``Engine`` (an engine without it is told so, in the
-    phase's failure): the model's logits at every position of ``ids``, one forward pass from
-    an empty cache, as float32 [len(ids), vocab_size] (a numpy array). The cache is emptied
-    after it."""
-
-    def score(self, ids: Sequence[int]) -> Any: ...
 
 
 class CacheCutRefused(MacprofError):

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from macprof.engines.base import CacheCutRefused, EngineSettings, PrefixReuse, TopTwo
+from macprof.engines.base import IN_PROCESS, CacheCutRefused, EngineSettings, PrefixReuse, TopTwo
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -57,7 +57,8 @@ def _word_len(vocab: int) -> int:
 class FakeEngine(PrefixReuse):
     name = "fake"
     separate_tokenizer = False  # the vocabulary comes with the model file
-    batch_unsupported: str | None = None
+    capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
+                                           "top2": None}
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
     def __init__(self) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 from llama_cpp import _logger as _lc_logger
 
 from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
-from macprof.engines.base import CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
+from macprof.engines.base import IN_PROCESS, CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
 from macprof.errors import MacprofError
 
 _SEQ = 0
@@ -42,6 +42,8 @@ _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
 class LlamaCppEngine(PrefixReuse):
     name = "llama.cpp"
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
+    capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
+                                           "top2": None}
 
     def __init__(self) -> None:
         self.model = None
@@ -195,8 +197,6 @@ class LlamaCppEngine(PrefixReuse):
                     raise MacprofError(f"llama_decode failed with code {rc} at generated token {i + 1}")
 
     # -- batched generation ----------------------------------------------------------------
-    batch_unsupported: str | None = None
-
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
         self.close_batch()
         per_seq = -(-tokens_per_seq // 256) * 256  # llama.cpp pads a context to 256 cells; keep n_ctx / n_seq whole

@@ -26,7 +26,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
+from macprof.engines.base import IN_PROCESS, CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -97,6 +97,10 @@ class MlxEngine(PrefixReuse):
     # mx.load reads safetensors into arrays of MLX's own (Metal buffers on a Mac), which the
     # physical footprint counts: nothing stays mapped from the files
     weights_held: str | None = "copied"
+    separate_tokenizer = True  # the tokenizer's own files, loaded after the weights
+    # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
+    capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
+                                           "top2": None}
 
     def __init__(self) -> None:
         self.model: Any = None
@@ -123,7 +127,7 @@ class MlxEngine(PrefixReuse):
         self._old_wired, self._wired = wire()
         from mlx_lm.generate import BatchGenerator
 
-        self.batch_unsupported = batch_api_missing(BatchGenerator)
+        self.capabilities = {**self.capabilities, "batch": batch_api_missing(BatchGenerator)}
 
     def load_tokenizer(self) -> None:
         self.tokenizer = load_tokenizer(self._path, eos_token_ids=self.config.get("eos_token_id"))
@@ -219,8 +223,6 @@ class MlxEngine(PrefixReuse):
                     y = next_y
 
     # -- batched generation ----------------------------------------------------------------
-    batch_unsupported: str | None = None
-
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
         """Nothing to prepare: BatchGenerator allocates each sequence's cache as it goes."""
 

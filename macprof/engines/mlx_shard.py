@@ -60,7 +60,7 @@ class ShardedMlxEngine(MlxEngine):
         self._stream = mx.new_stream(mx.default_device())
         self._kv_bits = MLX_KV_BITS.get(settings.kv_type)
         self._old_wired, self._wired = wire()
-        self.batch_unsupported = "batch unsupported: a sharded model is measured one sequence at a time"
+        self.capabilities = {**self.capabilities, "batch": "batch unsupported: a sharded model is measured one sequence at a time"}
 
     def versions(self) -> dict:
         return {**super().versions(), "parallel": self.parallel, "ranks": self.group.size()}

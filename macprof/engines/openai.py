@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from macprof.engines import counting, wire
 from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo
 from macprof.errors import MacprofError
 
 NO_CACHE_API = "a server's cache is not addressable over its API (it cannot be cut back or inspected)"
+NO_LOGITS = "a server's logits are not available: the near-tie diagnosis cannot be made"
 WORDS = tuple(" " + w for w in (
     "apple river stone cloud garden window silver market letter forest bridge candle summer winter "
     "orange yellow purple animal island planet engine rocket pocket basket kitten rabbit turtle "
@@ -80,7 +81,13 @@ class OpenAIEngine:
     name = "openai"
     separate_tokenizer = False  # the server holds it
     weights_held: str | None = None  # the server's process holds them, however it does
-    batch_unsupported: str | None = "a server batches concurrent requests itself: the concurrency phase measures that"
+    capabilities: dict[str, str | None] = {
+        "score": "a server gives no logits of every position over its API",
+        "stream": None,
+        "batch": "a server batches concurrent requests itself: the concurrency phase measures that",
+        "cache_cut": NO_CACHE_API,
+        "top2": NO_LOGITS,
+    }
 
     def __init__(self) -> None:
         self.url = ""
@@ -123,7 +130,7 @@ class OpenAIEngine:
             listed = None
             if not _answers(self._root(), str(exc)):
                 raise MacprofError(f"{self.url}: the server does not answer: {exc}") from None
-        self._served_info.setdefault("models_listed", _model_ids(listed))
+        self._served_info.setdefault("models_listed", model_ids(listed))
         self._find_tokenizer()
         self.server = SERVED_AS.get(str(self._served_info.get("server")), self.server)
         if self.api == "ollama":
@@ -391,16 +398,19 @@ class OpenAIEngine:
         return None
 
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
-        raise MacprofError(self.batch_unsupported)
+        raise MacprofError(self.capabilities["batch"] or "")
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
-        raise MacprofError(self.batch_unsupported)
+        raise MacprofError(self.capabilities["batch"] or "")
 
     def close_batch(self) -> None:
         pass
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
-        raise MacprofError("a server's logits are not available: the near-tie diagnosis cannot be made")
+        raise MacprofError(NO_LOGITS)
+
+    def score(self, ids: Sequence[int]) -> Any:
+        raise MacprofError(self.capabilities["score"] or "")
 
     def kv_cache_bytes(self) -> int | None:
         return None
@@ -433,7 +443,7 @@ def _answers(root: str, probe_error: str) -> bool:
     return True
 
 
-def _model_ids(listed) -> list[str]:
+def model_ids(listed) -> list[str]:
     """Model names a server lists (OpenAI ``data[].id``, Ollama ``models[].name``)."""
     if not isinstance(listed, dict):
         return []

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from macprof.config import Settings
-from macprof.errors import MacprofError
+from macprof.engines.base import lacks
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.phases import OutputCheck
@@ -74,7 +74,7 @@ def _stamped(engine, texts: list[str], generate, clock: Clock) -> dict:
 def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
     """One request, timestamped by the caller's clock (engines never time themselves). The
     engine's peak-memory counter is reset before it, outside the timed span."""
-    if getattr(engine, "name", None) == "openai":  # a server: chunks and the server's own counts
+    if not lacks(engine, "stream"):  # a server: chunks and the server's own counts
         from macprof.run.phases.server_request import server_request
 
         return server_request(engine, prompt, n, clock)
@@ -160,11 +160,10 @@ def compare_outputs(engine, prompt: Prompt, reference: Sequence[int], other: Seq
     if first is None and len(reference) != len(other):
         first = min(len(reference), len(other))
     if first is not None and first < len(reference):
-        try:
-            margin = engine.top2(list(prompt.ids) + list(reference[:first])).margin
-        except MacprofError:  # a server gives no logits: a divergence there cannot be called a near-tie
+        if lacks(engine, "top2"):  # a server gives no logits: a divergence there cannot be called a near-tie
             return OutputCheck(identical_fraction=same / n, first_divergence=first, margin=None, near_tie=None,
                                passed=False)
+        margin = engine.top2(list(prompt.ids) + list(reference[:first])).margin
         near_tie = margin < NEAR_TIE_LOGITS
         return OutputCheck(identical_fraction=same / n, first_divergence=first, margin=margin, near_tie=near_tie,
                            passed=near_tie)

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from macprof.engines.base import lacks
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
@@ -48,8 +49,9 @@ def run_quality(ctx: PhaseContext) -> None:
     import numpy as np
 
     engine, s, job = ctx.engine, ctx.settings, ctx.quality
-    if not hasattr(engine, "score"):
-        raise MacprofError(f"the {engine.name} engine cannot give the logits of every position (no score())")
+    why = lacks(engine, "score")
+    if why:
+        raise MacprofError(f"the {engine.name} engine cannot give the logits of every position: {why}")
     text, info = read_text(s.text)
     part = head(text, s.quality_tokens)
     ids = list(engine.tokenize(part))

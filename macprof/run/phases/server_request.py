@@ -42,7 +42,7 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     spent = (time.perf_counter_ns() - t0) / 1e9
     out = finish(engine, raw, prompt.text, n, counted, budget_s=max(0.0, engine.timeout - spent))
     srv = out["server"]
-    if getattr(engine, "exact_prompts", False) and status == "ok":  # a tokenizer here built the prompt
+    if engine.exact_prompts and status == "ok":  # a tokenizer here built the prompt
         if not srv.prompt_tokens_source:  # the server counted none: the prompt's own count stands
             out.update(prompt_tokens=len(ids), computed_prompt_tokens=len(ids) - (out["reused_tokens"] or 0))
             out["server"] = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
@@ -85,7 +85,7 @@ def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: 
     else:
         settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
     return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,
-                  getattr(engine, "eos_how", None))
+                  engine.eos_how)
 
 
 def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Final | None, n: int,

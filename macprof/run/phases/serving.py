@@ -13,6 +13,7 @@ import random
 import threading
 import time
 
+from macprof.engines.base import lacks
 from macprof.model import events as ev
 from macprof.run.phases.common import Clock, PhaseContext
 from macprof.run.phases.server_request import finish, stream_request
@@ -25,10 +26,11 @@ def run_concurrency(ctx: PhaseContext) -> None:
     an open loop at R requests/s. The requests' timed parts are gathered as they end and recorded
     once the level has ended (their counts settled then, engines/openai.py ``settle``)."""
     engine, s = ctx.engine, ctx.settings
-    if not hasattr(engine, "open_stream"):
+    why = lacks(engine, "stream")
+    if why:
         for case in load_cases(s):
             ctx.emit(ev.CaseUnsupported(phase="concurrency", case=case["id"], batch=case.get("concurrency") or 0,
-                                        reason="concurrent requests are measured against a server (engine openai)"))
+                                        reason=why))
         return
     lock = threading.Lock()
 

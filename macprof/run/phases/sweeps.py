@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
-from macprof.engines.base import CacheCutRefused
+from macprof.engines.base import CacheCutRefused, lacks
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import OutputCheck
@@ -98,8 +98,9 @@ def run_batch(ctx: PhaseContext) -> None:
     engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
     def one_case(case: dict) -> None:
         size, n, tags = case["batch"], case["gen_tokens"], {"case": case["id"], "batch": case["batch"]}
-        if engine.batch_unsupported:
-            emit(ev.CaseUnsupported(phase="batch", **tags, reason=engine.batch_unsupported))
+        why = lacks(engine, "batch")
+        if why:
+            emit(ev.CaseUnsupported(phase="batch", **tags, reason=why))
             return
         heads = [{"phase": "batch", "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)]
         left = todo(ctx, heads) or [False] * len(heads)
