@@ -248,15 +248,8 @@ def _lines(resp, conn, end: float, limit: str) -> Iterator[bytes]:
             continue
         if len(buf) > LINE_CAP:
             raise ServerError(f"a stream line longer than {LINE_CAP} bytes (the cap of one line)")
-        left = end - time.monotonic()
-        if left <= 0:
-            raise ServerError(f"stalled: the stream did not end {limit}")
-        if conn.sock is not None:
-            conn.sock.settimeout(left)
         try:
-            data = resp.read1(READ_BYTES)
-        except (socket.timeout, TimeoutError):
-            raise ServerError(f"stalled: the stream did not end {limit}") from None
+            data = _read_by(resp, conn, end, f"stalled: the stream did not end {limit}")
         except (http.client.HTTPException, OSError) as exc:
             raise ServerError(f"the stream broke off: {type(exc).__name__}: {exc}") from None
         if not data:
@@ -444,20 +437,26 @@ def get_json(url: str, timeout: float = 5.0, body: dict | None = None) -> Any:
         conn.close()
 
 
+def _read_by(resp, conn, end: float, late: str) -> bytes:
+    """One read of at most READ_BYTES that waits no later than ``end`` (monotonic): however
+    slowly a server sends, ServerError(``late``) once the time is up."""
+    left = end - time.monotonic()
+    if left <= 0:
+        raise ServerError(late)
+    if conn.sock is not None:
+        conn.sock.settimeout(left)
+    try:
+        return resp.read1(READ_BYTES)
+    except (socket.timeout, TimeoutError):
+        raise ServerError(late) from None
+
+
 def _body(resp, conn, end: float, timeout: float) -> bytes:
     """A non-streamed body, at most BODY_CAP bytes, read within ``timeout`` however slowly it comes."""
     parts: list[bytes] = []
     size = 0
     while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise ServerError(f"the answer did not end within {timeout:g} s")
-        if conn.sock is not None:
-            conn.sock.settimeout(left)
-        try:
-            data = resp.read1(READ_BYTES)
-        except (socket.timeout, TimeoutError):
-            raise ServerError(f"the answer did not end within {timeout:g} s") from None
+        data = _read_by(resp, conn, end, f"the answer did not end within {timeout:g} s")
         if not data:
             return b"".join(parts)
         size += len(data)
