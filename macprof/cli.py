@@ -12,12 +12,13 @@ import click
 from macprof import __version__, cli_dist, cli_serve
 from macprof.cli_errors import Group, echo_err
 from macprof.errors import MacprofError, NothingMeasured
-from macprof.cli_quality import QUALITY_OPTIONS, quality_options, quality_overrides
-from macprof.options import csv_ints, number, sweep_overrides
+from macprof.options import csv_ints, number, run_options
 from macprof.sanitise import clean
+from macprof.settings_spec import KV_TYPES, MODEL_ENGINES, implied_phases
 
 if TYPE_CHECKING:
     from macprof.model.log import RunLog
+    from macprof.settings_spec import RunArgs, ServerArgs
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,45 +30,9 @@ def main() -> None:
 
 @main.command()
 @click.argument("refs", nargs=-1, metavar="[MODEL]...")
-@click.option("--engine", type=click.Choice(["llama.cpp", "mlx", "fake"]),
-              help="Engine for the MODEL arguments [from the format: GGUF -> llama.cpp, MLX directory -> mlx].")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml",
-              show_default=True, help="models.toml listing the models to measure (with MODEL arguments: only its "
-                                      "[settings], when given).")
-@click.option("--models", "names", multiple=True, help="Only these model names (repeat or comma-separate).")
-@click.option("--phases", help="Comma-separated phases: cold,warm,prefix,grid,depth,batch,quality,concurrency "
-                                "[cold,warm,prefix; with sweep options, just the sweeps].")
-@click.option("--prompt-tokens", callback=csv_ints,
-              help="Prompt length in tokens [512]; a list (128,512,2048) makes a grid with --gen-tokens.")
-@click.option("--gen-tokens", callback=csv_ints,
-              help="Generated tokens per request, EOS ignored [128]; a list (16,256) makes a grid.")
-@click.option("--shape", "shapes", help="Named workload shapes for the grid: rag, chat, code (comma-separated).")
-@click.option("--depth", "depths", callback=csv_ints,
-              help="KV-cache depths: decode after the cache already holds d tokens, e.g. 0,1024,4096.")
-@click.option("--batch", "batches", callback=csv_ints, help="Batch sizes decoded together, e.g. 1,2,4,8.")
-@click.option("--prefix-tokens", type=int, help="Shared prefix length for the prefix phase [448; unset, 448/512 of the prompt length].")
-@click.option("--reps", type=int, help="Measured requests per phase (per case in a sweep) [5].")
-@click.option("--cold-trials", type=int, help="Fresh-process cold starts per model [3].")
-@click.option("--threads", type=int, help="Engine threads [engine default: physical cores for llama.cpp].")
-@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]),
-              help="K/V cache type: llama.cpp type_k/type_v (with flash attention), MLX kv_bits 8/4 [f16].")
-@click.option("--timeout", type=float, help="Per-request timeout in seconds [300].")
-@click.option("--delay", type=float, help="Cool-down seconds before each trial [0].")
-@click.option("--drop-cache/--no-drop-cache", default=None,
-              help="Evict the model's files from the page cache before each cold trial (where the OS allows).")
-@click.option("--force/--no-force", default=None, help="Load a model even when it plainly cannot fit in memory.")
-@click.option("--log", "log_path", type=click.Path(path_type=Path),
-              help="Run log path [runs/<UTC time>-<host id>.json].")
-@click.option("--resume", "resume", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="Continue an interrupted run from its journal (what it measured is kept; same config and options).")
-@click.option("--force-overwrite", is_flag=True, help="Replace a run log (and its journal) already at --log.")
-@cli_dist.run_options
-@quality_options
-@cli_serve.server_options
+@run_options  # every option: a setting's flag or a run option, each declared once (macprof/settings_spec.py)
 @click.pass_context
-def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens, shapes, depths, batches, prefix_tokens,
-        reps, cold_trials, threads, kv_type, timeout, delay, drop_cache, force, log_path, resume, force_overwrite,
-        **extra) -> None:
+def run(ctx, refs, args: RunArgs, server: ServerArgs, given: dict) -> None:
     """Measure every model of the config, the MODELs named (GGUF file, MLX directory, hub id
     org/repo[:QUANT], ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO; `macprof models` lists them) or a
     local server (--endpoint, --serve): cold start, warm residence, prefix reuse; when asked, a grid
@@ -78,28 +43,19 @@ def run(ctx, refs, engine, config_path, names, phases, prompt_tokens, gen_tokens
     from macprof.render.summary import render_summary
     from macprof.run import progress, signals
 
-    # --hosts & co. (dist_*), the quality phase's options, and what is left: the server's
-    distributed = cli_dist.run_override(**{k: extra.pop(k) for k in list(extra) if k.startswith("dist_")})
-    quality = quality_overrides(**{k: extra.pop(k) for k in QUALITY_OPTIONS})
-    server = extra
     # a bare --resume names again the server and the models.toml its journal records
-    config_path, recorded = bare_resume(ctx, refs, resume, server, config_path)
-    overrides = {
-        "phases": [p.strip() for p in phases.split(",") if p.strip()] if phases else None,
-        "prefix_tokens": prefix_tokens, "reps": reps, "cold_trials": cold_trials, "threads": threads, "kv_type": kv_type,
-        "timeout": timeout, "delay": delay, "drop_cache": drop_cache, "force": force, "distributed": distributed,
-        **sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given=bool(phases)),
-        **quality, **cli_serve.overrides(server, phases_given=bool(phases) or recorded is not None),
-    }
-    names = [n.strip() for name in names for n in name.split(",") if n.strip()]
+    server, config_path, recorded = bare_resume(ctx, refs, args.resume, server, args.config_path)
+    phases = implied_phases(given, given.get("phases") is not None, server.named, resumed=recorded is not None)
+    overrides = {**given, "phases": phases} if phases else given
+    names = args.model_names
     # from here to the summary a signal is answered in one line; a server --serve started stops
     with signals.guard() as guard, cli_serve.models(ctx, config_path, server, overrides, lambda: selected_models(
-            ctx, refs, engine, config_path, names, overrides, resume), recorded) as selected:
+            ctx, refs, args.engine, config_path, names, overrides, args.resume), recorded) as selected:
         ensure_demo_models(selected)
-        log_path = session.log_path_for(log_path, resume)
+        log_path = session.log_path_for(args.log_path, args.resume)
         display = progress.to_stream(sys.stderr)
         try:
-            log = session.measure(selected, log_path, display, resume=resume is not None, overwrite=force_overwrite)
+            log = session.measure(selected, log_path, display, resume=args.resume is not None, overwrite=args.force_overwrite)
         finally:
             display.close()  # before anything else is printed, and on Ctrl-C: the terminal as it was
         click.echo(render_summary(log, str(log_path)))
@@ -223,7 +179,7 @@ def plot(paths, output) -> None:
 @click.option("--kv-heads", type=int)
 @click.option("--head-dim", type=int)
 @click.option("--kv-bits", type=float, default=16, show_default=True)
-@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16", show_default=True,
+@click.option("--kv-type", type=click.Choice(KV_TYPES), default="f16", show_default=True,
               help="K/V cache type the MODEL is run with (llama.cpp type_k/type_v, MLX kv_bits).")
 @click.option("--context", type=int, default=0, show_default=True, help="Tokens of context per sequence.")
 @click.option("--batch", "batches", callback=csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
@@ -249,7 +205,7 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
 
 @main.command()
 @click.argument("model")
-@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16", show_default=True,
+@click.option("--kv-type", type=click.Choice(KV_TYPES), default="f16", show_default=True,
               help="K/V cache type to size the cache for.")
 @click.option("--json", "as_json", is_flag=True)
 def inspect(model, kv_type, as_json) -> None:
@@ -300,7 +256,7 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 
 @main.command()
 @click.argument("refs", nargs=-1, metavar="[MODEL]...")
-@click.option("--engine", type=click.Choice(["llama.cpp", "mlx", "fake"]), help="Engine for the MODEL arguments.")
+@click.option("--engine", type=click.Choice(MODEL_ENGINES), help="Engine for the MODEL arguments.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml", show_default=True)
 @click.option("--models", "names", default="demo-small-q4_k_m,demo-small-mlx-f16", show_default=True,
               help="Comma-separated model names from the config (without MODEL arguments).")

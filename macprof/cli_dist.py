@@ -1,30 +1,10 @@
-"""The command line's options for a model sharded over several machines: `run --hosts ...` and
-`estimate --hosts N --link-gbs X` (kept here: cli.py holds the commands)."""
+"""The command line's options for the group of machines `estimate --hosts N --link-gbs X`
+predicts (kept here: cli.py holds the commands). `run --hosts ...` shards a model: that is the
+``distributed`` setting, declared with its flags in macprof/settings_spec.py."""
 
 from __future__ import annotations
 
 import click
-
-from macprof.config_dist import BACKENDS, PARALLEL, from_cli
-
-
-def run_options(f):
-    """--hosts / --backend / --parallel / --link-gbs for `macprof run`."""
-    for option in reversed([
-        click.option("--hosts", "dist_hosts", help="Shard each model over an MLX distributed group launched by mlx.launch: "
-                                                 "one host per rank, comma-separated (127.0.0.1,127.0.0.1: two local ranks), "
-                                                 "or N for N local ranks."),
-        click.option("--backend", "dist_backend", type=click.Choice(BACKENDS), help="MLX distributed backend [ring]."),
-        click.option("--parallel", "dist_parallel", type=click.Choice(PARALLEL), help="tensor or pipeline parallel [tensor]."),
-        click.option("--link-gbs", "dist_link_gbs", type=float, help="The link's bandwidth for the group's prediction, GB/s "
-                                                                     "[the communication pass's measured time]."),
-    ]):
-        f = option(f)
-    return f
-
-
-def run_override(dist_hosts=None, dist_backend=None, dist_parallel=None, dist_link_gbs=None) -> dict | None:
-    return from_cli(dist_hosts, dist_backend, dist_parallel, dist_link_gbs)
 
 
 def estimate_options(f):

@@ -4,12 +4,17 @@ Imports are lazy, as in cli.py: `macprof --help` imports no store library."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from macprof.errors import MacprofError
 from macprof.sanitise import clean
+
+if TYPE_CHECKING:
+    from macprof.settings_spec import ServerArgs
 
 
 def _config_given(ctx: click.Context) -> bool:
@@ -21,16 +26,17 @@ def _config_given(ctx: click.Context) -> bool:
 _RECOVERED_CONFIG = "macprof.config_recovered"  # a bare --resume took --config from its journal
 
 
-def bare_resume(ctx: click.Context, refs: tuple[str, ...], resume: Path | None, server: dict,
-                config_path: Path) -> tuple[Path, dict | None]:
+def bare_resume(ctx: click.Context, refs: tuple[str, ...], resume: Path | None, server: ServerArgs,
+                config_path: Path) -> tuple[ServerArgs, Path, dict | None]:
     """A bare `--resume JOURNAL` (no MODEL, --config, --endpoint or --serve) continues what the
-    journal's run_start records: the server that run started (``server`` gains its --serve, or
-    its --endpoint, --model and --api) and the models.toml it read. Returns the config path to
-    use and, for a server run, the served model's recorded settings (the options of that run,
-    which this command line may repeat but need not); (config_path, None) when it is no bare
-    resume or the journal records nothing of the kind (older journals)."""
-    if resume is None or refs or _config_given(ctx) or server.get("endpoint") or server.get("serve"):
-        return config_path, None
+    journal's run_start records: the server that run started (``server`` with its --serve, or
+    its --endpoint, --model and --api) and the models.toml it read. Returns the server options
+    and the config path to use and, for a server run, the served model's recorded settings
+    (the options of that run, which this command line may repeat but need not);
+    (server, config_path, None) when it is no bare resume or the journal records nothing of
+    the kind (older journals)."""
+    if resume is None or refs or _config_given(ctx) or server.named:
+        return server, config_path, None
     recorded = _run_start_models(resume)
     origin = next((m["server"] for m in recorded if isinstance(m.get("server"), dict)), None)
     configs = {m.get("config") for m in recorded if "source" not in m}  # a model named by reference reads none
@@ -39,14 +45,13 @@ def bare_resume(ctx: click.Context, refs: tuple[str, ...], resume: Path | None, 
         config_path = Path(only)
         ctx.meta[_RECOVERED_CONFIG] = True
     if origin is None:
-        return config_path, None
+        return server, config_path, None
     if "serve" in origin:
-        server["serve"] = (origin["serve"], origin["ref"])
-        server["in_process"] = any("source" in m for m in recorded)
+        server = replace(server, serve=(origin["serve"], origin["ref"]), in_process=any("source" in m for m in recorded))
     else:
-        server.update(endpoint=origin.get("endpoint"), served_model=origin.get("model"), api=origin.get("api"))
+        server = replace(server, endpoint=origin.get("endpoint"), served_model=origin.get("model"), api=origin.get("api"))
     served = next(m for m in recorded if m.get("server") is origin)
-    return config_path, served["settings"] if isinstance(served.get("settings"), dict) else None
+    return server, config_path, served["settings"] if isinstance(served.get("settings"), dict) else None
 
 
 def selected_models(ctx: click.Context, refs: tuple[str, ...], engine: str | None, config_path: Path,
@@ -103,8 +108,6 @@ def recorded_settings(recorded: dict, overrides: dict | None):
 def _from_config(config_path: Path, recorded: list[dict], names: list[str], overrides: dict | None) -> tuple:
     """The models a bare --resume's journal recorded from ``config_path`` (or those of them
     --models names), each with its recorded settings under this command line's options."""
-    from dataclasses import replace
-
     from macprof import config
 
     settings = {m["name"]: m["settings"] for m in recorded if isinstance(m.get("settings"), dict)}
@@ -114,8 +117,6 @@ def _from_config(config_path: Path, recorded: list[dict], names: list[str], over
 
 
 def _from_journal(recorded: list[dict], overrides: dict | None) -> tuple:
-    from dataclasses import replace
-
     from macprof.collect import resolve
 
     out = []

@@ -1,12 +1,12 @@
-"""`macprof run`'s local-server options: a running server (``--endpoint URL --model NAME
---api``), a server macprof starts and stops itself (``--serve mlx|llama.cpp|llama-server MODEL``,
-macprof/run/serve.py), and the concurrency phase's levels and SLOs (``--concurrency``,
-``--rate``, ``--slo``). Kept apart from cli.py, whose `run` only threads them through.
-Imports stay lazy, as in cli.py: `macprof --help` starts no engine."""
+"""`macprof run`'s local servers: a running server (``--endpoint URL --model NAME --api``) or a
+server macprof starts and stops itself (``--serve mlx|llama.cpp|llama-server MODEL``,
+macprof/run/serve.py), as the models a run measures; and `macprof overhead --endpoint/--serve`.
+The options (ServerArgs) and the concurrency phase's settings (--concurrency, --rate, --slo...)
+are declared in macprof/settings_spec.py. Imports stay lazy, as in cli.py: `macprof --help`
+starts no engine."""
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -15,77 +15,12 @@ from typing import Callable, Iterator
 import click
 
 from macprof.errors import MacprofError
-from macprof.options import csv_ints
-
-# phases a server can run when none are asked for: a cold start is --serve's start-up, and
-# recorded as such (a running server's model cannot be unloaded over its API)
-ENDPOINT_PHASES = ["warm", "prefix"]
-
-
-def _rates(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        return [float(v) for v in str(value).split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected requests per second such as 0.5 or 2,4, got {value!r}") from None
-
-
-def parse_slo(text: str) -> dict:
-    """``ttft:1s,itl:100ms`` -> {"slo_ttft": 1.0, "slo_itl": 0.1}; a bare number is seconds."""
-    out = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        m = re.fullmatch(r"(ttft|itl)\s*[:=]\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s)?", part, re.IGNORECASE)
-        if not m:
-            raise MacprofError(f"--slo: {part!r} is not ttft:DURATION or itl:DURATION (e.g. ttft:1s,itl:100ms)")
-        value = float(m.group(2)) / (1000.0 if (m.group(3) or "s").lower() == "ms" else 1.0)
-        if value <= 0:
-            raise MacprofError(f"--slo: {part!r}: the limit must be positive")
-        out[f"slo_{m.group(1).lower()}"] = value
-    return out
-
-
-OPTIONS = (
-    click.option("--endpoint", help="A running local server to measure as a model: its OpenAI base URL, e.g. "
-                                    "http://127.0.0.1:8080/v1 (Ollama: http://127.0.0.1:11434 with --api ollama)."),
-    click.option("--model", "served_model", help="With --endpoint: the model name to request [the first it lists]."),
-    click.option("--api", type=click.Choice(["completions", "chat", "ollama"]),
-                 help="With --endpoint: the server's API [completions]."),
-    click.option("--serve", nargs=2, metavar="mlx|llama.cpp|llama-server MODEL",
-                 help="Start mlx_lm.server, llama-cpp-python's server or llama.cpp's llama-server (from PATH) on "
-                      "MODEL on a free loopback port, measure it, stop it."),
-    click.option("--in-process", "in_process", is_flag=True,
-                 help="With --serve: also measure the same model in-process, for the server's overhead per token."),
-    click.option("--concurrency", callback=csv_ints,
-                 help="Closed-loop levels against a server: concurrent clients, e.g. 1,2,4,8."),
-    click.option("--rate", "rates", callback=_rates, help="Open-loop levels: seeded Poisson arrivals, requests/s."),
-    click.option("--slo", help="Goodput limits for the concurrency phase, e.g. ttft:1s,itl:100ms."),
-    click.option("--load-requests", type=int, help="Requests per concurrency level [2 x level, at least --reps]."),
-    click.option("--load-seconds", type=float, help="Time limit per concurrency level [120]."),
-)
-
-
-def server_options(f):
-    for option in reversed(OPTIONS):
-        f = option(f)
-    return f
-
-
-def overrides(opts: dict, phases_given: bool) -> dict:
-    """The settings the server options set. Levels alone run only the concurrency phase (as
-    sweep options run only their sweeps); an endpoint alone runs warm and prefix."""
-    out: dict = {"concurrency": opts.get("concurrency") or None, "rates": opts.get("rates") or None,
-                 "load_requests": opts.get("load_requests"), "load_seconds": opts.get("load_seconds"),
-                 **(parse_slo(opts["slo"]) if opts.get("slo") else {})}
-    if not phases_given and (out["concurrency"] or out["rates"]):
-        out["phases"] = ["concurrency"]
-    elif not phases_given and (opts.get("endpoint") or opts.get("serve")):
-        out["phases"] = list(ENDPOINT_PHASES)
-    return out
+from macprof.settings_spec import ServerArgs, flag_of
+from macprof.settings_spec import parse_slo as parse_slo  # --slo's parser, where the server options were read
 
 
 @contextmanager
-def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
+def models(ctx: click.Context, config_path: Path, opts: ServerArgs, settings: dict,
            other: Callable[[], tuple], recorded: dict | None = None) -> Iterator[tuple]:
     """The models to measure: the --endpoint, the server --serve started (stopped when the block
     ends, however it ends), else ``other()`` (models.toml or MODEL arguments). ``settings``:
@@ -101,18 +36,18 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
             return recorded_settings(recorded, settings)
         return config.settings_for(given, settings)
 
-    if opts.get("endpoint") and opts.get("serve"):
+    if opts.endpoint and opts.serve:
         raise MacprofError("--endpoint and --serve both name a server: give one")
-    if opts.get("in_process") and not opts.get("serve"):
+    if opts.in_process and not opts.serve:
         raise MacprofError("--in-process applies to --serve (the model's file is what both measure)")
-    if not opts.get("endpoint") and not opts.get("serve"):
+    if not opts.named:
         for key in ("served_model", "api"):
-            if opts.get(key):
-                raise MacprofError(f"--{'model' if key == 'served_model' else key} applies to --endpoint")
+            if getattr(opts, key):
+                raise MacprofError(f"{flag_of(ServerArgs, key).name} applies to --endpoint")
         yield other()
         return
-    if opts.get("endpoint"):
-        spec = endpoint_spec(opts["endpoint"], opts.get("served_model"), opts.get("api") or "completions", settings_of())
+    if opts.endpoint:
+        spec = endpoint_spec(opts.endpoint, opts.served_model, opts.api or "completions", settings_of())
         assert spec.endpoint is not None
         origin = {"endpoint": spec.endpoint.url, "model": spec.endpoint.model, "api": spec.endpoint.api}
         yield (replace(spec, config=given, endpoint=replace(spec.endpoint, origin=origin)),)
@@ -120,7 +55,8 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
     from macprof.collect import resolve
     from macprof.run import serve
 
-    kind, ref = opts["serve"]
+    assert opts.serve is not None
+    kind, ref = opts.serve
     if kind not in serve.KINDS:
         raise MacprofError(f"--serve: {kind!r} is not one of {', '.join(serve.KINDS)}")
     path = resolve.resolve(ref).path
@@ -131,7 +67,7 @@ def models(ctx: click.Context, config_path: Path, opts: dict, settings: dict,
                                name=f"{Path(path).stem}@{kind if kind.endswith('server') else kind + '-server'}")
         assert served.endpoint is not None
         served = replace(served, config=given, endpoint=replace(served.endpoint, origin={"serve": kind, "ref": ref}))
-        yield (served, *(_in_process(ref, kind, settings) if opts.get("in_process") else ()))
+        yield (served, *(_in_process(ref, kind, settings) if opts.in_process else ()))
 
 
 def _in_process(ref: str, kind: str, settings) -> tuple:

@@ -17,6 +17,9 @@ Format (documented in README.md):
 Sweeps (macprof/cases.py): ``prompt_grid``, ``gen_grid``, ``shapes``, ``depths``, ``batches``,
 run by the phases ``grid``, ``depth`` and ``batch``.
 
+Each setting (its type, default, check, flags...) is declared once, in macprof/settings_spec.py;
+this module reads models.toml and merges its layers.
+
 A path of the form ``demo:SIZE/VARIANT`` names a demo model in macprof's cache; `macprof run`
 builds it when missing. Precedence: command-line option > model's platform table > model >
 [settings] > built-in default. Every error names the file, the model entry and the key.
@@ -30,56 +33,14 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from macprof.config_dist import Distributed
 from macprof.config_dist import finish as _finish_distributed
 from macprof.endpoint import Endpoint
-from macprof.config_types import SETTING_TYPES, TUPLE_KEYS, check_value
 from macprof.errors import MacprofError
+from macprof.settings_spec import TOML_KEYS, TUPLE_KEYS, Settings, check_value
 
-DEFAULT_PHASES = ("cold", "warm", "prefix")
 PLATFORM_KEYS = {"linux": "linux", "darwin": "macos"}
-
-
-@dataclass(frozen=True)
-class Settings:
-    phases: tuple[str, ...] = DEFAULT_PHASES
-    prompt_tokens: int = 512
-    gen_tokens: int = 128
-    prefix_tokens: int = 448
-    reps: int = 5
-    cold_trials: int = 3
-    threads: int | None = None
-    timeout: float = 300.0
-    delay: float = 0.0
-    drop_cache: bool = False
-    force: bool = False
-    # sweeps (macprof/cases.py): grid of lengths, named shapes, KV depths, batch sizes
-    prompt_grid: tuple[int, ...] = ()
-    gen_grid: tuple[int, ...] = ()
-    shapes: tuple[str, ...] = ()
-    depths: tuple[int, ...] = ()
-    batches: tuple[int, ...] = ()
-    kv_type: str = "f16"  # K/V cache type: llama.cpp type_k / type_v, MLX kv_bits (macprof.measure.kvmodel)
-    distributed: Distributed | None = None  # sharded over an MLX distributed group (macprof/config_dist.py)
-    # the quality phase (run/phases/quality.py): tokens scored, in chunks of quality_ctx; the
-    # reference model's name (None: the run's highest-precision model); the text (None: the shipped one)
-    quality_tokens: int = 2048
-    quality_ctx: int = 512
-    reference: str | None = None
-    text: str | None = None
-    # the concurrency phase against a server (macprof/run/phases/serving.py): closed-loop client
-    # counts, open-loop arrival rates (requests/s), requests and seconds per level (0: automatic),
-    # and the SLOs goodput is judged by (seconds; None: not judged)
-    concurrency: tuple[int, ...] = ()
-    rates: tuple[float, ...] = ()
-    load_requests: int = 0
-    load_seconds: float = 120.0
-    slo_ttft: float | None = None
-    slo_itl: float | None = None
-
-
-# key -> (accepted types, check, what a valid value is)
-_MODEL_KEYS = {"name", "engine", "path", "quant", "url", "model", "api"} | set(SETTING_TYPES) | set(PLATFORM_KEYS.values())
+# a models.toml entry's keys: its own, the settings models.toml may set, its platform tables
+_MODEL_KEYS = {"name", "engine", "path", "quant", "url", "model", "api"} | TOML_KEYS | set(PLATFORM_KEYS.values())
 
 
 @dataclass(frozen=True)
@@ -131,8 +92,8 @@ class Config:
 def _settings_from(where: str, table: dict) -> dict:
     out = {}
     for key, value in table.items():
-        if key not in SETTING_TYPES:
-            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(SETTING_TYPES))})")
+        if key not in TOML_KEYS:
+            raise MacprofError(f"{where}: unknown key '{key}' (known: {', '.join(sorted(TOML_KEYS))})")
         out[key] = check_value(where, key, value)
     return out
 
@@ -324,7 +285,7 @@ def _check_file_kinds(where: str, model_path: Path) -> None:
 
 def _entry_settings(where: str, entry: dict) -> tuple[dict, dict]:
     """The entry's own settings, and those of its table for this platform ([models.linux]...)."""
-    model_settings = _settings_from(where, {k: v for k, v in entry.items() if k in SETTING_TYPES})
+    model_settings = _settings_from(where, {k: v for k, v in entry.items() if k in TOML_KEYS})
     platform_settings: dict = {}
     for pk in PLATFORM_KEYS.values():
         if pk in entry:

@@ -1,9 +1,16 @@
-"""Command-line values that need parsing beyond click's types: integer lists, numbers with a
-suffix (8B, 1.5M), and the lengths / sweeps of `macprof run` as settings."""
+"""Command-line values that need parsing beyond click's types (integer lists, numbers with a
+suffix: 8B, 1.5M), and the click options of `macprof run`, made from the declarations of
+macprof/settings_spec.py: each setting's flags and the run options, nothing written here."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
 import click
+
+from macprof import settings_spec as spec
 
 
 def csv_ints(ctx, param, value):
@@ -16,21 +23,23 @@ def csv_ints(ctx, param, value):
     return out
 
 
+def csv_rates(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return [float(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected requests per second such as 0.5 or 2,4, got {value!r}") from None
+
+
 def sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given: bool) -> dict:
-    """Command-line lengths and sweeps -> settings. A list of lengths is a grid (its first value
-    is also the length every other phase uses); without --phases, sweep options run only
-    the sweeps they ask for, as llama-bench runs only its tests."""
-    out: dict = {"prompt_tokens": prompt_tokens[0] if prompt_tokens else None,
-                 "gen_tokens": gen_tokens[0] if gen_tokens else None,
-                 "prompt_grid": prompt_tokens if prompt_tokens and len(prompt_tokens) > 1 else None,
-                 "gen_grid": gen_tokens if gen_tokens and len(gen_tokens) > 1 else None,
-                 "shapes": [x.strip() for x in shapes.split(",") if x.strip()] if shapes else None,
-                 "depths": depths or None, "batches": batches or None}
-    sweeps = [phase for phase, wanted in (("grid", out["prompt_grid"] or out["gen_grid"] or out["shapes"]),
-                                           ("depth", out["depths"]), ("batch", out["batches"])) if wanted]
-    if sweeps and not phases_given:
-        out["phases"] = sweeps
-    return out
+    """Command-line lengths and sweeps -> settings, as `macprof run` reads them (the flags'
+    declarations): a list of lengths is a grid (its first value is also the length every other
+    phase uses); without --phases, sweep options run only the sweeps they ask for."""
+    out = spec.command_line_settings({"prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "shape": shapes,
+                                      "depth": depths, "batch": batches})
+    phases = spec.implied_phases(out, phases_given, serving=False, resumed=False)
+    return out | ({"phases": phases} if phases else {})
 
 
 def number(ctx, param, value):
@@ -43,3 +52,59 @@ def number(ctx, param, value):
         return float(text[:-1] if mult != 1 else text) * mult
     except ValueError:
         raise click.BadParameter(f"expected a number such as 8e9 or 8B, got {value!r}") from None
+
+
+def _click_kwargs(flag: spec.Flag, help: str, choices: tuple[str, ...]) -> dict[str, Any]:
+    """How click reads a flag of this kind (settings_spec.Flag)."""
+    kind = flag.kind
+    kwargs: dict[str, Any] = {"help": help}
+    if kind == "int":
+        kwargs["type"] = int
+    elif kind == "float":
+        kwargs["type"] = float
+    elif kind == "ints":
+        kwargs["callback"] = csv_ints
+    elif kind == "rates":
+        kwargs["callback"] = csv_rates
+    elif kind == "choice":
+        kwargs["type"] = click.Choice(list(choices))
+    elif kind == "file":
+        kwargs["type"] = click.Path(path_type=Path, exists=True, dir_okay=False)
+    elif kind == "path":
+        kwargs["type"] = click.Path(path_type=Path)
+    elif kind == "switch":
+        kwargs["default"] = None  # not given: None, so models.toml's value stands
+    elif kind == "flag":
+        kwargs["is_flag"] = True
+    elif kind == "pair":
+        kwargs["nargs"] = 2
+    elif kind == "many":
+        kwargs["multiple"] = True
+    if flag.default is not None:
+        kwargs["default"] = flag.default
+    if flag.show_default:
+        kwargs["show_default"] = True
+    if flag.metavar:
+        kwargs["metavar"] = flag.metavar
+    return kwargs
+
+
+def run_options(f: Callable) -> Callable:
+    """Every option of `macprof run`, from the declarations. The command is called with
+    ``args`` (RunArgs), ``server`` (ServerArgs) and ``given`` (the settings the command line
+    sets, None where not given) instead of the options' values; an option of the command that
+    no declaration claims stops the command (settings_spec.run_groups) rather than being
+    passed on as something it is not."""
+    flags = spec.run_flags()
+    declared = {param for param, _, _, _ in flags}
+
+    @functools.wraps(f)
+    def command(**params: Any) -> Any:
+        options = {p.name for p in click.get_current_context().command.params if isinstance(p, click.Option)}
+        values = {name: params.pop(name) for name in options | declared if name in params}
+        args, server, given = spec.run_groups(values)
+        return f(**params, args=args, server=server, given=given)
+
+    for param, flag, help, choices in reversed(flags):
+        command = click.option(flag.decl, param, **_click_kwargs(flag, help, choices))(command)
+    return command

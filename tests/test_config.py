@@ -4,6 +4,7 @@ naming the file, the entry and the key, exit code 2, no traceback."""
 import dataclasses
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -188,3 +189,155 @@ def test_help_imports_no_engine():
             "print(any(m in sys.modules for m in ('llama_cpp', 'mlx', 'mlx_lm', 'rich')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# -- one declaration per setting (macprof/settings_spec.py) ---------------------------------
+def test_the_declarations_hold_together():
+    """Each setting's phases are phases, a setting set by another's flag names one that has a
+    flag, every flag of `run` is declared once and placed in --help's order."""
+    from macprof import settings_spec
+    from macprof.settings_spec import POSITIVE_INT, Spec, declaration_errors
+
+    assert declaration_errors() == []
+    with pytest.MonkeyPatch.context() as mp:  # not vacuous: a broken declaration is named
+        mp.setitem(settings_spec.SPECS, "x", Spec(POSITIVE_INT, "", phases=("hot",), set_by="prompt_grid"))
+        assert declaration_errors() == ["x: phases ('hot',) not all in " + str(settings_spec.PHASES),
+                                        "x: set_by 'prompt_grid', a setting with no flag", "x: a number with no unit"]
+
+
+def test_the_declarations_import_no_command_line_library():
+    """A worker imports config, and with it the declarations: no click (nor an engine) comes along."""
+    import subprocess
+
+    code = "import sys, macprof.config; print(sorted(m for m in ('click', 'numpy', 'llama_cpp', 'mlx') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_run_s_options_are_the_declared_ones_in_order():
+    """`macprof run`'s options are exactly the declared flags (settings' and run options'), in
+    the declared order: none written by hand beside them."""
+    from macprof.cli import run
+    from macprof.settings_spec import RUN_ORDER, run_flags
+
+    options = [p for p in run.params if isinstance(p, click.Option)]
+    assert [p.name for p in options] == [param for param, _, _, _ in run_flags()]
+    assert [p.opts[0] for p in options] == list(RUN_ORDER)
+
+
+def test_an_undeclared_option_stops_the_command_rather_than_passing_as_another():
+    """An option added to `run` without a declaration cannot reach the run as a server option
+    (as `**extra` once let it): the command stops, in one line, naming it."""
+    from macprof.cli_errors import Group
+    from macprof.options import run_options
+
+    reached = []
+    group = Group()
+
+    @group.command()
+    @click.option("--stray", help="declared nowhere")
+    @run_options
+    def cmd(**kwargs):
+        reached.append(kwargs)
+
+    result = CliRunner().invoke(group, ["cmd", "--stray", "1"])
+    assert result.exit_code == 1 and not reached
+    assert "stray declared neither as a setting nor as a run option" in result.output and result.output.count("\n") == 1
+
+
+def test_run_receives_typed_groups(folder, monkeypatch):
+    """The values of run's options arrive as RunArgs, ServerArgs and the settings they set."""
+    from macprof import cli_serve
+
+    seen = {}
+
+    def stop(ctx, config_path, server, overrides, other, recorded):
+        seen.update(config_path=config_path, server=server, overrides=overrides)
+        raise MacprofError("stopped here")
+
+    monkeypatch.setattr(cli_serve, "models", stop)
+    p = folder / "models.toml"
+    p.write_text(M)
+    result = CliRunner().invoke(main, ["run", "--config", str(p), "--prompt-tokens", "64,128", "--slo", "ttft:2s",
+                                       "--hosts", "2", "--text", str(p), "--model", "m"])
+    assert result.exit_code == 2 and "stopped here" in result.output
+    o = seen["overrides"]
+    assert (o["prompt_tokens"], o["prompt_grid"], o["phases"]) == (64, [64, 128], ["grid"])
+    assert o["slo_ttft"] == 2.0 and "slo_itl" not in o and o["text"] == str(p.resolve())
+    assert o["distributed"] == {"hosts": ["127.0.0.1", "127.0.0.1"]} and o["reps"] is None
+    assert seen["server"].served_model == "m" and not seen["server"].named and seen["config_path"] == p
+
+
+def test_each_flag_sets_only_its_own_settings():
+    """A flag's reader sets its setting, and those declared ``set_by`` it (--prompt-tokens:
+    prompt_tokens and prompt_grid; --slo: slo_ttft and slo_itl), nothing else."""
+    from macprof.settings_spec import SPECS, command_line_settings
+
+    examples = {"ints": [1, 2], "rates": [0.5, 1.0], "int": 2, "float": 1.5, "switch": True, "file": __file__,
+                "choice": None, "str": None}
+    words = {"--phases": "warm", "--shape": "rag", "--hosts": "2", "--reference": "a", "--slo": "ttft:1s,itl:50ms",
+             "--kv-type": "q8_0", "--backend": "ring", "--parallel": "pipeline"}
+    for name, s in SPECS.items():
+        if not s.flags:
+            continue
+        values = {f.param: words.get(f.name, examples[f.kind]) for f in s.flags}
+        out = command_line_settings(values)
+        own = {name} | {n for n, other in SPECS.items() if other.set_by == name}
+        assert out and set(out) <= own, (name, out)
+        assert all(v is not None for v in out.values()), (name, out)
+
+
+def _wrong_kind(check):
+    """A value of the wrong kind for a check: a number for text, text for anything else."""
+    return 5 if check.types is str else "x"
+
+
+@pytest.mark.parametrize("key", sorted(__import__("macprof.settings_spec").settings_spec.TOML_KEYS))
+def test_every_setting_models_toml_may_set_is_checked(folder, key):
+    """models.toml's validation covers every declared setting: a value of the wrong kind is one
+    line naming the file, the entry and the key, with the declaration's words."""
+    from macprof.settings_spec import SPECS
+
+    bad = _wrong_kind(SPECS[key].check)
+    p = folder / "models.toml"
+    p.write_text(M + f"{key} = {bad!r}\n".replace("'", '"'))
+    with pytest.raises(MacprofError) as err:
+        config.load(p)
+    assert str(err.value) == f"{p}: models[0] (\"a\"): key '{key}' must be {SPECS[key].check.what}, not {bad!r}"
+
+
+def test_a_models_toml_entry_knows_exactly_the_settings_declared_for_it():
+    """An entry's setting keys are those declared ``toml``: one declared otherwise is an unknown key there."""
+    from macprof.settings_spec import SPECS, TOML_KEYS
+
+    assert {k for k in config._MODEL_KEYS if k in SPECS} == TOML_KEYS == {k for k, s in SPECS.items() if s.toml}
+
+
+# a bad value for each setting's flag, by the kind of flag (a switch has none); a text flag's own
+_BAD_BY_KIND = {"int": "-1", "float": "-1", "ints": "-1", "rates": "0", "choice": "bogus", "file": "/no/such/text.txt"}
+_BAD_TEXT = {"--phases": "hot", "--shape": "novel", "--hosts": "-oProxyCommand=x", "--reference": " ", "--slo": "e2e:1s"}
+
+
+def _setting_flag_cases():
+    from macprof.settings_spec import SPECS
+
+    cases = []
+    for name, s in SPECS.items():
+        for f in s.flags:
+            if f.kind != "switch":
+                cases.append((f.name, _BAD_TEXT[f.name] if f.kind == "str" else _BAD_BY_KIND[f.kind], name))
+    return cases
+
+
+@pytest.mark.parametrize("flag,value,name", _setting_flag_cases(), ids=[c[0] for c in _setting_flag_cases()])
+def test_a_bad_value_for_any_setting_s_flag_exits_2(folder, flag, value, name):
+    """Every declared flag refuses a bad value with exit 2 and no traceback: click's message
+    for what click reads, else one line naming the option or the setting."""
+    p = folder / "models.toml"
+    p.write_text(M)
+    result = CliRunner().invoke(main, ["run", "--config", str(p), "--log", str(folder / "run.json"), flag, value])
+    assert not (folder / "run.json").exists(), "a bad value started a run"
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert flag in result.output or name in result.output, result.output
+    if "Usage:" not in result.output:  # not click's own message: the project's one line
+        assert result.output.count("\n") == 1 and result.output.startswith("macprof: error: ")

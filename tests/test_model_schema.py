@@ -7,6 +7,7 @@ import typing
 import pytest
 
 from macprof.model.events import EVENTS, parse_event
+from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.log import RunLog
 from macprof.model.records import ABSENT, Record, record_fields
 from macprof.store import runlog
@@ -131,3 +132,89 @@ def test_the_schema_is_a_valid_json_schema():
 
     schema = runlog.schema()
     jsonschema.validators.validator_for(schema).check_schema(schema)
+
+
+# -- the settings: one declaration each (macprof/settings_spec.py), the log and schema from it --
+def _settings_drift(checked_in: dict, derived: dict) -> list[str]:
+    """Where the schema's settings object differs from the one the declarations give: a setting
+    missing or extra, a property whose type, enum or minimum differs, the required list."""
+    have, want = checked_in.get("properties", {}), derived["properties"]
+    out = [f"settings.{n}: declared, not in the schema" for n in want if n not in have]
+    out += [f"settings.{n}: in the schema, not declared" for n in have if n not in want]
+    out += [f"settings.{n}: schema {have[n]} != declared {want[n]}" for n in want if n in have and have[n] != want[n]]
+    if checked_in.get("required") != derived["required"]:
+        out.append(f"settings: required {checked_in.get('required')} != declared {derived['required']}")
+    out += [f"settings.{k}: {checked_in.get(k)!r} != {derived[k]!r}" for k in derived if k not in ("properties", "required")
+            and checked_in.get(k) != derived[k]]
+    return out
+
+
+def test_the_settings_schema_is_the_declarations():
+    """The checked-in schema's settings object is the one settings_spec.settings_schema derives
+    (types, enums such as phases and kv_type, minimums, nullability): a phase or a setting added
+    to the declarations and not to the schema fails here. To update the file, paste
+    json.dumps(settings_schema()) in."""
+    from macprof.settings_spec import settings_schema
+
+    checked_in = runlog.schema()["$defs"]["model"]["properties"]["settings"]
+    assert _settings_drift(checked_in, settings_schema()) == []
+
+
+def test_the_settings_check_finds_drift():
+    """Not vacuous: a phase missing from the enum, a minimum changed, a setting dropped are caught."""
+    import copy
+
+    from macprof.settings_spec import settings_schema
+
+    schema = copy.deepcopy(runlog.schema()["$defs"]["model"]["properties"]["settings"])
+    schema["properties"]["phases"]["items"]["enum"].remove("concurrency")
+    schema["properties"]["depths"]["items"]["minimum"] = 1
+    del schema["properties"]["slo_itl"]
+    found = _settings_drift(schema, settings_schema())
+    assert "settings.slo_itl: declared, not in the schema" in found
+    assert any(f.startswith("settings.phases: schema") and "concurrency" in f for f in found)
+    assert any(f.startswith("settings.depths: schema") for f in found) and len(found) == 3
+
+
+def test_the_log_s_settings_record_follows_the_declarations():
+    """ModelSettings (the log's settings) has the declared settings as its fields, in their
+    order (the log's key order), with the declared types and defaults: a setting every log has
+    keeps its type and default; one added later is nullable and ABSENT from older logs."""
+    import dataclasses
+
+    from macprof.config_dist import Distributed
+    from macprof.model.distributed import DistributedSettings
+    from macprof.model.log import ModelSettings
+    from macprof.settings_spec import SPECS, Settings
+
+    declared = dataclasses.fields(Settings)
+    assert [f.name for f in record_fields(ModelSettings)] == [f.name for f in declared]
+    logged, hints = typing.get_type_hints(ModelSettings), typing.get_type_hints(Settings)
+    for f, g in zip(declared, record_fields(ModelSettings)):
+        hint = hints[f.name]
+        if _without_none(hint) is Distributed:  # a record in the log: the same keys
+            hint = DistributedSettings | None
+            assert [x.name for x in dataclasses.fields(Distributed)] == [x.name for x in record_fields(DistributedSettings)]
+        if SPECS[f.name].logged == "added":
+            assert g.default is ABSENT, f.name
+            assert logged[f.name] == (hint if _without_none(hint) is not hint else hint | None), f.name
+        else:
+            assert g.default == f.default and logged[f.name] == hint, f.name
+
+
+@pytest.mark.parametrize("name", ["tiny-sweeps.json", "tiny-telemetry.json"])
+def test_a_log_of_this_version_saves_to_the_same_bytes(name, tmp_path):
+    """A log of the current schema version, read and written back, is the same file, byte for
+    byte: key order (the settings' included) and values."""
+    text = (LOGS / name).read_text()
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION
+    runlog.save(RunLog.from_json(json.loads(text)), tmp_path / name)
+    assert (tmp_path / name).read_text() == text
+
+
+@pytest.mark.parametrize("name", ["tiny-a.json", "tiny-b.json", "tiny-sweeps.json", "tiny-telemetry.json", "schema1.json",
+                                  "other-machine-demo-small.json"])
+def test_every_log_s_settings_re_encode_in_their_order(name):
+    data = runlog.migrate(json.loads((LOGS / name).read_text()))
+    for model, again in zip(data["models"], RunLog.from_json(data).to_json()["models"]):
+        assert json.dumps(again["settings"]) == json.dumps(model["settings"])
