@@ -60,7 +60,7 @@ def test_no_phase_asks_an_engine_its_name_or_its_attributes():
     """The run path's phases and worker never branch on an engine's name, ``hasattr``, a
     ``getattr`` with a default or a private attribute of the engine."""
     bad = []
-    for path in [*(ROOT / "run" / "phases").glob("*.py"), ROOT / "run" / "worker.py", ROOT / "cli_serve.py"]:
+    for path in [*(ROOT / "run" / "phases").glob("*.py"), ROOT / "run" / "worker.py", ROOT / "cli" / "serve.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and ast.unparse(node.func) in ("hasattr", "getattr") and node.args \
                     and ast.unparse(node.args[0]) == "engine":

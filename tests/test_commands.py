@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from macprof.config_dist import MAX_HOSTS, Distributed, check_hosts, host_refusal
+from macprof.config.dist import MAX_HOSTS, Distributed, check_hosts, host_refusal
 from macprof.errors import MacprofError
 
 HOSTILE_HOSTS = ["-oProxyCommand=touch /tmp/macprof-pwned", "-F/etc/passwd", "--", "a;id", "$(id)", "`id`", "a b",

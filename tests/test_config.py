@@ -191,12 +191,12 @@ def test_help_imports_no_engine():
     assert out.strip() == "False"
 
 
-# -- one declaration per setting (macprof/settings_spec.py) ---------------------------------
+# -- one declaration per setting (macprof/config/settings.py) ---------------------------------
 def test_the_declarations_hold_together():
     """Each setting's phases are phases, a setting set by another's flag names one that has a
     flag, every flag of `run` is declared once and placed in --help's order."""
-    from macprof import settings_spec
-    from macprof.settings_spec import POSITIVE_INT, Spec, declaration_errors
+    from macprof.config import settings as settings_spec
+    from macprof.config.settings import POSITIVE_INT, Spec, declaration_errors
 
     assert declaration_errors() == []
     with pytest.MonkeyPatch.context() as mp:  # not vacuous: a broken declaration is named
@@ -218,7 +218,7 @@ def test_run_s_options_are_the_declared_ones_in_order():
     """`macprof run`'s options are exactly the declared flags (settings' and run options'), in
     the declared order: none written by hand beside them."""
     from macprof.cli import run
-    from macprof.settings_spec import RUN_ORDER, run_flags
+    from macprof.config.settings import RUN_ORDER, run_flags
 
     options = [p for p in run.params if isinstance(p, click.Option)]
     assert [p.name for p in options] == [param for param, _, _, _ in run_flags()]
@@ -228,8 +228,8 @@ def test_run_s_options_are_the_declared_ones_in_order():
 def test_an_undeclared_option_stops_the_command_rather_than_passing_as_another():
     """An option added to `run` without a declaration cannot reach the run as a server option
     (as `**extra` once let it): the command stops, in one line, naming it."""
-    from macprof.cli_errors import Group
-    from macprof.options import run_options
+    from macprof.cli.errors import Group
+    from macprof.cli.options import run_options
 
     reached = []
     group = Group()
@@ -247,7 +247,7 @@ def test_an_undeclared_option_stops_the_command_rather_than_passing_as_another()
 
 def test_run_receives_typed_groups(folder, monkeypatch):
     """The values of run's options arrive as RunArgs, ServerArgs and the settings they set."""
-    from macprof import cli_serve
+    from macprof.cli import serve as cli_serve
 
     seen = {}
 
@@ -255,7 +255,7 @@ def test_run_receives_typed_groups(folder, monkeypatch):
         seen.update(config_path=config_path, server=server, overrides=overrides)
         raise MacprofError("stopped here")
 
-    monkeypatch.setattr(cli_serve, "models", stop)
+    monkeypatch.setattr(cli_serve, "measured_models", stop)
     p = folder / "models.toml"
     p.write_text(M)
     result = CliRunner().invoke(main, ["run", "--config", str(p), "--prompt-tokens", "64,128", "--slo", "ttft:2s",
@@ -271,7 +271,7 @@ def test_run_receives_typed_groups(folder, monkeypatch):
 def test_each_flag_sets_only_its_own_settings():
     """A flag's reader sets its setting, and those declared ``set_by`` it (--prompt-tokens:
     prompt_tokens and prompt_grid; --slo: slo_ttft and slo_itl), nothing else."""
-    from macprof.settings_spec import SPECS, command_line_settings
+    from macprof.config.settings import SPECS, command_line_settings
 
     examples = {"ints": [1, 2], "rates": [0.5, 1.0], "int": 2, "float": 1.5, "switch": True, "file": __file__,
                 "choice": None, "str": None}
@@ -292,11 +292,11 @@ def _wrong_kind(check):
     return 5 if check.types is str else "x"
 
 
-@pytest.mark.parametrize("key", sorted(__import__("macprof.settings_spec").settings_spec.TOML_KEYS))
+@pytest.mark.parametrize("key", sorted(__import__("macprof.config.settings").config.settings.TOML_KEYS))
 def test_every_setting_models_toml_may_set_is_checked(folder, key):
     """models.toml's validation covers every declared setting: a value of the wrong kind is one
     line naming the file, the entry and the key, with the declaration's words."""
-    from macprof.settings_spec import SPECS
+    from macprof.config.settings import SPECS
 
     bad = _wrong_kind(SPECS[key].check)
     p = folder / "models.toml"
@@ -308,7 +308,7 @@ def test_every_setting_models_toml_may_set_is_checked(folder, key):
 
 def test_a_models_toml_entry_knows_exactly_the_settings_declared_for_it():
     """An entry's setting keys are those declared ``toml``: one declared otherwise is an unknown key there."""
-    from macprof.settings_spec import SPECS, TOML_KEYS
+    from macprof.config.settings import SPECS, TOML_KEYS
 
     assert {k for k in config._MODEL_KEYS if k in SPECS} == TOML_KEYS == {k for k, s in SPECS.items() if s.toml}
 
@@ -319,7 +319,7 @@ _BAD_TEXT = {"--phases": "hot", "--shape": "novel", "--hosts": "-oProxyCommand=x
 
 
 def _setting_flag_cases():
-    from macprof.settings_spec import SPECS
+    from macprof.config.settings import SPECS
 
     cases = []
     for name, s in SPECS.items():

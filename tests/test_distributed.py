@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from macprof import config
 from macprof.cli import main
-from macprof.config_dist import Distributed, from_cli
+from macprof.config.dist import Distributed, from_cli
 from macprof.errors import MacprofError
 from macprof.measure import distributed as dm
 from macprof.run import distributed as launch

@@ -296,7 +296,7 @@ def test_wrong_typed_journal_fields_are_one_line_naming_the_event_and_field(tmp_
 
 def test_hosts_past_the_cap_are_refused_before_anything_is_written(tmp_path, fake_dir):
     """`--hosts 70000` built 70,000 ranks and left a journal with no end and no log."""
-    from macprof.config_dist import MAX_HOSTS, from_cli
+    from macprof.config.dist import MAX_HOSTS, from_cli
     from macprof.errors import MacprofError
 
     assert len(from_cli(str(MAX_HOSTS), None, None, None)["hosts"]) == MAX_HOSTS

@@ -134,7 +134,7 @@ def test_the_schema_is_a_valid_json_schema():
     jsonschema.validators.validator_for(schema).check_schema(schema)
 
 
-# -- the settings: one declaration each (macprof/settings_spec.py), the log and schema from it --
+# -- the settings: one declaration each (macprof/config/settings.py), the log and schema from it --
 def _settings_drift(checked_in: dict, derived: dict) -> list[str]:
     """Where the schema's settings object differs from the one the declarations give: a setting
     missing or extra, a property whose type, enum or minimum differs, the required list."""
@@ -150,11 +150,11 @@ def _settings_drift(checked_in: dict, derived: dict) -> list[str]:
 
 
 def test_the_settings_schema_is_the_declarations():
-    """The checked-in schema's settings object is the one settings_spec.settings_schema derives
+    """The checked-in schema's settings object is the one config.settings.settings_schema derives
     (types, enums such as phases and kv_type, minimums, nullability): a phase or a setting added
     to the declarations and not to the schema fails here. To update the file, paste
     json.dumps(settings_schema()) in."""
-    from macprof.settings_spec import settings_schema
+    from macprof.config.settings import settings_schema
 
     checked_in = runlog.schema()["$defs"]["model"]["properties"]["settings"]
     assert _settings_drift(checked_in, settings_schema()) == []
@@ -164,7 +164,7 @@ def test_the_settings_check_finds_drift():
     """Not vacuous: a phase missing from the enum, a minimum changed, a setting dropped are caught."""
     import copy
 
-    from macprof.settings_spec import settings_schema
+    from macprof.config.settings import settings_schema
 
     schema = copy.deepcopy(runlog.schema()["$defs"]["model"]["properties"]["settings"])
     schema["properties"]["phases"]["items"]["enum"].remove("concurrency")
@@ -182,10 +182,10 @@ def test_the_log_s_settings_record_follows_the_declarations():
     keeps its type and default; one added later is nullable and ABSENT from older logs."""
     import dataclasses
 
-    from macprof.config_dist import Distributed
+    from macprof.config.dist import Distributed
     from macprof.model.distributed import DistributedSettings
     from macprof.model.log import ModelSettings
-    from macprof.settings_spec import SPECS, Settings
+    from macprof.config.settings import SPECS, Settings
 
     declared = dataclasses.fields(Settings)
     assert [f.name for f in record_fields(ModelSettings)] == [f.name for f in declared]

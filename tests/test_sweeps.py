@@ -14,7 +14,7 @@ from macprof.model.events import parse_event
 from macprof.model.log import RunLog
 from macprof.model.phases import PlannedCase, Sweep, SweepCase
 from macprof.store import runlog
-from macprof.options import sweep_overrides
+from macprof.cli.options import sweep_overrides
 from macprof.render.exporters import to_text
 from macprof.render.sweeps import batch_table, tradeoff_line
 from tests.conftest import cli

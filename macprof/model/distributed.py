@@ -27,7 +27,7 @@ class GroupResult(Record):
 
 @record
 class DistributedSettings(Record):
-    """macprof.config_dist.Distributed as the log's settings record it."""
+    """macprof.config.dist.Distributed as the log's settings record it."""
 
     hosts: tuple[str, ...] = ()
     backend: str | None = None

@@ -122,7 +122,7 @@ class Identity(Record):
 @record
 class ModelSettings(Record):
     """macprof.config.Settings as the log records it: each setting is declared once, as a field
-    of settings_spec.Settings, whose order is this record's key order. These fields are written
+    of config.settings.Settings, whose order is this record's key order. These fields are written
     out for the type checker; tests/test_model_schema.py holds them to the declarations (names,
     order, types, defaults). A setting added after the first logs ("added") defaults to ABSENT:
     older logs lack its key."""

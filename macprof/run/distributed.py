@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from macprof.config import ModelSpec
-from macprof.config_dist import Distributed, check_hosts, host_refusal
+from macprof.config.dist import Distributed, check_hosts, host_refusal
 from macprof.run import lifeline
 
 LOCAL = "127.0.0.1"  # the one address mlx.launch starts without ssh
@@ -67,7 +67,7 @@ def free_port(count: int) -> int:
 
 def command(python: str, spec: Distributed) -> list[str]:
     """mlx.launch's command line. Every value is joined to its option by "=", so none can be
-    read as an option of its own; the hosts are checked again here (config_dist.check_hosts):
+    read as an option of its own; the hosts are checked again here (config/dist.py check_hosts):
     mlx.launch hands each to ssh with no "--" before it."""
     check_hosts("distributed.hosts", spec.hosts)
     env = [f"--env=PYTHONPATH={os.environ['PYTHONPATH']}"] if os.environ.get("PYTHONPATH") else []

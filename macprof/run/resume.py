@@ -36,7 +36,7 @@ SUFFIX = ".journal.jsonl"
 def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
     """What a run measures, as its run_start records it, with how the command named each model
     (its reference, the models.toml it came from, the server --serve started or --endpoint
-    named): a bare `--resume JOURNAL` names them again (cli_models.bare_resume)."""
+    named): a bare `--resume JOURNAL` names them again (cli/models.py bare_resume)."""
     return tuple({"name": m.name, "engine": m.engine, "path": str(Path(m.path).resolve()),
                   "settings": settings_dict(m.settings),
                   **({"source": {"ref": m.source.ref, "store": m.source.store}} if m.source else {}),

@@ -1,6 +1,6 @@
 """Command-line values that need parsing beyond click's types (integer lists, numbers with a
 suffix: 8B, 1.5M), and the click options of `macprof run`, made from the declarations of
-macprof/settings_spec.py: each setting's flags and the run options, nothing written here."""
+macprof/config/settings.py: each setting's flags and the run options, nothing written here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from macprof import settings_spec as spec
+from macprof.config import settings as spec
 
 
 def csv_ints(ctx, param, value):
@@ -55,7 +55,7 @@ def number(ctx, param, value):
 
 
 def _click_kwargs(flag: spec.Flag, help: str, choices: tuple[str, ...]) -> dict[str, Any]:
-    """How click reads a flag of this kind (settings_spec.Flag)."""
+    """How click reads a flag of this kind (config/settings.py Flag)."""
     kind = flag.kind
     kwargs: dict[str, Any] = {"help": help}
     if kind == "int":
@@ -93,7 +93,7 @@ def run_options(f: Callable) -> Callable:
     """Every option of `macprof run`, from the declarations. The command is called with
     ``args`` (RunArgs), ``server`` (ServerArgs) and ``given`` (the settings the command line
     sets, None where not given) instead of the options' values; an option of the command that
-    no declaration claims stops the command (settings_spec.run_groups) rather than being
+    no declaration claims stops the command (config/settings.py run_groups) rather than being
     passed on as something it is not."""
     flags = spec.run_flags()
     declared = {param for param, _, _, _ in flags}

@@ -2,7 +2,7 @@
 server macprof starts and stops itself (``--serve mlx|llama.cpp|llama-server MODEL``,
 macprof/run/serve.py), as the models a run measures; and `macprof overhead --endpoint/--serve`.
 The options (ServerArgs) and the concurrency phase's settings (--concurrency, --rate, --slo...)
-are declared in macprof/settings_spec.py. Imports stay lazy, as in cli.py: `macprof --help`
+are declared in macprof/config/settings.py. Imports stay lazy, as in cli/__init__.py: `macprof --help`
 starts no engine."""
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ from typing import Callable, Iterator
 import click
 
 from macprof.errors import MacprofError
-from macprof.settings_spec import ServerArgs, flag_of
-from macprof.settings_spec import parse_slo as parse_slo  # --slo's parser, where the server options were read
+from macprof.config.settings import ServerArgs, flag_of
+from macprof.config.settings import parse_slo as parse_slo  # --slo's parser, where the server options were read
 
 
 @contextmanager
-def models(ctx: click.Context, config_path: Path, opts: ServerArgs, settings: dict,
+def measured_models(ctx: click.Context, config_path: Path, opts: ServerArgs, settings: dict,
            other: Callable[[], tuple], recorded: dict | None = None) -> Iterator[tuple]:
     """The models to measure: the --endpoint, the server --serve started (stopped when the block
     ends, however it ends), else ``other()`` (models.toml or MODEL arguments). ``settings``:
     the command line's, over the [settings] of --config when it is given, or over ``recorded``
-    (a bare --resume: the settings its journal records, cli_models.bare_resume)."""
+    (a bare --resume: the settings its journal records, cli/models.py bare_resume)."""
     from macprof import config
-    from macprof.cli_models import _config_given, recorded_settings
+    from macprof.cli.models import _config_given, recorded_settings
 
     given = config_path.resolve() if _config_given(ctx) else None
 
@@ -86,7 +86,7 @@ def _in_process(ref: str, kind: str, settings) -> tuple:
 def endpoint_spec(url: str, model: str | None, api: str, settings, file: Path | None = None,
                   served: dict | None = None, name: str | None = None):
     from macprof.config import ModelSpec
-    from macprof.endpoint import Endpoint
+    from macprof.config.endpoint import Endpoint
 
     if not url.startswith("http://"):
         raise MacprofError(f"--endpoint: {url!r} is not an http:// URL of a local server")

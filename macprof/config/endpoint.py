@@ -1,5 +1,5 @@
 """A local server measured as a model (engine "openai"): what config, the command line and
-``--serve`` know about it (macprof/config.py, macprof/cli_serve.py)."""
+``--serve`` know about it (macprof/config/__init__.py, macprof/cli/serve.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ Format (documented in README.md):
 Sweeps (macprof/cases.py): ``prompt_grid``, ``gen_grid``, ``shapes``, ``depths``, ``batches``,
 run by the phases ``grid``, ``depth`` and ``batch``.
 
-Each setting (its type, default, check, flags...) is declared once, in macprof/settings_spec.py;
+Each setting (its type, default, check, flags...) is declared once, in macprof/config/settings.py;
 this module reads models.toml and merges its layers.
 
 A path of the form ``demo:SIZE/VARIANT`` names a demo model in macprof's cache; `macprof run`
@@ -33,10 +33,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from macprof.config_dist import finish as _finish_distributed
-from macprof.endpoint import Endpoint
+from macprof.config.dist import finish as _finish_distributed
+from macprof.config.endpoint import Endpoint
 from macprof.errors import MacprofError
-from macprof.settings_spec import TOML_KEYS, TUPLE_KEYS, Settings, check_value
+from macprof.config.settings import TOML_KEYS, TUPLE_KEYS, Settings, check_value
 
 PLATFORM_KEYS = {"linux": "linux", "darwin": "macos"}
 # a models.toml entry's keys: its own, the settings models.toml may set, its platform tables

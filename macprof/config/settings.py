@@ -6,14 +6,14 @@ may set it, its command-line flags and how their values read as settings, and ho
 records it. The options of `macprof run` that are no setting are declared here too, as the
 fields of ``RunArgs`` and ``ServerArgs``.
 
-Derived from these declarations: the click options of `macprof run` (macprof/options.py),
-models.toml's validation (``check_value``, macprof/config.py), the settings the command line
+Derived from these declarations: the click options of `macprof run` (macprof/cli/options.py),
+models.toml's validation (``check_value``, macprof/config/__init__.py), the settings the command line
 sets (``command_line_settings``), the phases sweep and server options ask for alone
 (``implied_phases``), and the run log's settings object of the JSON Schema
 (``settings_schema``; tests/test_model_schema.py holds the checked-in schema and the log's
 ``ModelSettings`` record to it).
 
-Nothing here imports click, an engine or numpy: a worker imports this module with config.py.
+Nothing here imports click, an engine or numpy: a worker imports this module with macprof/config/__init__.py.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from macprof.cases import SHAPES, SWEEP_PHASES
-from macprof.config_dist import BACKENDS, PARALLEL, Distributed
-from macprof.config_dist import from_cli as _distributed_from_cli
-from macprof.config_dist import partial as _distributed_table
+from macprof.config.dist import BACKENDS, PARALLEL, Distributed
+from macprof.config.dist import from_cli as _distributed_from_cli
+from macprof.config.dist import partial as _distributed_table
 from macprof.errors import MacprofError
 
 PHASES = ("cold", "warm", "prefix", *SWEEP_PHASES, "quality", "concurrency")
@@ -87,7 +87,7 @@ POSITIVE_INT = _int_at_least(1, "a positive integer")
 SECONDS = _number("a positive number of seconds")
 FLAG = Check(bool, lambda v: True, "true or false", {"type": "boolean"})
 _TEXT = {"type": "string"}
-_DISTRIBUTED = Check((dict, Distributed), lambda v: True, "a table", {  # checked key by key in config_dist
+_DISTRIBUTED = Check((dict, Distributed), lambda v: True, "a table", {  # checked key by key in config/dist.py
     "type": "object", "required": ["hosts"],
     "properties": {"hosts": {"type": "array", "items": {"type": "string"}, "minItems": 2},
                    "backend": {"enum": list(BACKENDS)}, "parallel": {"enum": list(PARALLEL)},
@@ -100,7 +100,7 @@ Kind = Literal["str", "int", "float", "ints", "rates", "choice", "file", "path",
 
 @dataclass(frozen=True)
 class Flag:
-    """One click option. ``kind`` says how click reads it (macprof/options.py): str, int, float;
+    """One click option. ``kind`` says how click reads it (macprof/cli/options.py): str, int, float;
     ints / rates (comma-separated); choice (of ``choices``, or the setting's check's); file (an
     existing file), path; switch (--x/--no-x, None when not given); flag (is_flag); pair
     (two values); many (repeatable)."""
@@ -233,7 +233,7 @@ class Settings:
     kv_type: str = setting(
         "f16", _one_of(KV_TYPES), "K/V cache type: llama.cpp type_k/type_v (with flash attention), MLX kv_bits 8/4 "
         "[{kv_type}].", flags=(Flag("--kv-type", "choice"),))
-    # sharded over an MLX distributed group (macprof/config_dist.py)
+    # sharded over an MLX distributed group (macprof/config/dist.py)
     distributed: Distributed | None = setting(
         None, _DISTRIBUTED, "The MLX distributed group each model is sharded over: hosts, backend, parallel, link_gbs.",
         read=lambda *values: {"distributed": _distributed_from_cli(*values)}, flags=(
@@ -381,7 +381,7 @@ class RunArgs:
 
 @dataclass(frozen=True)
 class ServerArgs:
-    """A local server measured as a model (macprof/cli_serve.py)."""
+    """A local server measured as a model (macprof/cli/serve.py)."""
 
     endpoint: str | None = run_option(None, "--endpoint", "A running local server to measure as a model: its OpenAI base "
                                       "URL, e.g. http://127.0.0.1:8080/v1 (Ollama: http://127.0.0.1:11434 with --api ollama).")
@@ -434,7 +434,7 @@ def run_groups(values: dict[str, Any]) -> tuple[RunArgs, ServerArgs, dict[str, A
     unclaimed = sorted(set(values) - claimed - settings_dests)
     if unclaimed:
         raise TypeError(f"macprof run: option(s) {', '.join(unclaimed)} declared neither as a setting nor as a run option "
-                        f"(macprof/settings_spec.py)")
+                        f"(macprof/config/settings.py)")
     run, server = groups
     assert isinstance(run, RunArgs) and isinstance(server, ServerArgs)
     return run, server, command_line_settings({k: v for k, v in values.items() if k in settings_dests})

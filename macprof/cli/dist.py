@@ -1,6 +1,6 @@
 """The command line's options for the group of machines `estimate --hosts N --link-gbs X`
-predicts (kept here: cli.py holds the commands). `run --hosts ...` shards a model: that is the
-``distributed`` setting, declared with its flags in macprof/settings_spec.py."""
+predicts (kept here: cli/__init__.py holds the commands). `run --hosts ...` shards a model: that is the
+``distributed`` setting, declared with its flags in macprof/config/settings.py."""
 
 from __future__ import annotations
 

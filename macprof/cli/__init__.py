@@ -9,16 +9,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from macprof import __version__, cli_dist, cli_serve
-from macprof.cli_errors import Group, echo_err
+from macprof import __version__
+from macprof.cli.dist import estimate_options, with_group
+from macprof.cli.errors import Group, echo_err
 from macprof.errors import MacprofError, NothingMeasured
-from macprof.options import csv_ints, number, run_options
+from macprof.cli.options import csv_ints, number, run_options
 from macprof.sanitise import clean
-from macprof.settings_spec import KV_TYPES, MODEL_ENGINES, implied_phases
+from macprof.config.settings import KV_TYPES, MODEL_ENGINES, implied_phases
 
 if TYPE_CHECKING:
     from macprof.model.log import RunLog
-    from macprof.settings_spec import RunArgs, ServerArgs
+    from macprof.config.settings import RunArgs, ServerArgs
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,7 +31,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("refs", nargs=-1, metavar="[MODEL]...")
-@run_options  # every option: a setting's flag or a run option, each declared once (macprof/settings_spec.py)
+@run_options  # every option: a setting's flag or a run option, each declared once (macprof/config/settings.py)
 @click.pass_context
 def run(ctx, refs, args: RunArgs, server: ServerArgs, given: dict) -> None:
     """Measure every model of the config, the MODELs named (GGUF file, MLX directory, hub id
@@ -39,7 +40,8 @@ def run(ctx, refs, args: RunArgs, server: ServerArgs, given: dict) -> None:
     (--prompt-tokens/--gen-tokens lists, --shape), KV depths (--depth), batches (--batch), server
     load (--concurrency, --rate). Sweep options alone run only the sweeps."""
     from macprof import session
-    from macprof.cli_models import bare_resume, ensure_demo_models, selected_models
+    from macprof.cli.models import bare_resume, ensure_demo_models, selected_models
+    from macprof.cli.serve import measured_models
     from macprof.render.summary import render_summary
     from macprof.run import progress, signals
 
@@ -49,7 +51,7 @@ def run(ctx, refs, args: RunArgs, server: ServerArgs, given: dict) -> None:
     overrides = {**given, "phases": phases} if phases else given
     names = args.model_names
     # from here to the summary a signal is answered in one line; a server --serve started stops
-    with signals.guard() as guard, cli_serve.models(ctx, config_path, server, overrides, lambda: selected_models(
+    with signals.guard() as guard, measured_models(ctx, config_path, server, overrides, lambda: selected_models(
             ctx, refs, args.engine, config_path, names, overrides, args.resume), recorded) as selected:
         ensure_demo_models(selected)
         log_path = session.log_path_for(args.log_path, args.resume)
@@ -184,7 +186,7 @@ def plot(paths, output) -> None:
 @click.option("--context", type=int, default=0, show_default=True, help="Tokens of context per sequence.")
 @click.option("--batch", "batches", callback=csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
 @click.option("--json", "as_json", is_flag=True)
-@cli_dist.estimate_options
+@estimate_options
 def estimate(model, params, active_params, bits, bytes_per_param, file_size, bandwidth, chip, gpu_cores, tflops,
              layers, kv_heads, head_dim, kv_bits, kv_type, context, batches, as_json, **group) -> None:
     """The roofline with no model run (MODEL: a path or a reference, as `run` takes): ceiling
@@ -192,14 +194,14 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
     import json as _json
 
     from macprof.analyse import estimate as est
-    from macprof.cli_models import model_path
+    from macprof.cli.models import model_path
     from macprof.render.estimate import render as render_estimate
 
     result = est.estimate(model=model_path(model) if model is not None else None, params=params, active_params=active_params, bits=bits,
                           bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
                           chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
                           head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches, kv_type=kv_type)
-    result = cli_dist.with_group(result, **group)  # --hosts N: the group's two layouts beside it
+    result = with_group(result, **group)  # --hosts N: the group's two layouts beside it
     click.echo(_json.dumps(result, indent=1) if as_json else render_estimate(result))
 
 
@@ -213,7 +215,7 @@ def inspect(model, kv_type, as_json) -> None:
     MODEL is a path or a reference, as `run` takes."""
     import json as _json
 
-    from macprof.cli_models import model_path
+    from macprof.cli.models import model_path
     from macprof.collect import modelinfo
     from macprof.render.estimate import kv_rows
     from macprof.render.text import fmt_bytes, render_table
@@ -286,7 +288,7 @@ def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pa
     import json as _json
 
     if endpoint or serve:
-        from macprof.cli_serve import server_overhead
+        from macprof.cli.serve import server_overhead
 
         results = server_overhead(endpoint, served_model, api, serve, gen_tokens, depth, pairs, reps, threads, refs,
                                   progress=lambda s: click.echo(s, err=True))
@@ -299,7 +301,7 @@ def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pa
         return
     from macprof.bench import fullpath, loop
     from macprof.bench.fullpath import table as bench_table
-    from macprof.cli_models import ensure_demo_models, selected_models
+    from macprof.cli.models import ensure_demo_models, selected_models
 
     chosen = [] if refs else [n.strip() for n in names.split(",") if n.strip()]
     selected = selected_models(ctx, refs, engine, config_path, chosen, None)
@@ -322,8 +324,8 @@ def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pa
 
 
 def _add_model_commands() -> None:
-    from macprof.cli_doctor import doctor
-    from macprof.cli_models import models
+    from macprof.cli.doctor import doctor
+    from macprof.cli.models import models
 
     main.add_command(models)
     main.add_command(doctor)

@@ -1,6 +1,6 @@
 """Models named by reference (macprof/collect/resolve.py): the `macprof models` command, and the
 models a `run` or `overhead` measures when MODEL arguments name them instead of models.toml.
-Imports are lazy, as in cli.py: `macprof --help` imports no store library."""
+Imports are lazy, as in cli/__init__.py: `macprof --help` imports no store library."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from macprof.errors import MacprofError
 from macprof.sanitise import clean
 
 if TYPE_CHECKING:
-    from macprof.settings_spec import ServerArgs
+    from macprof.config.settings import ServerArgs
 
 
 def _config_given(ctx: click.Context) -> bool:
