@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from itertools import product
 
+from macprof.phases import REGISTRY, SWEEPS, load
+
 # Named workload shapes: (prompt tokens, generated tokens, what it stands for).
 SHAPES = {
     "rag": (2048, 64, "long input, short output: retrieval-augmented answers, document Q&A"),
     "chat": (256, 256, "short input, medium output: a chat turn"),
     "code": (512, 1024, "short input, long output: code generation"),
 }
-SWEEP_PHASES = ("grid", "depth", "batch")
+SWEEP_PHASES = SWEEPS  # the phases macprof/phases.py declares as sweeps
 CONTEXT_MARGIN = 16  # tokens the engine's context holds beyond a case's own
 
 
@@ -32,25 +34,30 @@ def case_id(phase: str, case: dict) -> str:
     return f"b{case['batch']}"
 
 
+def grid_cases(s) -> list[dict]:
+    cases = [{"shape": None, "prompt_tokens": p, "gen_tokens": g}
+             for p, g in product(s.prompt_grid or (s.prompt_tokens,), s.gen_grid or (s.gen_tokens,))]
+    if s.shapes and not (s.prompt_grid or s.gen_grid):
+        cases = []  # shapes alone: just the shapes
+    return cases + [{"shape": name, "prompt_tokens": SHAPES[name][0], "gen_tokens": SHAPES[name][1]} for name in s.shapes]
+
+
+def depth_cases(s) -> list[dict]:
+    # the request's prompt is the d cached tokens plus one new one
+    return [{"depth": d, "prompt_tokens": d + 1, "gen_tokens": s.gen_tokens} for d in s.depths]
+
+
+def batch_cases(s) -> list[dict]:
+    return [{"batch": b, "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens} for b in s.batches]
+
+
 def plan(s) -> dict[str, list[dict]]:
-    """Cases per sweep phase of settings ``s`` (only the phases it asks for), in run order."""
+    """Cases per sweep phase of settings ``s`` (only the phases it asks for), in run order,
+    each with its id and the mean context its ceiling is evaluated at."""
     out: dict[str, list[dict]] = {}
-    if "grid" in s.phases:
-        cases = [{"shape": None, "prompt_tokens": p, "gen_tokens": g}
-                 for p, g in product(s.prompt_grid or (s.prompt_tokens,), s.gen_grid or (s.gen_tokens,))]
-        if s.shapes and not (s.prompt_grid or s.gen_grid):
-            cases = []  # shapes alone: just the shapes
-        cases += [{"shape": name, "prompt_tokens": SHAPES[name][0], "gen_tokens": SHAPES[name][1]} for name in s.shapes]
-        out["grid"] = cases
-    if "depth" in s.phases:
-        # the request's prompt is the d cached tokens plus one new one
-        out["depth"] = [{"depth": d, "prompt_tokens": d + 1, "gen_tokens": s.gen_tokens} for d in s.depths]
-    if "batch" in s.phases:
-        out["batch"] = [{"batch": b, "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens} for b in s.batches]
-    for phase, cases in out.items():
-        for c in cases:
-            c["id"] = case_id(phase, c)
-            c["context_tokens"] = mean_context(c["prompt_tokens"], c["gen_tokens"])
+    for phase in (p for p in SWEEP_PHASES if p in s.phases):
+        out[phase] = [{**c, "id": case_id(phase, c), "context_tokens": mean_context(c["prompt_tokens"], c["gen_tokens"])}
+                      for c in load(REGISTRY[phase].planner or "")(s)]
     return out
 
 

@@ -7,6 +7,7 @@ written at the end of a run, after Ctrl-C, or recovered from the journal of a ki
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from macprof.analyse.cold import build_cold
@@ -25,9 +26,12 @@ from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.log import Bandwidth, KvCache, ModelMemory, ModelResult, Phases, RunLog, RunMemory
-from macprof.model.phases import (BatchCheck, Checks, Ceiling, DepthFill, Failure, Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
+from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, DepthFill, Failure, Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
                                   Request, Sweep, SweepCase, WarmPhase)
+from macprof.model.quality import QualityPhase
 from macprof.model.records import ABSENT
+from macprof.model.serving import ConcurrencyPhase
+from macprof.phases import REGISTRY, load
 
 Roof = Callable[[Metrics], Ceiling]  # a phase's summary -> its ceiling at the phase's context
 
@@ -88,6 +92,22 @@ def _group(events: list[ev.Event], head: ev.ModelStart, phases: Phases, bw: Band
     return {"distributed": build_group(events, head.shape, spec, mean_context(s.prompt_tokens, s.gen_tokens), decode, bw)}
 
 
+@dataclass(frozen=True)
+class PhaseEvents:
+    """What a phase's builder (macprof/phases.py ``builder``) reads: the model's events, its
+    workers' events, its failures, its warm requests, its sweep plan, and the ceiling at the
+    model's mean context."""
+
+    events: list[ev.Event]
+    head: ev.ModelStart
+    workers: dict[str, list[ev.Event]]
+    failures: list[Failure]
+    warm: list[Request]
+    bw: Bandwidth | None
+    planned: dict[str, tuple[PlannedCase, ...]]
+    roof: Roof
+
+
 def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list[ev.Event]],
             failures: list[Failure], warm: list[Request], bw: Bandwidth | None) -> Phases:
     s, shape, file_bytes = head.settings, head.shape, head.identity.total_bytes
@@ -96,23 +116,36 @@ def _phases(events: list[ev.Event], head: ev.ModelStart, workers: dict[str, list
     def roof(summary: Metrics) -> Ceiling:
         return roofline_for(summary, shape, context, bw, file_bytes)
 
-    phases: dict = {}
-    if "cold" in s.phases:
-        phases["cold"] = build_cold(events, workers, failures)
-    if "warm" in s.phases:
-        phases["warm"] = _build_warm(events, warm, phase_failures(failures, "warm"), roof)
-    if "prefix" in s.phases:
-        phases["prefix"] = _build_prefix(events, phase_failures(failures, "prefix"), roof)
-    if "quality" in s.phases:
-        phases["quality"] = build_quality(events, phase_failures(failures, "quality"), _phase_memory(events, "quality"))
-    if "concurrency" in s.phases:
-        phases["concurrency"] = build_concurrency(events, phase_failures(failures, "concurrency"), s, shape, bw, request_record)
     planned = _planned(events, head) if set(s.phases) & set(SWEEP_PHASES) else {}
-    for phase in SWEEP_PHASES:
-        if phase in s.phases:
-            phases[phase] = _build_sweep(phase, planned.get(phase, ()), events, phase_failures(failures, phase),
-                                        shape, file_bytes, bw)
-    return Phases(**phases)
+    ctx = PhaseEvents(events, head, workers, failures, warm, bw, planned, roof)
+    return Phases(**{name: load(phase.builder)(ctx, name) for name, phase in REGISTRY.items() if name in s.phases})
+
+
+# -- each phase's builder, as macprof/phases.py names them ----------------------------------
+def build_cold_phase(ctx: PhaseEvents, name: str) -> ColdPhase:
+    return build_cold(ctx.events, ctx.workers, ctx.failures)
+
+
+def build_warm_phase(ctx: PhaseEvents, name: str) -> WarmPhase:
+    return _build_warm(ctx.events, ctx.warm, phase_failures(ctx.failures, name), ctx.roof)
+
+
+def build_prefix_phase(ctx: PhaseEvents, name: str) -> PrefixPhase:
+    return _build_prefix(ctx.events, phase_failures(ctx.failures, name), ctx.roof)
+
+
+def build_sweep_phase(ctx: PhaseEvents, name: str) -> Sweep:
+    return _build_sweep(name, ctx.planned.get(name, ()), ctx.events, phase_failures(ctx.failures, name),
+                        ctx.head.shape, ctx.head.identity.total_bytes, ctx.bw)
+
+
+def build_quality_phase(ctx: PhaseEvents, name: str) -> QualityPhase:
+    return build_quality(ctx.events, phase_failures(ctx.failures, name), _phase_memory(ctx.events, name))
+
+
+def build_concurrency_phase(ctx: PhaseEvents, name: str) -> ConcurrencyPhase:
+    return build_concurrency(ctx.events, phase_failures(ctx.failures, name), ctx.head.settings, ctx.head.shape,
+                             ctx.bw, request_record)
 
 
 def _planned(events: list[ev.Event], head: ev.ModelStart) -> dict[str, tuple[PlannedCase, ...]]:

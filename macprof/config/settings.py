@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from macprof.cases import SHAPES, SWEEP_PHASES
+import macprof.phases
 from macprof.config.dist import BACKENDS, PARALLEL, Distributed
 from macprof.config.dist import from_cli as _distributed_from_cli
 from macprof.config.dist import partial as _distributed_table
 from macprof.errors import MacprofError
 
-PHASES = ("cold", "warm", "prefix", *SWEEP_PHASES, "quality", "concurrency")
-DEFAULT_PHASES = ("cold", "warm", "prefix")
+PHASES = macprof.phases.NAMES  # every phase, in run order, as macprof/phases.py declares them
+DEFAULT_PHASES = macprof.phases.DEFAULTS
 KV_TYPES = ("f16", "q8_0", "q4_0")  # llama.cpp type_k / type_v, MLX kv_bits (macprof.measure.kvmodel)
 MODEL_ENGINES = ("llama.cpp", "mlx", "fake")  # engines a MODEL argument may name (openai: --endpoint)
 SERVER_APIS = ("completions", "chat", "ollama")

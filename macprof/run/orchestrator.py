@@ -20,6 +20,7 @@ import time
 import psutil
 
 import macprof.cases
+from macprof.phases import REGISTRY
 from macprof.collect import facts, residency, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
@@ -219,9 +220,7 @@ class Runner:
         # cases get a context of their own for the batch, but check it one sequence at a time
         # in this one: a worker that runs only the batch phase, after a failure or a resume,
         # needs it too)
-        need = [0 if p in macprof.cases.SWEEP_PHASES else s.quality_ctx if p == "quality" else s.prompt_tokens + s.gen_tokens
-                for p in phases]
-        need += [macprof.cases.tokens_per_sequence(c) for p in macprof.cases.SWEEP_PHASES if p in phases for c in cases.get(p, [])]
+        need = [REGISTRY[p].context(s, cases.get(p, [])) for p in phases]  # each phase's own (macprof/phases.py)
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + macprof.cases.CONTEXT_MARGIN, "trial": trial,
                "cases": cases, "done": done or [],

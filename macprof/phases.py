@@ -1,0 +1,79 @@
+"""The phases, each declared once. A phase is one ``Phase`` here: its name (what `--phases`
+and models.toml's `phases` take, in this order), where its protocol runs in the worker, where
+its record is built from the model's events, how its cases are planned, how many request
+events it emits (the progress bar's count) and how much context a request of it needs. The
+rest is derived: config/settings.py's PHASES, cases.py's SWEEP_PHASES and plan,
+run/phases/__init__.py's protocols and request count, the orchestrator's context, and
+analyse/build.py's phase records.
+
+Each stage's code is named by its import path ("module:function") and imported where it is
+used, so this module imports no stage: the worker loads only protocols, `macprof show` only
+builders, and `macprof --help` nothing of either.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    protocol: str  # "module:function": run in the worker with a run.phases.PhaseContext
+    builder: str  # "module:function": the phase's record from an analyse.build.PhaseEvents and its name
+    # its cases from the settings (sweeps; the concurrency levels), "module:function", or None
+    planner: str | None = None
+    requests: Callable[[Any, list[dict]], int] = lambda s, cases: 0  # (settings, its cases) -> request events
+    context: Callable[[Any, list[dict]], int] = lambda s, cases: s.prompt_tokens + s.gen_tokens  # one sequence's
+    sweep: bool = False  # its cases are journaled in the plan, each its own case record (grid, depth, batch)
+    default: bool = False  # measured when no phases are asked for
+
+
+def _per_case(s, cases: list[dict]) -> int:
+    return len(cases) * (s.reps + 1)  # a warm-up and reps per case
+
+
+def _longest_case(s, cases: list[dict]) -> int:
+    return max((c["prompt_tokens"] + c["gen_tokens"] for c in cases), default=0)
+
+
+REGISTRY: dict[str, Phase] = {p.name: p for p in (
+    Phase("cold", "macprof.run.phases.cold:run_cold", "macprof.analyse.build:build_cold_phase",
+          requests=lambda s, cases: 2 * s.cold_trials, default=True),  # a first and a second request a trial
+    Phase("warm", "macprof.run.phases.warm:run_warm", "macprof.analyse.build:build_warm_phase",
+          requests=lambda s, cases: s.reps + 1, default=True),
+    Phase("prefix", "macprof.run.phases.prefix:run_prefix", "macprof.analyse.build:build_prefix_phase",
+          requests=lambda s, cases: 2 * (s.reps + 1), default=True),  # a pair (reuse, no reuse) each
+    Phase("grid", "macprof.run.phases.sweeps:run_grid", "macprof.analyse.build:build_sweep_phase",
+          "macprof.cases:grid_cases", _per_case, _longest_case, sweep=True),
+    Phase("depth", "macprof.run.phases.sweeps:run_depth", "macprof.analyse.build:build_sweep_phase",
+          "macprof.cases:depth_cases", _per_case, _longest_case, sweep=True),
+    Phase("batch", "macprof.run.phases.sweeps:run_batch", "macprof.analyse.build:build_sweep_phase",
+          "macprof.cases:batch_cases", _per_case, _longest_case, sweep=True),
+    # scores chunks (quality_chunk events), no request
+    Phase("quality", "macprof.run.phases.quality:run_quality", "macprof.analyse.build:build_quality_phase",
+          context=lambda s, cases: s.quality_ctx),
+    Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
+          "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases)),
+)}
+NAMES = tuple(REGISTRY)
+SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)
+DEFAULTS = tuple(p.name for p in REGISTRY.values() if p.default)
+
+_loaded: dict[str, Callable] = {}
+
+
+def load(path: str) -> Callable:
+    """The function a "module:function" path names, imported on first use."""
+    if path not in _loaded:
+        module, _, name = path.partition(":")
+        _loaded[path] = getattr(importlib.import_module(module), name)
+    return _loaded[path]
+
+
+def cases_of(name: str, s) -> list[dict]:
+    """Phase ``name``'s cases under settings ``s`` ([] for a phase that plans none)."""
+    planner = REGISTRY[name].planner
+    return list(load(planner)(s)) if planner else []

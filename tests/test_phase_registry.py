@@ -1,0 +1,61 @@
+"""A phase is one object in one registry (issue #22, item 3): macprof/phases.py declares each
+phase's protocol, builder, planner, request count and context; everything else that lists the
+phases is derived from it, and what still names them by hand is held to it here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from macprof import cases, config
+from macprof.phases import DEFAULTS, NAMES, REGISTRY, SWEEPS, cases_of, load
+
+SCHEMA = Path(__file__).resolve().parent.parent / "macprof" / "store" / "schema" / "runlog.schema.json"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_phase_resolves_to_its_code(name):
+    phase = REGISTRY[name]
+    assert callable(load(phase.protocol)) and callable(load(phase.builder))
+    if phase.planner:
+        assert isinstance(load(phase.planner)(config.Settings(phases=(name,))), list)
+    assert phase.sweep == (name in SWEEPS)
+
+
+def test_what_lists_the_phases_is_derived_from_the_registry():
+    from macprof.config.settings import DEFAULT_PHASES, PHASES
+    from macprof.run.phases import PHASES as PROTOCOLS
+
+    assert PHASES == NAMES and DEFAULT_PHASES == DEFAULTS == config.Settings().phases
+    assert cases.SWEEP_PHASES == SWEEPS and list(PROTOCOLS) == list(NAMES)
+
+
+def test_the_log_s_phase_record_and_the_schema_name_every_phase_in_order():
+    """The Phases record and the failure.phase enum are still written out: held to the registry,
+    so a phase added there and not here fails (the drift that lost "concurrency" before)."""
+    from macprof.model.log import Phases
+
+    assert [f.name for f in fields(Phases) if not f.name.startswith("_")] == list(NAMES)
+    schema = json.loads(SCHEMA.read_text())
+    assert schema["$defs"]["failure"]["properties"]["phase"]["enum"] == [*NAMES, None]
+    assert list(schema["$defs"]["model"]["properties"]["phases"]["properties"]) == list(NAMES)
+
+
+def test_the_request_count_is_each_phase_s_own_over_its_cases():
+    from macprof.run.phases import planned_requests
+
+    s = config.Settings(phases=("cold", "warm", "prefix", "depth", "concurrency"), reps=3, cold_trials=2,
+                        depths=(0, 16, 64), concurrency=(1, 2))
+    levels = cases_of("concurrency", s)
+    assert planned_requests(s) == 2 * 2 + (3 + 1) + 2 * (3 + 1) + 3 * (3 + 1) + sum(c["requests"] for c in levels)
+
+
+def test_a_phase_s_context_is_its_longest_request():
+    s = config.Settings(phases=("warm", "quality", "grid"), prompt_tokens=100, gen_tokens=20, quality_ctx=512,
+                        prompt_grid=(64, 256), gen_grid=(8,))
+    grid = cases.plan(s)["grid"]
+    assert REGISTRY["warm"].context(s, []) == 120 and REGISTRY["quality"].context(s, []) == 512
+    assert REGISTRY["grid"].context(s, grid) == 256 + 8
