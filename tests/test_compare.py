@@ -277,3 +277,28 @@ def test_plot(tmp_path, suffix):
         from PIL import Image
 
         assert Image.open(out).size == (round((1.6 * 8 + 4) * 120), round(5.5 * 120))  # 8 model rows, 120 dpi
+
+
+def test_compare_intervals_computed_together_are_each_rows_own():
+    # compare draws every interval in one batch (median_ratio_intervals): each row still gets the
+    # interval of its own samples against the baseline's, and against its twin in the baseline's run
+    from macprof.analyse.compare import compare, rows_from
+    from macprof.measure.significance import median_ratio_interval
+
+    rows = [row for path in (A, B, OTHER) for row in rows_from(runlog.load(path), path.stem)]
+    result = compare(rows, baseline=f"{rows[1]['model']}@{rows[1]['source']}")
+    base = rows[1]
+    by_name = {f"{r['model']}@{r['source']}": r for r in rows}
+    judged = 0
+    for r, row in zip(rows, result["rows"]):
+        if r is base:
+            assert row["intervals"] == {}
+            continue
+        assert list(row["intervals"]) == ["decode", "ttft"]
+        for key in ("decode", "ttft"):
+            assert row["intervals"][key] == median_ratio_interval(base["samples"][key], r["samples"][key])
+            if row["same_model"]:
+                twin = by_name[row["same_model_baseline"]]
+                assert row["same_model"]["intervals"][key] == median_ratio_interval(twin["samples"][key], r["samples"][key])
+                judged += 1
+    assert judged and any(row["intervals"]["decode"]["low"] is not None for row in result["rows"] if not row["baseline"])

@@ -8,8 +8,8 @@ import statistics
 import numpy as np
 import pytest
 
-from macprof.measure.significance import (can_reach, mann_whitney, median_ratio_interval, min_reps, smallest_p,
-                                          verdict)
+from macprof.measure.significance import (can_reach, mann_whitney, median_ratio_interval, median_ratio_intervals, min_reps,
+                                          smallest_p, verdict)
 from macprof.measure.stats import median, ratio
 
 
@@ -106,3 +106,77 @@ def test_ratio_zero_and_unknown():
     assert ratio(0.0, 2.0) == 0.0  # a zero numerator is a real zero
     assert ratio(3.0, 0.0) is None and ratio(0, 0) is None  # a zero denominator has no ratio
     assert ratio(None, 2.0) is None and ratio(2.0, None) is None
+
+
+# -- the intervals computed together are the ones drawn one pair at a time --------------------
+def _drawn_one_at_a_time(a, b, confidence=0.95, resamples=10_000, seed=0):
+    """median_ratio_interval as it was before the intervals were computed together (issue #22):
+    every resample of every pair drawn and partitioned. Kept here only to show that the batch
+    gives the same intervals, to the bit."""
+    out = {"low": None, "high": None, "confidence": confidence, "resamples": resamples, "seed": seed,
+           "method": "percentile bootstrap of the ratio of medians"}
+    if not a or not b:
+        return {**out, "reason": "no samples on one side"}
+    rng = np.random.default_rng(seed)
+    xa, xb = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
+    med_a = np.median(xa[rng.integers(0, len(xa), size=(resamples, len(xa)))], axis=1)
+    med_b = np.median(xb[rng.integers(0, len(xb), size=(resamples, len(xb)))], axis=1)
+    if np.any(med_a == 0):
+        return {**out, "reason": "a resampled baseline median is 0: the ratio is unknown"}
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(med_b / med_a, [tail, 1 - tail])
+    return {**out, "low": float(low), "high": float(high), "reason": None}
+
+
+def _same(got: dict, want: dict) -> bool:
+    """Equal dicts, bit for bit (a NaN bound equals a NaN bound; 0.0 and -0.0 differ)."""
+    def same(x, y):
+        if isinstance(x, float) and isinstance(y, float):
+            return (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
+        return x == y
+    return got.keys() == want.keys() and all(same(got[k], want[k]) for k in got)
+
+
+def _pairs(rng, count, kind):
+    def side():
+        n = int(rng.integers(0, 12))
+        if kind == "timings":  # what compare gives it: positive, skewed, untied
+            return list(rng.lognormal(0.0, 0.3, n) * 40)
+        if kind == "ties":  # few distinct values, zeros among them
+            return [float(v) for v in rng.integers(0, 4, n)]
+        # anything numpy takes: signs, signed zeros, NaN, infinities
+        pool = [0.0, -0.0, 1.0, -1.5, 2.0, 3.25, float("nan"), float("inf"), -float("inf")]
+        return [pool[i] for i in rng.integers(0, len(pool), n)]
+    return [(side(), side()) for _ in range(count)]
+
+
+@pytest.mark.parametrize("kind", ["timings", "ties", "anything"])
+def test_intervals_together_equal_each_drawn_alone(kind):
+    pairs = _pairs(np.random.default_rng(len(kind)), 150, kind)
+    with np.errstate(all="ignore"):  # inf / inf and the like: NaN bounds, on both sides alike
+        got = median_ratio_intervals(pairs)
+        for (a, b), one in zip(pairs, got):
+            assert _same(one, _drawn_one_at_a_time(a, b)), (a, b)
+            assert _same(median_ratio_interval(a, b), one)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 0.5, 0.9, 0.95, 0.99, 1.0])
+@pytest.mark.parametrize("resamples", [1, 2, 3, 10, 999, 10_000])
+def test_intervals_together_equal_each_drawn_alone_at_any_confidence_and_resample_count(confidence, resamples):
+    rng = np.random.default_rng(resamples)
+    pairs = [(list(rng.lognormal(0, 0.2, rng.integers(1, 10))), list(rng.lognormal(0, 0.2, rng.integers(1, 10))))
+             for _ in range(6)]
+    for seed in (0, 3):
+        got = median_ratio_intervals(pairs, confidence=confidence, resamples=resamples, seed=seed)
+        want = [_drawn_one_at_a_time(a, b, confidence, resamples, seed) for a, b in pairs]
+        assert all(_same(g, w) for g, w in zip(got, want))
+
+
+def test_intervals_together_keep_their_order_and_reasons():
+    a, b = _samples(7, 6, 30.0), _samples(8, 5, 33.0)
+    got = median_ratio_intervals([(a, b), ([], b), (b, a), ([0.0, 0.0, 1.0], [1.0, 2.0]), (a, b)])
+    assert got[0] == got[4] == median_ratio_interval(a, b) and got[0]["low"] < 1.1 < got[0]["high"]
+    assert got[1]["reason"] == "no samples on one side" and got[1]["low"] is None
+    assert got[2] == median_ratio_interval(b, a)
+    assert got[3]["low"] is None and "0" in got[3]["reason"]
+    assert median_ratio_intervals([]) == []

@@ -14,7 +14,8 @@ import re
 
 from macprof.cases import SWEEP_PHASES
 from macprof.errors import MacprofError
-from macprof.measure.significance import ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_interval, min_reps, verdict
+from macprof.measure.significance import (ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_intervals, min_reps,
+                                          verdict)
 from macprof.measure import stats
 from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_family, memory_figures
 from macprof.analyse.quality import quality_figures
@@ -136,6 +137,14 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
             raise MacprofError(f"compare: no model named {baseline!r} (models: {', '.join(sorted({r['model'] for r in rows}))})")
         base = matches[0]
     out = []
+    # the bootstrap intervals of every row, drawn together once the rows are known (one batch:
+    # 1,186 intervals for 50 logs of six models); each row's dicts are filled in place
+    pending: list[tuple[dict, str, list[float], list[float]]] = []
+    # the first row of each model in the baseline's run: its twin for every row of that model
+    in_base: dict[str, dict] = {}
+    for t in rows:
+        if t["source"] == base["source"]:
+            in_base.setdefault(t["model"], t)
     for r in rows:
         flags = [_FLAG_NAMES[k] for k, v in r["conditions"].items() if v != base["conditions"][k]
                  and (k != "engine_version" or r["engine"] == base["engine"])  # engines differ by design
@@ -145,23 +154,27 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
         row = {k: v for k, v in r.items() if k not in ("samples", "conditions")}
         row["baseline"] = r is base
         row["not_comparable"] = flags
-        row["ratios"], row["calls"], row["intervals"] = _against(r, base)
+        row["ratios"], row["calls"], row["intervals"] = _against(r, base, pending)
         # the same model in the baseline's run: what --fail-if judges (did this model regress?)
-        twin = next((t for t in rows if t["source"] == base["source"] and t["model"] == r["model"]), None)
+        twin = in_base.get(r["model"])
         if twin is r:
             twin = None
         row["same_model_baseline"] = None if twin is None else f"{twin['model']}@{twin['source']}"
-        row["same_model"] = None if twin is None else dict(zip(("ratios", "calls", "intervals"), _against(r, twin)),
+        row["same_model"] = None if twin is None else dict(zip(("ratios", "calls", "intervals"), _against(r, twin, pending)),
                                                            memory_figure=twin["memory_figure"],
                                                            memory_weights=twin.get("memory_weights"))
         out.append(row)
+    for (intervals, key, _, _), found in zip(pending, median_ratio_intervals([(a, b) for _, _, a, b in pending])):
+        intervals[key] = found
     return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
             "interval": f"{CONFIDENCE:.0%} percentile bootstrap of the ratio of medians, {RESAMPLES} resamples per side, "
                         f"seed {SEED}", "confidence": CONFIDENCE, "min_reps_per_side": min_reps(ALPHA), "rows": out}
 
 
-def _against(r: dict, base: dict) -> tuple[dict, dict, dict]:
-    """Ratios of medians to ``base``; for the sampled metrics, the test's call and the interval."""
+def _against(r: dict, base: dict, pending: list) -> tuple[dict, dict, dict]:
+    """Ratios of medians to ``base``; for the sampled metrics, the test's call and the interval.
+    The intervals are left None, each noted in ``pending`` as (its dict, metric, base's samples,
+    r's samples), for the caller to fill from one batch (median_ratio_intervals)."""
     ratios = {"decode": stats.ratio(r["decode_tok_s"], base["decode_tok_s"]),
               "ttft": stats.ratio(r["warm_ttft_s"], base["warm_ttft_s"]),
               "memory": _memory_ratio(r, base),
@@ -171,7 +184,8 @@ def _against(r: dict, base: dict) -> tuple[dict, dict, dict]:
         return ratios, {}, {}
     calls = {key: verdict(base["samples"][key], r["samples"][key], higher_is_better=METRICS[key][1])
              for key in ("decode", "ttft")}
-    intervals = {key: median_ratio_interval(base["samples"][key], r["samples"][key]) for key in ("decode", "ttft")}
+    intervals: dict = dict.fromkeys(("decode", "ttft"))  # in this order in the output
+    pending += [(intervals, key, base["samples"][key], r["samples"][key]) for key in intervals]
     return ratios, calls, intervals
 
 

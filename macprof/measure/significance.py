@@ -14,7 +14,9 @@ ratio of medians says how large the difference could be.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 from macprof.measure.stats import median
 
@@ -133,22 +135,107 @@ def median_ratio_interval(a: list[float], b: list[float], confidence: float = CO
     replacement independently, ``resamples`` times, from a generator seeded with ``seed``.
     Medians as stats.median (numpy's median is the same definition). Low and high are None,
     with the reason, when a side has no samples or a resampled baseline median is 0."""
+    return median_ratio_intervals([(a, b)], confidence, resamples, seed)[0]
+
+
+def median_ratio_intervals(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], confidence: float = CONFIDENCE,
+                           resamples: int = RESAMPLES, seed: int = SEED) -> list[dict]:
+    """median_ratio_interval of each (a, b) pair, the same intervals to the bit, computed together.
+
+    Each pair's resamples are the ones median_ratio_interval has always drawn: a generator seeded
+    with ``seed``, a's indices (resamples x len(a)) then b's. They depend on the sizes only, so
+    they are drawn once per (len(a), len(b)) and reduced to what a median needs: the sides are
+    sorted, so a resample's median is the value at its middle drawn index once those are sorted
+    (odd size), or the mean of the values at its two middle ones (even size), as numpy's median
+    computes it. Of 10,000 resamples of 5 vs 5 samples only some 25 (middle of a, middle of b)
+    combinations occur: a pair's ratio of medians is computed once per combination, and sorted,
+    with how often each was drawn it gives the two neighbours of each percentile among the
+    10,000 ratios. np.quantile of those two neighbours, at the fraction between them that it
+    computes for 10,000 values ((n - 1) q less its floor), interpolates exactly as it does among
+    all 10,000: one call for all the pairs. Instead of a partition of every resample of every
+    pair (2.4 s for the 1,186 intervals of 50 logs), a few small arrays per pair.
+
+    Only for positive, finite samples, which timings and rates are: with a zero, a NaN or a
+    negative value a ratio can be 0.0 or -0.0, whose order in a sort is arbitrary; such a pair
+    is drawn and partitioned in full, as median_ratio_interval always did."""
     import numpy as np
 
     out = {"low": None, "high": None, "confidence": confidence, "resamples": resamples, "seed": seed,
            "method": "percentile bootstrap of the ratio of medians"}
-    if not a or not b:
-        return {**out, "reason": "no samples on one side"}
-    rng = np.random.default_rng(seed)
-    # sorted, so the interval depends on the values only, not on the order they were recorded in
-    xa, xb = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
-    med_a = np.median(xa[rng.integers(0, len(xa), size=(resamples, len(xa)))], axis=1)
-    med_b = np.median(xb[rng.integers(0, len(xb), size=(resamples, len(xb)))], axis=1)
-    if np.any(med_a == 0):
-        return {**out, "reason": "a resampled baseline median is 0: the ratio is unknown"}
+    results: list[dict] = [out] * len(pairs)
     tail = (1 - confidence) / 2
-    low, high = np.quantile(med_b / med_a, [tail, 1 - tail])
-    return {**out, "low": float(low), "high": float(high), "reason": None}
+    # as np.quantile places the percentiles among n values: (n - 1) q; the neighbours and the fraction
+    virtual = (resamples - 1) * np.asanyarray([tail, 1 - tail])
+    below = np.floor(virtual)
+    fraction = virtual - below
+    at = np.array([int(below[0]), int(below[0]) + 1, int(below[1]), int(below[1]) + 1])
+    neighbours_known = resamples >= 2 and 0 <= at[0] and at[3] <= resamples - 1  # none clipped to an end
+    fast: list[tuple[int, Any]] = []  # (place in pairs, the four neighbours)
+    full: list[tuple[int, Any]] = []  # (place in pairs, every resample's ratio of medians)
+    for i, (a, b) in enumerate(pairs):
+        if len(a) == 0 or len(b) == 0:
+            results[i] = {**out, "reason": "no samples on one side"}
+            continue
+        # sorted, so the interval depends on the values only, not on the order they were recorded in
+        xa, xb = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
+        if neighbours_known and xa[0] > 0 and xb[0] > 0 and np.isfinite(xa[-1]) and np.isfinite(xb[-1]):
+            drawn = _drawn_middles(len(xa), len(xb), resamples, seed)
+            ratio = _median_at(xb, drawn.b) / _median_at(xa, drawn.a)  # one per combination drawn
+            order = np.argsort(ratio, kind="stable")
+            # the value at sorted place p: the first combination whose running count passes p
+            fast.append((i, ratio[order][np.searchsorted(np.cumsum(drawn.counts[order]), at, side="right")]))
+            continue
+        rng = np.random.default_rng(seed)
+        med_a = np.median(xa[rng.integers(0, len(xa), size=(resamples, len(xa)))], axis=1)
+        med_b = np.median(xb[rng.integers(0, len(xb), size=(resamples, len(xb)))], axis=1)
+        if np.any(med_a == 0):
+            results[i] = {**out, "reason": "a resampled baseline median is 0: the ratio is unknown"}
+            continue
+        full.append((i, med_b / med_a))
+    if fast:
+        points = np.stack([p for _, p in fast])
+        lows = np.quantile(points[:, :2], fraction[0], axis=1)
+        highs = np.quantile(points[:, 2:], fraction[1], axis=1)
+        for (i, _), low, high in zip(fast, lows, highs):
+            results[i] = {**out, "low": float(low), "high": float(high), "reason": None}
+    for start in range(0, len(full), _BATCH):
+        chunk = full[start:start + _BATCH]
+        lows, highs = np.quantile(np.stack([r for _, r in chunk]), [tail, 1 - tail], axis=1)
+        for (i, _), low, high in zip(chunk, lows, highs):
+            results[i] = {**out, "low": float(low), "high": float(high), "reason": None}
+    return results
+
+
+_BATCH = 64  # pairs per np.quantile call: 64 x 10,000 resamples is 5 MB, not 95 MB for 1,186 pairs
+
+
+class _Drawn(NamedTuple):
+    a: tuple  # the middle drawn index (odd size), or the two (even), of each combination, for a
+    b: tuple  # the same for b
+    counts: Any  # how many of the resamples drew each combination
+
+
+@lru_cache(maxsize=64)
+def _drawn_middles(n_a: int, n_b: int, resamples: int, seed: int) -> _Drawn:
+    """The combinations of middle indices (into the sorted sides) that the resamples of sizes
+    n_a, n_b drew, from the generator median_ratio_interval seeds, in the order it draws them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    codes = []
+    for n in (n_a, n_b):
+        idx = np.sort(rng.integers(0, n, size=(resamples, n)), axis=1)
+        codes.append(idx[:, (n - 1) // 2] * n + idx[:, n // 2])  # (low middle, high middle) as one number
+    joint, counts = np.unique(codes[0] * (n_b * n_b) + codes[1], return_counts=True)
+    code_a, code_b = np.divmod(joint, n_b * n_b)
+    a, b = (tuple(np.divmod(code, n)) if n % 2 == 0 else (code // n,) for code, n in ((code_a, n_a), (code_b, n_b)))
+    return _Drawn(a, b, counts)
+
+
+def _median_at(x, middles: tuple):
+    """The medians of resamples from their middle indices into sorted x, as numpy's median of
+    the resampled values: the middle value, or the mean of the two middle ones, (lo + hi) / 2."""
+    return x[middles[0]] if len(middles) == 1 else (x[middles[0]] + x[middles[1]]) / 2
 
 
 def median_interval(values: list[float], confidence: float = CONFIDENCE, resamples: int = RESAMPLES,

@@ -28,19 +28,21 @@ class _Entry:
 
 
 def load_logs(paths: list[Path]) -> tuple[list[tuple[str, RunLog]], list[str]]:
-    """(name, log) per run, in the order given, and what was passed over, each as 'FILE (why)'."""
+    """(name, log) per run, in the order given, and what was passed over, each as 'FILE (why)'.
+    Each file is read and its JSON parsed once: what says whether it claims to be a run log and
+    which run it records is what the log is made from (runlog.parse)."""
     entries: list[_Entry] = []
     skipped: list[str] = []
     for p in map(Path, paths):
         if not p.is_dir():
-            entries.append(_entry(p, runlog.load(p), _raw(p), named=True))
+            entries.append(_named(p))
             continue
         for f in sorted(f for f in p.glob("*.json") if not f.name.startswith(".")):
-            raw, why = _claimed_log(f)
+            text, raw, why = _claimed_log(f)
             if why:
                 skipped.append(f"{f} ({why})")
             else:  # it says it is a run log: a broken one is an error, not something to pass over
-                entries.append(_entry(f, runlog.load(f), raw, named=False))
+                entries.append(_entry(f, runlog.parse(str(f), text, raw), raw, named=False))
     kept = _once_per_run(entries, skipped)
     if not kept:
         where = ", ".join(map(str, paths))
@@ -52,29 +54,33 @@ def _entry(path: Path, log: RunLog, raw: dict | None, named: bool) -> _Entry:
     return _Entry(path, log, named, _run_key(raw), bool(raw and raw.get("redacted")))
 
 
-def _raw(path: Path) -> dict | None:
-    """The file's JSON as written (what identifies its run), None for a journal."""
+def _named(path: Path) -> _Entry:
+    """A file named on the command line: a run log, or a journal (no JSON of its own to say which
+    run it is); anything else is runlog.load's error, in its words."""
     if path.name.endswith(".jsonl"):
-        return None
-    return _claimed_log(path)[0]
+        return _entry(path, runlog.load(path), None, named=True)
+    text, raw, why = _claimed_log(path)
+    if why:  # not a run log: runlog.load says why (it cannot read it, not JSON, no schema_version)
+        return _entry(path, runlog.load(path), None, named=True)
+    return _entry(path, runlog.parse(str(path), text, raw), raw, named=True)
 
 
-def _claimed_log(path: Path) -> tuple[dict | None, str | None]:
-    """The file's JSON when it claims to be a run log (an object with a schema_version), else
-    why it is not one."""
+def _claimed_log(path: Path) -> tuple[str, dict | None, str | None]:
+    """The file's text, and its JSON when it claims to be a run log (an object with a
+    schema_version), else why it is not one."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return None, f"unreadable: {getattr(exc, 'strerror', None) or exc}"
+        return "", None, f"unreadable: {getattr(exc, 'strerror', None) or exc}"
     if not text.strip():
-        return None, "empty file"
+        return text, None, "empty file"
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        return None, "not JSON"
+        return text, None, "not JSON"
     if not isinstance(data, dict) or "schema_version" not in data:
-        return None, "not a macprof run log"
-    return data, None
+        return text, None, "not a macprof run log"
+    return text, data, None
 
 
 def _run_key(raw: dict | None) -> tuple | None:
