@@ -319,3 +319,24 @@ def test_a_runs_path_that_is_a_file_says_so(tmp_path, fake_dir):
     _one_line_exit_2(r, f"{tmp_path / 'runs'} is a regular file, not a folder")
     with pytest.raises(MacprofError, match="runs is a regular file, not a folder"):
         save(RunLog(), tmp_path / "runs" / "sub" / "x.json")
+
+
+def test_a_log_its_own_readers_would_refuse_is_never_written(tmp_path):
+    """Class item 4 of the second hostile campaign: the log `save` writes is checked against the
+    schema that `load` checks, so a value that slipped past every guard (here a negative token
+    count) gives one line naming the journal, and no file, instead of a log that every command
+    then refuses."""
+    from macprof.errors import MacprofError
+    from macprof.store import runlog
+
+    good = runlog.load(A)  # migrated to this schema version on load
+    runlog.save(good, tmp_path / "good.json")
+    assert runlog.load(tmp_path / "good.json").to_json() == good.to_json()
+    data = good.to_json()
+    data["models"][0]["phases"]["warm"]["requests"][0]["prompt_tokens"] = -7
+    bad = good.from_json(data)
+    with pytest.raises(MacprofError) as caught:
+        runlog.save(bad, tmp_path / "bad.json")
+    line = str(caught.value)
+    assert "\n" not in line and "prompt_tokens" in line and "not written" in line and "journal" in line
+    assert not (tmp_path / "bad.json").exists() and not list(tmp_path.glob(".bad.json.*"))

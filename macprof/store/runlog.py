@@ -22,9 +22,15 @@ from macprof.model.records import MAX_DEPTH, json_refusal
 
 # -- files ---------------------------------------------------------------------------------
 def save(log: RunLog, path: Path, replace: bool = True) -> None:
-    """Atomic: a temp file in the same folder, fsynced, then renamed over the target. With
+    """Validated against the schema first (what load checks), then atomic: a temp file in the
+    same folder, fsynced, then renamed over the target. With
     ``replace=False`` a file already at ``path`` is never replaced: the temp file is hard-linked
     to the name, which fails if anything took it meanwhile (another run, the user)."""
+    data = log.to_json()
+    try:  # a log that is written can always be read back: never one its own readers refuse
+        validate(data, str(path))
+    except MacprofError as exc:
+        raise MacprofError(f"{exc}: the log was not written; {_kept(path)}") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -34,7 +40,7 @@ def save(log: RunLog, path: Path, replace: bool = True) -> None:
     tmp = Path(name)
     try:
         with open(fd, "w", encoding="utf-8") as fh:
-            json.dump(log.to_json(), fh, indent=1)
+            json.dump(data, fh, indent=1)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
