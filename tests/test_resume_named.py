@@ -89,3 +89,24 @@ def test_a_cold_trial_cut_by_a_kill_is_marked_interrupted_beside_its_measured_ag
     assert cold.summary.ready_s.failures == 0 and cold.summary.ready_s.n == 2
     assert "interrupted (the run ended during it)" in subprocess.run(
         [sys.executable, "-m", "macprof", "show", str(log)], capture_output=True, text=True).stdout
+
+
+def test_a_cold_trial_cut_before_its_worker_started_is_not_paired_with_the_retry(fake_dir, tmp_path):
+    """A run interrupted between a cold_trial event and its worker's spawn leaves a trial with
+    no worker; the resumed run journals the trial again with its own worker. The first is
+    "interrupted", the second has the worker: one measured trial, not the same worker twice."""
+    log = tmp_path / "w.json"
+    done = subprocess.run([sys.executable, "-m", "macprof", "run", "--config", str(fake_dir / "models.toml"),
+                           "--models", "fake-a", "--phases", "cold", "--cold-trials", "1", "--prompt-tokens", "16",
+                           "--gen-tokens", "2", "--log", str(log)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in (tmp_path / "w.journal.jsonl").read_text().splitlines()]
+    at = next(i for i, e in enumerate(lines) if e["event"] == "cold_trial")
+    lines.insert(at, dict(lines[at]))  # the trial journaled, then the run cut before its worker started
+    for seq, e in enumerate(lines):
+        e["seq"] = seq
+    journal = tmp_path / "cut.journal.jsonl"
+    journal.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    cold = runlog.load(journal).models[0].phases.cold
+    assert [(t.index, t.status) for t in cold.trials] == [(0, "interrupted"), (0, "ok")]
+    assert cold.summary.ready_s.n == 1 and cold.summary.ready_s.failures == 0

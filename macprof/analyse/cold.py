@@ -11,9 +11,12 @@ from macprof.model.phases import ColdPhase, ColdSummary, ColdTrial, Failure, Sum
 from macprof.model.records import ABSENT
 
 
+INTERRUPTED = "the run was interrupted while this trial was measured; a resumed run measures it again"
+
+
 def build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
     base = idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
-    trials = [_cold_trial(e, worker, failures, base) for e, worker in _cold_attempts(events, workers)]
+    trials = [_cold_trial(e, worker, failures, base, again) for e, worker, again in _cold_attempts(events, workers)]
     ok = [t for t in trials if t.status == "ok"]
     # a trial the run's interruption cut short is listed as such (what it measured is kept) and
     # is no failure of the engine; nor is a failed one measured again after a resume and ok
@@ -33,20 +36,32 @@ def build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failu
 
 
 def _cold_attempts(events: list[ev.Event], workers: dict[str, list[ev.Event]]):
-    """Each cold_trial event with the events of the worker spawned for it: the next cold worker
-    of that trial (a resumed run can try a trial again)."""
+    """Each cold_trial event with the events of the worker spawned for it: the cold worker of
+    that trial started before the next cold_trial event. A run interrupted between the two
+    leaves a trial with no worker, which a resumed run tries again: that later worker is the
+    later trial's, never both."""
     for k, e in enumerate(events):
         if isinstance(e, ev.ColdTrial):
-            spawn = next((x for x in events[k + 1:] if isinstance(x, ev.WorkerSpawn) and tuple(x.phases) == ("cold",)
-                          and x.trial == e.index), None)
-            yield e, workers.get(spawn.worker or "") if spawn else None
+            spawn = None
+            for x in events[k + 1:]:
+                if isinstance(x, ev.ColdTrial):
+                    break
+                if isinstance(x, ev.WorkerSpawn) and tuple(x.phases) == ("cold",) and x.trial == e.index:
+                    spawn = x
+                    break
+            again = any(isinstance(x, ev.ColdTrial) and x.index == e.index for x in events[k + 1:])
+            yield e, workers.get(spawn.worker or "") if spawn else None, again
 
 
 def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Failure],
-                base: tuple = (None, None)) -> ColdTrial:
+                base: tuple = (None, None), again: bool = False) -> ColdTrial:
     """One cold trial: the phases of its fresh worker's start-up from their timestamps; ``base``,
-    the idle baseline its energy is set against and the phase it came from."""
+    the idle baseline its energy is set against and the phase it came from; ``again``: a later
+    cold_trial event tries the same trial (a resumed run)."""
     if w is None or not isinstance(w[0], ev.WorkerSpawn):
+        if again:  # the run ended before its worker started; the resumed run measured it
+            return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache,
+                             status="interrupted", note=INTERRUPTED)
         return ColdTrial(index=trial.index, residency=trial.residency, drop_cache=trial.drop_cache, status="failed")
     spawn, started = w[0], next((e for e in w if isinstance(e, ev.Started)), None)
     loaded = next((e for e in w if isinstance(e, ev.Loaded)), None)
@@ -84,7 +99,7 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
         tokenizer_note="the engine reads the vocabulary with the model: tokenizer load is inside model_load_s"
         if joint else ABSENT,
         failure=(fails[0] if fails else None) if failed and not cut else ABSENT,
-        note="the run was interrupted while this trial was measured; a resumed run measures it again" if cut else ABSENT,
+        note=INTERRUPTED if cut else ABSENT,
         # the windows ready_s adds up: spawn -> the worker's first line, the engine's import -> ready
         **cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
                                   [(spawn.t_spawn, t_main), (t_import_start, t_tokenizer)], base))
