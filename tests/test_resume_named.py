@@ -18,6 +18,7 @@ from tests.test_children import kill_in
 from tests.test_server_run import fake_server  # noqa: F401 - the fixture
 
 REPS = 200
+SERVER_REPS = 60  # each request to the fake server sleeps 10 ms: a run still going when it is stopped
 
 
 def _interrupted(args: list[str], journal: Path, cwd: Path) -> None:
@@ -41,13 +42,13 @@ def test_a_bare_resume_of_an_endpoint_run_measures_the_same_server(fake_server, 
     url = fake_server()
     log, journal = tmp_path / "e.json", tmp_path / "e.journal.jsonl"
     _interrupted(["--endpoint", url, "--phases", "warm", "--prompt-tokens", "12", "--gen-tokens", "3", "--reps",
-                  str(REPS), "--timeout", "30", "--log", str(log)], journal, tmp_path)
+                  str(SERVER_REPS), "--timeout", "30", "--log", str(log)], journal, tmp_path)
     done = _bare_resume(journal, tmp_path)  # no --endpoint, no --reps: the journal names them
     assert done.returncode == 0, done.stderr
     data = runlog.load(log)
     (m,) = data.models
-    assert data.complete and m.settings.reps == REPS and m.settings.phases == ("warm",)
-    assert len([r for r in m.phases.warm.requests if r.kind == "measured"]) == REPS
+    assert data.complete and m.settings.reps == SERVER_REPS and m.settings.phases == ("warm",)
+    assert len([r for r in m.phases.warm.requests if r.kind == "measured"]) == SERVER_REPS
 
 
 def test_a_bare_resume_of_a_config_run_reads_that_config_from_anywhere(fake_dir, tmp_path):
