@@ -102,6 +102,7 @@ def _macprof_run(target: list[str], log: Path, n: int, prompt_tokens: int, reps:
 def measure(url: str, model: str, api: str, file: Path | None, n: int, prompt_tokens: int, pairs: int, reps: int,
             served: dict | None = None, progress: Callable[[str], None] = lambda s: None) -> list[dict]:
     """Both sides against one endpoint; one result per metric (decode, TTFT)."""
+    from macprof.collect import resolve
     from macprof.engines import wire
     from macprof.engines.base import EngineSettings
     from macprof.engines.openai import DISPLACE, OpenAIEngine
@@ -112,8 +113,9 @@ def measure(url: str, model: str, api: str, file: Path | None, n: int, prompt_to
         raise MacprofError("overhead --endpoint: the raw client speaks the OpenAI API (completions or chat)")
     engine = OpenAIEngine()  # what the run's worker does: the same server, tokenizer and prompts
     # as the run's worker loads it (which is not told who started the server): the same EOS keys
-    engine.load_model(Path("."), EngineSettings(endpoint={"url": url, "model": model, "api": api, "timeout": 600.0,
-                                                          "file": str(file) if file else None}))
+    engine.load_model(Path("."), EngineSettings(endpoint={
+        "url": url, "model": model, "api": api, "timeout": 600.0, "file": str(file) if file else None,
+        "resolved": None if file else resolve.served_model(model, api)}))
     prompts = warm_prompts(PromptBuilder(engine, seed=PROMPT_SEED), "warm", prompt_tokens, reps)
     bodies = [wire.request_for(api, url, model, p.text, n, engine.eos_keys(n)) for p in prompts]
     # the minimal client's body: the prompt, greedy, the length, EOS held off; nothing else

@@ -75,6 +75,21 @@ def _path(ref: str, path: Path) -> Resolved:
     return Resolved(ref, "path", path, "gguf", stores.quant_tag(path.name))
 
 
+def served_model(model: str, api: str) -> tuple[str, str] | None:
+    """Where a server's model id names a model of the local stores (a path, a Hugging Face repo,
+    an Ollama name): (its path, how it was found), whose tokenizer gives a server's run exact
+    prompt lengths; None otherwise, or for the chat API (a chat template adds tokens of its own)."""
+    if api == "chat":
+        return None
+    for ref in (model, *(("ollama:" + model,) if api == "ollama" else ())):
+        try:
+            found = resolve(ref)
+        except (MacprofError, OSError):
+            continue
+        return str(found.path), f"{found.path} (the server's model id resolved through the model stores: {found.store})"
+    return None
+
+
 def _demo(ref: str) -> Resolved:
     from macprof.config import resolve_path
     from macprof.demo.build import VARIANTS

@@ -136,8 +136,8 @@ class OpenAIEngine:
         if self.api == "ollama":
             self.server = "ollama"
         file, how = endpoint.get("file"), "its file"
-        if not file and self.api != "chat":
-            file, how = self._resolved_model()
+        if not file and endpoint.get("resolved"):  # the served model id, found in the local stores by the parent
+            file, how = endpoint["resolved"]
         if file and self.api != "chat":  # a chat template adds tokens of its own
             from macprof.engines import local_tokenizer
 
@@ -171,19 +171,6 @@ class OpenAIEngine:
                 self._tokenize_url, self._detokenize_url = (self._root() + path, key), self._root() + detok
                 self.server, self.tokenizer_mode = server, f"words; prompt tokens from usage, else {path}"
                 return
-
-    def _resolved_model(self) -> tuple[str | None, str]:
-        """The served model's files where its id names a model of the local stores (a path, a
-        Hugging Face repo, an Ollama name): its tokenizer, loaded here."""
-        from macprof.collect import resolve
-
-        for ref in (self.model, *(("ollama:" + self.model,) if self.api == "ollama" else ())):
-            try:
-                found = resolve.resolve(ref)
-            except (MacprofError, OSError):
-                continue
-            return str(found.path), f"{found.path} (the server's model id resolved through the model stores: {found.store})"
-        return None, ""
 
     def load_tokenizer(self) -> None:
         pass

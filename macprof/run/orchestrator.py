@@ -21,7 +21,7 @@ import psutil
 
 import macprof.cases
 from macprof.phases import REGISTRY
-from macprof.collect import facts, residency, telemetry
+from macprof.collect import facts, residency, resolve, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.model import events as ev
@@ -224,7 +224,7 @@ class Runner:
         job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
                "settings": settings_dict(s), "n_ctx": max(need) + macprof.cases.CONTEXT_MARGIN, "trial": trial,
                "cases": cases, "done": done or [],
-               "endpoint": model.endpoint.job(s.timeout) if model.endpoint else None,
+               "endpoint": _endpoint_job(model, s.timeout),
                # the idle wait before each phase gives the power baseline: only where power is read
                "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
         if "quality" in phases:
@@ -336,3 +336,13 @@ def _request_line(name: str, e: ev.Request, s) -> str:
     case = f" {e.case}" if e.case else ""
     return f"{name}: {e.phase}{case}{mode} {what}: {e.status}"
 
+
+def _endpoint_job(model: ModelSpec, timeout: float) -> dict | None:
+    """The server's part of a worker's job; where its model file is not given, the local model
+    its id names, if any (resolved here: an engine reaches no model store)."""
+    if model.endpoint is None:
+        return None
+    job = model.endpoint.job(timeout)
+    if not job["file"]:
+        job["resolved"] = resolve.served_model(model.endpoint.model, model.endpoint.api)
+    return job
