@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from macprof.store import runlog
+from tests.test_children import _alive
 from tests.test_run import macprof
 
 pytestmark = pytest.mark.slow
@@ -123,17 +124,6 @@ def test_ctrl_c_stops_the_server(tiny_dir, tmp_path):
     assert not _servers(model)
 
 
-def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:  # a zombie has ended
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
 def test_a_sigkilled_run_leaves_no_server_and_a_bare_resume_finishes_it(tiny_dir, tmp_path):
     """Rows 3 and 15 of the second hostile campaign: `kill -9` of macprof during `--serve
     llama.cpp M` leaves no server (nor anything else it started) running; then `macprof run
@@ -154,16 +144,16 @@ def test_a_sigkilled_run_leaves_no_server_and_a_bare_resume_finishes_it(tiny_dir
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     end = time.monotonic() + 5
-    while (_running(children) or _running(_servers(model))) and time.monotonic() < end:
+    while (_alive(children) or _alive(_servers(model))) and time.monotonic() < end:
         time.sleep(0.1)
-    assert not _running(_servers(model)) and not _running(children), [p.cmdline()[:3] for p in _running(children)]
+    assert not _alive(_servers(model)) and not _alive(children), [p.cmdline()[:3] for p in _alive(children)]
     done = subprocess.run([sys.executable, "-m", "macprof", "run", "--resume", str(journal)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     m = runlog.load(log).models[0]
     assert runlog.load(log).complete and m.identity.name.endswith("@llama.cpp-server")
     assert len([r for r in m.phases.warm.requests if r.kind == "measured" and r.status == "ok"]) == reps
-    assert not _running(_servers(model))
+    assert not _alive(_servers(model))
 
 
 def test_a_running_mlx_server_is_measured_with_its_models_tokenizer(tiny_dir, tmp_path):

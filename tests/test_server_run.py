@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from macprof.bench import fake_server as fakes
-from macprof.cli.serve import parse_slo
+from macprof.config.settings import parse_slo
 from macprof.errors import MacprofError
 from macprof.store import runlog
 from tests.test_run import macprof

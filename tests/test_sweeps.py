@@ -14,7 +14,7 @@ from macprof.model.events import parse_event
 from macprof.model.log import RunLog
 from macprof.model.phases import PlannedCase, Sweep, SweepCase
 from macprof.store import runlog
-from macprof.cli.options import sweep_overrides
+from macprof.config.settings import command_line_settings, implied_phases
 from macprof.render.exporters import to_text
 from macprof.render.sweeps import batch_table, tradeoff_line
 from tests.conftest import cli
@@ -54,13 +54,18 @@ def test_depth_and_batch_plans():
 @pytest.mark.parametrize("given,phases_given,expect", [
     (dict(prompt_tokens=[128, 512]), False, {"phases": ["grid"], "prompt_tokens": 128, "prompt_grid": [128, 512]}),
     (dict(prompt_tokens=[256]), False, {"prompt_tokens": 256, "prompt_grid": None}),
-    (dict(gen_tokens=[64], depths=[0, 1024], batches=[1, 2]), False, {"phases": ["depth", "batch"], "gen_tokens": 64}),
-    (dict(shapes="rag, chat"), False, {"phases": ["grid"], "shapes": ["rag", "chat"]}),
-    (dict(depths=[0, 512]), True, {"depths": [0, 512]}),  # --phases given: it decides
+    (dict(gen_tokens=[64], depth=[0, 1024], batch=[1, 2]), False, {"phases": ["depth", "batch"], "gen_tokens": 64}),
+    (dict(shape="rag, chat"), False, {"phases": ["grid"], "shapes": ["rag", "chat"]}),
+    (dict(depth=[0, 512]), True, {"depths": [0, 512]}),  # --phases given: it decides
 ])
 def test_command_line_sweeps(given, phases_given, expect):
-    args = dict(prompt_tokens=None, gen_tokens=None, shapes=None, depths=None, batches=None) | given
-    out = sweep_overrides(**args, phases_given=phases_given)
+    """Command-line lengths and sweeps -> settings, as `macprof run` reads them: a list of lengths
+    is a grid (its first value also the length every other phase uses); without --phases, sweep
+    options run only the sweeps they ask for."""
+    args = dict(prompt_tokens=None, gen_tokens=None, shape=None, depth=None, batch=None) | given
+    out = command_line_settings(args)
+    phases = implied_phases(out, phases_given, serving=False, resumed=False)
+    out = out | ({"phases": phases} if phases else {})
     for key, value in expect.items():
         assert out[key] == value, key
     if phases_given or not expect.get("phases"):

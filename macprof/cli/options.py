@@ -32,16 +32,6 @@ def csv_rates(ctx, param, value):
         raise click.BadParameter(f"expected requests per second such as 0.5 or 2,4, got {value!r}") from None
 
 
-def sweep_overrides(prompt_tokens, gen_tokens, shapes, depths, batches, phases_given: bool) -> dict:
-    """Command-line lengths and sweeps -> settings, as `macprof run` reads them (the flags'
-    declarations): a list of lengths is a grid (its first value is also the length every other
-    phase uses); without --phases, sweep options run only the sweeps they ask for."""
-    out = spec.command_line_settings({"prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "shape": shapes,
-                                      "depth": depths, "batch": batches})
-    phases = spec.implied_phases(out, phases_given, serving=False, resumed=False)
-    return out | ({"phases": phases} if phases else {})
-
-
 def number(ctx, param, value):
     """Accepts 8e9, 8000000000, 8B, 70b, 1.5M, 500k."""
     if value is None:

@@ -16,7 +16,6 @@ import click
 
 from macprof.errors import MacprofError
 from macprof.config.settings import ServerArgs, flag_of
-from macprof.config.settings import parse_slo as parse_slo  # --slo's parser, where the server options were read
 
 
 @contextmanager
