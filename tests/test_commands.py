@@ -8,6 +8,7 @@ at the end fails when a new call site appears without a row here."""
 from __future__ import annotations
 
 import ast
+import re
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from macprof.config.dist import MAX_HOSTS, Distributed, check_hosts, host_refusal
 from macprof.errors import MacprofError
+from macprof.run.job import QualityJob, WorkerJob, decode, encode
 
 HOSTILE_HOSTS = ["-oProxyCommand=touch /tmp/macprof-pwned", "-F/etc/passwd", "--", "a;id", "$(id)", "`id`", "a b",
                  "host\n", "a|b", "user@-oProxyCommand=x", "-user@host", "a/b", "", "..", "fe80::1%eth0", "h" * 254,
@@ -165,7 +167,7 @@ def test_the_worker_takes_its_job_on_stdin(fake_dir, monkeypatch):
 
     monkeypatch.setattr(watch.subprocess, "Popen", lambda cmd, **k: seen.append(cmd) or P())
     try:
-        watch.spawn(sys.executable, {"name": "-x", "path": "-evil.gguf", "settings": {}})
+        watch.spawn(sys.executable, WorkerJob(name="-x", engine="fake", path="-evil.gguf", phases=[], settings={}, n_ctx=1))
     except Exception:  # noqa: BLE001 - only the command line matters here
         pass
     assert seen and seen[0][:3] == [sys.executable, "-m", "macprof.run.worker"] and len(seen[0]) == 3
@@ -308,3 +310,17 @@ def test_no_command_goes_through_a_shell():
 
 if os.name != "posix":  # pragma: no cover
     pytestmark = pytest.mark.skip("POSIX command lines")
+
+
+# -- the worker's job ---------------------------------------------------------------------------
+def test_the_worker_job_is_typed_both_ways():
+    import msgspec
+
+    job = WorkerJob(name="m", engine="fake", path="/m.gguf", phases=["warm", "batch"], settings={"reps": 2}, n_ctx=640,
+                    cases={"batch": [{"id": "b2"}]}, quality=QualityJob(reference="r", store="/s", missing="r failed"))
+    assert decode(encode(job)) == job
+    assert decode(b'{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},"n_ctx":8}').quality == QualityJob()
+    for bad, where in (('"n_ctx":"8"', "$.n_ctx"), ('"n_ctx":8,"seed":1', "seed"), ('"n_ctx":8,"quality":{"store":3}',
+                                                                                   "$.quality.store")):
+        with pytest.raises(msgspec.ValidationError, match=re.escape(where)):
+            decode(('{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},' + bad + "}").encode())

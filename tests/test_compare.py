@@ -279,6 +279,46 @@ def test_plot(tmp_path, suffix):
         assert Image.open(out).size == (round((1.6 * 8 + 4) * 120), round(5.5 * 120))  # 8 model rows, 120 dpi
 
 
+def _copies(tmp_path, n):
+    """n distinct runs of the recorded six-model log (each its own start), decode scaled per copy."""
+    base = json.loads(OTHER.read_text())
+    paths = []
+    for i in range(n):
+        log = json.loads(json.dumps(base))
+        log["started_utc"] = f"2026-01-01T{i:02d}:00:00+00:00"
+        for model in log["models"]:
+            for req in model["phases"]["warm"]["requests"]:
+                if req.get("decode_tok_s"):
+                    req["decode_tok_s"] *= 1 + i / 100
+        paths.append(tmp_path / f"run-{i:02d}.json")
+        paths[-1].write_text(json.dumps(log))
+    return paths
+
+
+def test_many_logs_give_a_bar_per_model_at_the_median_with_each_log_a_dot(tmp_path):
+    from macprof.analyse.compare import rows_from
+    from macprof.render.plot import MANY_LOGS, _across_logs
+
+    paths = _copies(tmp_path, MANY_LOGS + 1)
+    rows = [row for p in paths for row in rows_from(runlog.load(p), p.stem)]
+    bars, ceilings = _across_logs(rows, [(1.0, 2.0 + i) for i in range(len(rows))], None)
+    models = [m["identity"]["name"] for m in json.loads(OTHER.read_text())["models"]]
+    assert [b["model"] for b in bars] == models and all(b["source"] == f"{len(paths)} logs" for b in bars)
+    for k, bar in enumerate(bars):
+        own = [r for r in rows if r["model"] == bar["model"]]
+        assert bar["decode_tok_s"] == median([r["decode_tok_s"] for r in own])
+        assert sorted(bar["spread"]["decode_tok_s"]) == sorted(r["decode_tok_s"] for r in own)
+        assert ceilings[k][1] == median([2.0 + i for i, r in enumerate(rows) if r["model"] == bar["model"]])
+    out = tmp_path / "many.png"
+    r = run("plot", *paths, "-o", out)
+    assert r.exit_code == 0, r.output
+    from PIL import Image
+
+    assert Image.open(out).size == (round((1.6 * len(models) + 4) * 120), round(5.5 * 120))  # a bar per model
+    few = run("plot", *paths[:MANY_LOGS], "-o", tmp_path / "few.png")  # up to MANY_LOGS: a bar per model per log
+    assert few.exit_code == 0 and Image.open(tmp_path / "few.png").size[0] == round((1.6 * len(models) * MANY_LOGS + 4) * 120)
+
+
 def test_compare_intervals_computed_together_are_each_rows_own():
     # compare draws every interval in one batch (median_ratio_intervals): each row still gets the
     # interval of its own samples against the baseline's, and against its twin in the baseline's run

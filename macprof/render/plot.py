@@ -17,6 +17,13 @@ from macprof.render.text import clean
 
 FORMATS = (".png", ".svg", ".html")
 MEASURED, SPEC = "#C44E52", "#55A868"
+# Beyond this many logs a bar per model per log is unreadable (50 default runs: 300 bars, each
+# with a two-line label, on a figure 58,000 px wide that took 25 s to draw): the bar charts then
+# show one bar per model (and machine), the median across the logs, each log's figure a dot on it.
+MANY_LOGS = 8
+EACH_LOG = "each log (a bar: their median)"
+# the figures the bar charts draw, which a bar of many logs takes the median of
+BAR_KEYS = ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s", "decode_j_per_token", "prefill_j_per_token")
 
 
 def chart_text(value) -> str:
@@ -60,12 +67,13 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     if not rows:
         raise MacprofError("plot: the run logs hold no models")
     models = list(_models(logs))
+    bars, bar_ceilings = (_across_logs(rows, ceilings, logs) if len(logs) > MANY_LOGS else (rows, ceilings))
     panels = []
     if any(r[k] for r in rows for k in ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s")):
-        panels += [lambda ax: _decode_bars(ax, rows, ceilings, len(logs) > 1),
-                   lambda ax: _ttft_bars(ax, rows, len(logs) > 1)]
+        panels += [lambda ax: _decode_bars(ax, bars, bar_ceilings, len(logs) > 1),
+                   lambda ax: _ttft_bars(ax, bars, len(logs) > 1)]
     if any(r.get(k) is not None for r in rows for k in ("decode_j_per_token", "prefill_j_per_token")):
-        panels.append(lambda ax: _energy_bars(ax, rows, len(logs) > 1))
+        panels.append(lambda ax: _energy_bars(ax, bars, len(logs) > 1))
     if any(r.get("kld_mean") is not None for r in rows):
         panels.append(lambda ax: frontier_panel(ax, rows, lambda r: _label(r, len(logs) > 1)))
     if any(m.phases.grid for _, m in models):
@@ -78,7 +86,7 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         raise MacprofError("plot: the run logs hold no measured phase to draw")
     ncols = 2 if len(panels) <= 4 else 3
     nrows = math.ceil(len(panels) / ncols)
-    width = max(10, 1.6 * len(rows) + 4) if ncols == 2 else 17
+    width = max(10, 1.6 * len(bars) + 4) if ncols == 2 else 17
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, 5.5 * nrows), squeeze=False)
     flat = [ax for line in axes for ax in line]
     for draw, ax in zip(panels, flat):
@@ -100,6 +108,45 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     return out
 
 
+def _across_logs(rows: list[dict], ceilings: list[tuple], logs) -> tuple[list[dict], list[tuple]]:
+    """One bar row per model (per machine, where the logs come from several): each figure of
+    BAR_KEYS the median of the logs that have it, their values kept under ``spread`` for the dots;
+    efficiency and the ceilings the median likewise. The label's source says how many logs."""
+    import statistics
+
+    groups: dict[tuple, list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault((row["model"], row["conditions"]["machine"]), []).append(i)
+    machines = {key[1] for key in groups}
+
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    out, out_ceilings = [], []
+    for (model, machine), members in groups.items():
+        picked = [rows[i] for i in members]
+        n_logs = len({r["source"] for r in picked})
+        where = f", {machine if isinstance(machine, str) else ' '.join(str(m) for m in machine if m)}" \
+            if len(machines) > 1 else ""
+        row = {"model": model, "source": f"{n_logs} logs{where}",
+               "efficiency": median(r["efficiency"] for r in picked),
+               "spread": {k: [r[k] for r in picked if r.get(k)] for k in BAR_KEYS}}
+        row.update({k: median(r.get(k) for r in picked) for k in BAR_KEYS})
+        out.append(row)
+        out_ceilings.append(tuple(median(ceilings[i][k] for i in members) for k in (0, 1)))
+    return out, out_ceilings
+
+
+def _dots(ax, rows, key: str, offset: float = 0.0) -> None:
+    """Each log's own figure on a bar of many logs (one scatter for all the bars)."""
+    at = [(i + offset, v) for i, r in enumerate(rows) for v in (r.get("spread") or {}).get(key, ())]
+    if at:
+        labelled = any(c.get_label() == EACH_LOG for c in ax.collections)
+        ax.scatter([x for x, _ in at], [y for _, y in at], s=6, color="black", alpha=0.5, zorder=3, linewidths=0,
+                   label=None if labelled else EACH_LOG)
+
+
 def _energy_bars(ax, rows, many: bool) -> None:
     """J/token of the warm phase, prefill and decode side by side, the idle baseline subtracted;
     a model whose energy is unknown gets no bar (its reason is in the log and the summary)."""
@@ -107,6 +154,7 @@ def _energy_bars(ax, rows, many: bool) -> None:
     for k, (key, name, color) in enumerate((("prefill_j_per_token", "prefill J / prompt token", "#55A868"),
                                            ("decode_j_per_token", "decode J / generated token", "#C44E52"))):
         ax.bar([i + (k - 0.5) * width for i in x], [r.get(key) or 0 for r in rows], width, label=name, color=color)
+        _dots(ax, rows, key, (k - 0.5) * width)
     ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("joules per token (idle baseline subtracted)")
     ax.set_title("Energy per token (warm)")
@@ -116,6 +164,7 @@ def _energy_bars(ax, rows, many: bool) -> None:
 def _decode_bars(ax, rows, ceilings, many: bool) -> None:
     x = range(len(rows))
     ax.bar(x, [r["decode_tok_s"] or 0 for r in rows], color="#4C72B0", label="decode tok/s (p50)")
+    _dots(ax, rows, "decode_tok_s")
     # one hlines call per kind of ceiling, not one per bar: 600 collections for 50 logs cost a
     # second to make and to draw. A bar's two ceilings never reach its neighbour's (0.2 apart),
     # and measured ones are drawn before published ones, as when each bar drew its own pair.
@@ -142,6 +191,7 @@ def _ttft_bars(ax, rows, many: bool) -> None:
                                              ("warm_ttft_s", "warm", "#4C72B0"),
                                              ("prefix_ttft_s", "prefix cached", "#55A868"))):
         ax.bar([i + (k - 1) * width for i in x], [r[key] or 0 for r in rows], width, label=name, color=color)
+        _dots(ax, rows, key, (k - 1) * width)
     ax.set_yscale("log")
     ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("TTFT, seconds (log scale)")
@@ -223,15 +273,27 @@ def _batch(ax, models, what: str) -> None:
 
 
 def _caption(logs: list[tuple[str, RunLog]]) -> str:
-    parts = []
-    for source, log in logs:
-        mach = log.machine or Machine()
-        s = log.models[0].settings if log.models else None
-        sweeps = ", ".join(f"{name} {list(value)}" for name, value in (
-            ("prompt_grid", s.prompt_grid), ("gen_grid", s.gen_grid), ("shapes", s.shapes), ("depths", s.depths),
-            ("batches", s.batches)) if value) if s else ""
-        parts.append(f"{source}: {mach.chip or mach.cpu_model}, {mach.os} {mach.os_version}, "
-                     f"prompt {s and s.prompt_tokens} / gen {s and s.gen_tokens} tokens, reps {s and s.reps}, "
-                     + (f"{sweeps}, " if sweeps else "")
-                     + f"macprof {log.tool_version}, {log.started_utc}")
-    return "\n".join(chart_text(part) for part in parts)
+    """A line per log; beyond MANY_LOGS, a line per distinct description (machine, settings,
+    version) with how many logs share it, their first and last file and start time."""
+    lines = [_describe(log) for _, log in logs]
+    if len(logs) <= MANY_LOGS:
+        return "\n".join(chart_text(f"{source}: {what}, {log.started_utc}")
+                         for (source, log), what in zip(logs, lines))
+    alike: dict[str, list[tuple[str, RunLog]]] = {}
+    for pair, what in zip(logs, lines):
+        alike.setdefault(what, []).append(pair)
+    return "\n".join(chart_text(f"{len(same)} logs ({same[0][0]} .. {same[-1][0]}): {what}, "
+                                 f"{same[0][1].started_utc} .. {same[-1][1].started_utc}")
+                      for what, same in alike.items())
+
+
+def _describe(log: RunLog) -> str:
+    """The machine, the settings that shape the figures, and macprof's version."""
+    mach = log.machine or Machine()
+    s = log.models[0].settings if log.models else None
+    sweeps = ", ".join(f"{name} {list(value)}" for name, value in (
+        ("prompt_grid", s.prompt_grid), ("gen_grid", s.gen_grid), ("shapes", s.shapes), ("depths", s.depths),
+        ("batches", s.batches)) if value) if s else ""
+    return (f"{mach.chip or mach.cpu_model}, {mach.os} {mach.os_version}, "
+            f"prompt {s and s.prompt_tokens} / gen {s and s.gen_tokens} tokens, reps {s and s.reps}, "
+            + (f"{sweeps}, " if sweeps else "") + f"macprof {log.tool_version}")

@@ -29,6 +29,7 @@ from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
 from macprof.run import distributed, qualitytext, reference, resume, signals, watch
+from macprof.run.job import QualityJob, WorkerJob
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
 from macprof.run.progress import Display, as_display
@@ -221,15 +222,16 @@ class Runner:
         # in this one: a worker that runs only the batch phase, after a failure or a resume,
         # needs it too)
         need = [REGISTRY[p].context(s, cases.get(p, [])) for p in phases]  # each phase's own (macprof/phases.py)
-        job = {"name": model.name, "engine": model.engine, "path": str(model.path), "phases": phases,
-               "settings": settings_dict(s), "n_ctx": max(need) + macprof.cases.CONTEXT_MARGIN, "trial": trial,
-               "cases": cases, "done": done or [],
-               "endpoint": _endpoint_job(model, s.timeout),
-               # the idle wait before each phase gives the power baseline: only where power is read
-               "idle_baseline_s": telemetry.IDLE_BASELINE_S if self._source().has_power else 0}
+        quality = QualityJob()
         if "quality" in phases:
             self._rescore_reference(model, journal)
-            job["quality"] = reference.job(model, self._reference, self._store, journal.events, rescore)
+            quality = reference.job(model, self._reference, self._store, journal.events, rescore)
+        job = WorkerJob(name=model.name, engine=model.engine, path=str(model.path), phases=phases,
+                        settings=settings_dict(s), n_ctx=max(need) + macprof.cases.CONTEXT_MARGIN, trial=trial,
+                        cases=cases, done=done or [], endpoint=_endpoint_job(model, s.timeout),
+                        # the idle wait before each phase gives the power baseline: only where power is read
+                        idle_baseline_s=telemetry.IDLE_BASELINE_S if self._source().has_power else 0.0,
+                        quality=quality)
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         # a cold trial's sampler starts before the spawn: its energy runs from spawn to ready
         sampler = TelemetrySampler(self._source(), from_spawn=phases == ["cold"])

@@ -11,6 +11,7 @@ from typing import Sequence
 from macprof.config import ModelSpec
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.run.job import QualityJob
 
 
 def choose(models: Sequence[ModelSpec]) -> str | None:
@@ -50,20 +51,17 @@ def ordered(models: Sequence[ModelSpec], reference: str | None) -> list[ModelSpe
 
 
 def job(model: ModelSpec, reference: str | None, store: Path | None, events: Sequence[ev.Event],
-        rescore: str | None = None) -> dict:
+        rescore: str | None = None) -> QualityJob:
     """The quality part of a worker's job: the reference, where its distributions are, and,
     when it failed before storing them, why (from the journal); ``rescore``: why the reference
     scores again (store_changed)."""
     if reference is None or store is None:
-        return {"reference": None, "missing": "no reference model in this run"}
-    out: dict = {"reference": reference, "store": str(store), "is_reference": model.name == reference,
-                 **({"rescore_reason": rescore} if rescore else {})}
-    if not out["is_reference"]:
-        failed = [e for e in events if isinstance(e, ev.Failure) and e.model == reference
-                  and e.phase in (None, "quality")]
-        if failed:
-            out["missing"] = f"{reference} failed: {failed[-1].reason}"
-    return out
+        return QualityJob(missing="no reference model in this run")
+    is_reference = model.name == reference
+    failed = [] if is_reference else [e for e in events if isinstance(e, ev.Failure) and e.model == reference
+                                      and e.phase in (None, "quality")]
+    return QualityJob(reference=reference, store=str(store), is_reference=is_reference, rescore_reason=rescore,
+                      missing=f"{reference} failed: {failed[-1].reason}" if failed else None)
 
 
 def store_path(journal_path: Path, reference: str) -> Path:

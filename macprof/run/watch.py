@@ -26,6 +26,7 @@ from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.run import distributed, lifeline
+from macprof.run.job import WorkerJob, encode
 from macprof.run.sampling import TelemetrySampler
 
 RSS_PERIOD_S = 0.1
@@ -105,11 +106,11 @@ class _State:
         return "timeout", f"{what} exceeded the {limit:g} s timeout; worker killed"
 
 
-def spawn(python: str, job: dict) -> tuple[subprocess.Popen, IO[bytes], int]:
+def spawn(python: str, job: WorkerJob) -> tuple[subprocess.Popen, IO[bytes], int]:
     """The worker process with its job on stdin; its stderr goes to a temporary file (its tail
     is kept with a failure). Returns the process, that file and the spawn time (ns)."""
     stderr = tempfile.TemporaryFile()
-    spec = settings_from_dict(job["settings"]).distributed
+    spec = settings_from_dict(job.settings).distributed
     cmd = [python, "-m", "macprof.run.worker"] if spec is None else distributed.command(python, spec)
     t_spawn = time.perf_counter_ns()
     # the worker ends with this process however this one ends, SIGKILL included (run/lifeline.py):
@@ -120,7 +121,7 @@ def spawn(python: str, job: dict) -> tuple[subprocess.Popen, IO[bytes], int]:
     if spec is not None:
         lifeline.watch_group(proc.pid)  # ends by itself with the group
     assert proc.stdin is not None
-    proc.stdin.write((json.dumps(job) + "\n").encode())
+    proc.stdin.write(encode(job) + b"\n")
     if spec is None:  # mlx.launch forwards its stdin to every rank and, at its end, spins: kept open (wait closes it)
         proc.stdin.close()
     else:

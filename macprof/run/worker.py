@@ -11,9 +11,13 @@ import time
 T_MAIN = time.perf_counter_ns()  # first statement: interpreter start-up ends here
 
 import json  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING, Any, Callable  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+
+if TYPE_CHECKING:
+    from macprof.run.job import WorkerJob
 
 
 def _rss() -> int | None:
@@ -87,7 +91,7 @@ class Stream:
         self.out.flush()
 
 
-def run(job: dict, emit) -> None:
+def run(job: "WorkerJob", emit) -> None:
     rss = _rss()  # before any of macprof is imported
     from macprof.model import events as ev
 
@@ -96,14 +100,14 @@ def run(job: dict, emit) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     fault = os.environ.get("MACPROF_TEST_FAULT")
     if fault:  # test hook: an engine that crashes, hangs or is OOM-killed mid-phase
-        emit = _with_fault(emit, json.loads(fault), job["name"])
+        emit = _with_fault(emit, json.loads(fault), job.name)
 
     from macprof import engines
     from macprof.config import settings_from_dict
     from macprof.engines.base import EngineSettings
     from macprof.errors import MacprofError
 
-    settings = settings_from_dict(job["settings"])
+    settings = settings_from_dict(job.settings)
     group = None
     if settings.distributed is not None:  # one rank of a sharded model (run/rank.py)
         from macprof.run import rank
@@ -114,15 +118,15 @@ def run(job: dict, emit) -> None:
     # start's import_s is the engine's alone (nothing imported above is shared with an engine:
     # numpy, which llama.cpp and MLX import, is not)
     t_import_start = time.perf_counter_ns()
-    engine = engines.create(job["engine"]) if group is None else rank.sharded(job["engine"], group)
+    engine = engines.create(job.engine) if group is None else rank.sharded(job.engine, group)
     t_imported = time.perf_counter_ns()
     try:
-        engine.load_model(job["path"], EngineSettings(n_ctx=job["n_ctx"], threads=settings.threads,
-                                                          kv_type=settings.kv_type, endpoint=job.get("endpoint")))
+        engine.load_model(Path(job.path), EngineSettings(n_ctx=job.n_ctx, threads=settings.threads,
+                                                         kv_type=settings.kv_type, endpoint=job.endpoint))
     except MacprofError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the engine raises, say which file
-        raise MacprofError(f"{job['path']}: {job['engine']} could not load the model: {type(exc).__name__}: {exc}") from None
+        raise MacprofError(f"{job.path}: {job.engine} could not load the model: {type(exc).__name__}: {exc}") from None
     t_model = time.perf_counter_ns()
     engine.load_tokenizer()
     t_tokenizer = time.perf_counter_ns()
@@ -138,7 +142,7 @@ def run(job: dict, emit) -> None:
     engine.close()
 
 
-def _phases(job: dict, engine, settings, emit, after=None):
+def _phases(job: "WorkerJob", engine, settings, emit, after=None):
     """The job's phases in turn, each between a phase_start and a phase_end event; ``after``
     (a distributed rank's) runs after each phase_end. Returns the prompt builder."""
     from macprof.collect import peak
@@ -148,23 +152,22 @@ def _phases(job: dict, engine, settings, emit, after=None):
     from macprof.run.prompts import PromptBuilder
 
     builder = PromptBuilder(engine)  # its default seed: every phase, model and run the same prompts
-    for phase in job["phases"]:
+    for phase in job.phases:
         # with power readable, the parent measures the idle baseline while this worker waits,
         # model loaded and nothing running; the wait's start bounds the baseline's window. Not
         # before a cold trial's requests: a wait there would change what "cold" measures.
-        idle_s = float(job.get("idle_baseline_s", 0)) if phase != "cold" else 0.0
+        idle_s = job.idle_baseline_s if phase != "cold" else 0.0
         t_idle = time.perf_counter_ns()
         if idle_s > 0:
             time.sleep(idle_s)
         emit(ev.PhaseStart(phase=phase, rss_bytes=_rss(), t=time.perf_counter_ns(),
                            t_idle_start=t_idle if idle_s > 0 else None, **_mac()))
         was_reset = peak.reset()
-        PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
-                                   trial=job.get("trial", 0), done=done_requests(job.get("done", [])),
-                                   quality=job.get("quality") or {}))
+        PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job.cases.get(phase, []),
+                                   trial=job.trial, done=done_requests(job.done), quality=job.quality))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
-                         t=time.perf_counter_ns(), **_mac(), **_weights(engine, job["path"])))
+                         t=time.perf_counter_ns(), **_mac(), **_weights(engine, job.path)))
         if after is not None:
             after(phase, emit)
     return builder
@@ -205,11 +208,12 @@ def _with_fault(emit, fault: dict, model: str):
 
 def main() -> None:
     from macprof.run import lifeline
+    from macprof.run.job import decode
 
     lifeline.hold()  # the parent's death, a SIGKILL included, ends this worker (run/lifeline.py)
     emit: Callable[[Any], None] = Stream()
-    job = json.loads(sys.stdin.readline())
-    if job["settings"].get("distributed") and os.environ.get("MLX_RANK", "0") != "0":
+    job = decode(sys.stdin.buffer.readline())
+    if job.settings.get("distributed") and os.environ.get("MLX_RANK", "0") != "0":
         emit = _silent  # mlx.launch merges every rank's stdout: only rank 0 streams events
     try:
         run(job, emit)

@@ -16,6 +16,7 @@ from macprof.engines.base import lacks
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.phases import OutputCheck
+from macprof.run.job import QualityJob
 from macprof.run.prompts import Prompt, PromptBuilder
 
 Emit = Callable[[ev.Event], None]
@@ -36,7 +37,7 @@ class PhaseContext:
     trial: int = 0
     clock: Clock = time.perf_counter_ns
     done: dict[tuple, tuple] = field(default_factory=dict)
-    quality: dict = field(default_factory=dict)  # the quality phase's reference and store (run/phases/quality.py)
+    quality: QualityJob = field(default_factory=QualityJob)  # the quality phase's reference and store (run/phases/quality.py)
 
 
 def request_key(head: dict) -> tuple:

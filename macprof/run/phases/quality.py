@@ -24,6 +24,8 @@ from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
 from macprof.model.quality import QualityText
+from macprof.model.records import ABSENT
+from macprof.run.job import QualityJob
 from macprof.run.phases.common import PhaseContext
 from macprof.run.qualitytext import head, read_text
 
@@ -67,13 +69,14 @@ def run_quality(ctx: PhaseContext) -> None:
                            f"fewer than one chunk of {n_ctx} (--quality-ctx); give a longer --text")
     sha = q.tokens_sha256([t for k in range(len(chunks)) for t in ids[k * n_ctx:(k + 1) * n_ctx]])
     vocab = engine.vocab_size
-    store = Path(job["store"]) if job.get("store") else None
-    is_ref = bool(job.get("is_reference"))
+    store = Path(job.store) if job.store else None
+    is_ref = job.is_reference
     base, reason = (None, None) if is_ref else _open_reference(job, sha, vocab)
     ctx.emit(ev.QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
-                             tokens_sha256=sha, vocab_size=vocab, reference=job.get("reference"), is_reference=is_ref,
-                             reference_reason=reason, **({"rescore_reason": job["rescore_reason"]}
-                                                         if is_ref and job.get("rescore_reason") else {})))
+                             tokens_sha256=sha, vocab_size=vocab, reference=job.reference, is_reference=is_ref,
+                             reference_reason=reason,
+                             # ABSENT, not null, where the reference does not score again
+                             rescore_reason=job.rescore_reason if is_ref and job.rescore_reason else ABSENT))
     per_chunk = len(q.scored_range(n_ctx))
     writer = None
     if is_ref and store is not None:
@@ -97,7 +100,7 @@ def run_quality(ctx: PhaseContext) -> None:
     if writer is not None and store is not None:
         writer.flush()
         del writer
-        _write_meta(store, {"model": job.get("reference"), "tokens_sha256": sha, "vocab_size": vocab, "n_ctx": n_ctx,
+        _write_meta(store, {"model": job.reference, "tokens_sha256": sha, "vocab_size": vocab, "n_ctx": n_ctx,
                             "chunks": len(chunks), "row_width": q.row_width(vocab)})
         from macprof.run.reference import store_digest
 
@@ -117,16 +120,16 @@ def _write_meta(store: Path, meta: dict) -> None:
     os.replace(tmp, store.with_name(store.name + ".json"))
 
 
-def _open_reference(job: dict, sha: str, vocab: int) -> tuple[np.ndarray | None, str | None]:
+def _open_reference(job: QualityJob, sha: str, vocab: int) -> tuple[np.ndarray | None, str | None]:
     """The reference's stored rows (a read-only memmap), or why this model gets no KLD."""
     import numpy as np
 
-    ref = job.get("reference")
-    if not ref:
-        return None, job.get("missing") or "no reference model in this run"
-    if job.get("missing"):
-        return None, f"no reference: {job['missing']}"
-    store = Path(job["store"])
+    ref = job.reference
+    if not ref or not job.store:
+        return None, job.missing or "no reference model in this run"
+    if job.missing:
+        return None, f"no reference: {job.missing}"
+    store = Path(job.store)
     from macprof.collect import filekind
 
     try:  # regular files only: a FIFO in their place would block this worker until its timeout
