@@ -29,6 +29,11 @@ class Phase:
     context: Callable[[Any, list[dict]], int] = lambda s, cases: s.prompt_tokens + s.gen_tokens  # one sequence's
     sweep: bool = False  # its cases are journaled in the plan, each its own case record (grid, depth, batch)
     default: bool = False  # measured when no phases are asked for
+    # what it adds to the reports, each "module:name", None where it adds nothing of its own:
+    # its figures of a model's compare row ((ModelResult) -> dict, in analyse/; figures_of merges
+    # them) and its render.report.PhaseReport (compare columns, summary section, show's lines)
+    figures: str | None = None
+    report: str | None = None
 
 
 def _per_case(s, cases: list[dict]) -> int:
@@ -54,7 +59,8 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           "macprof.cases:batch_cases", _per_case, _longest_case, sweep=True),
     # scores chunks (quality_chunk events), no request
     Phase("quality", "macprof.run.phases.quality:run_quality", "macprof.analyse.build:build_quality_phase",
-          context=lambda s, cases: s.quality_ctx),
+          context=lambda s, cases: s.quality_ctx, figures="macprof.analyse.quality:quality_figures",
+          report="macprof.render.quality:REPORT"),
     Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
           "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases)),
 )}
@@ -71,6 +77,15 @@ def load(path: str) -> Callable:
         module, _, name = path.partition(":")
         _loaded[path] = getattr(importlib.import_module(module), name)
     return _loaded[path]
+
+
+def figures_of(m) -> dict:
+    """Every phase's figures of one model's compare row (a ModelResult), merged in run order."""
+    out: dict = {}
+    for p in REGISTRY.values():
+        if p.figures:
+            out.update(load(p.figures)(m))
+    return out
 
 
 def cases_of(name: str, s) -> list[dict]:

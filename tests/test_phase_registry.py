@@ -13,6 +13,7 @@ import pytest
 from macprof import cases, config
 from macprof.phases import DEFAULTS, NAMES, REGISTRY, SWEEPS, cases_of, load
 
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "runlogs" / "tiny-a.json"
 SCHEMA = Path(__file__).resolve().parent.parent / "macprof" / "store" / "schema" / "runlog.schema.json"
 
 
@@ -23,6 +24,12 @@ def test_every_phase_resolves_to_its_code(name):
     if phase.planner:
         assert isinstance(load(phase.planner)(config.Settings(phases=(name,))), list)
     assert phase.sweep == (name in SWEEPS)
+    if phase.figures:
+        assert callable(load(phase.figures))
+    if phase.report:
+        from macprof.render.report import PhaseReport
+
+        assert isinstance(load(phase.report), PhaseReport)
 
 
 def test_what_lists_the_phases_is_derived_from_the_registry():
@@ -59,3 +66,41 @@ def test_a_phase_s_context_is_its_longest_request():
     grid = cases.plan(s)["grid"]
     assert REGISTRY["warm"].context(s, []) == 120 and REGISTRY["quality"].context(s, []) == 512
     assert REGISTRY["grid"].context(s, grid) == 256 + 8
+
+
+def test_a_phase_s_report_reaches_compare_summary_and_show_through_the_registry(monkeypatch):
+    """A phase's columns, fields, note, summary section and show lines come from its registry
+    line alone: a phase added here with a report appears in every report, no renderer edited."""
+    import dataclasses
+    import sys
+    import types
+
+    from macprof import phases
+    from macprof.analyse.compare import compare, rows_from
+    from macprof.render.compare import comparison
+    from macprof.render.detail import render_detail
+    from macprof.render.exporters import Column, cell
+    from macprof.render.report import PhaseReport
+    from macprof.render.summary import render_summary
+    from macprof.store import runlog
+
+    extra = types.ModuleType("extra_phase_for_test")
+    extra.figures = lambda m: {"has_extra": True, "extra_score": len(m.identity.name)}
+    extra.REPORT = PhaseReport(present="has_extra", columns=(Column("extra score", cell("extra_score")),),
+                               fields=("extra_score",), note="extra: the name's length",
+                               section=lambda log: "Extra:\n  " + ", ".join(m.identity.name for m in log.models),
+                               detail=lambda record: ["   extra phase line"])
+    monkeypatch.setitem(sys.modules, "extra_phase_for_test", extra)
+    warm = REGISTRY["warm"]
+    monkeypatch.setitem(REGISTRY, "extra", dataclasses.replace(warm, name="extra", figures="extra_phase_for_test:figures",
+                                                               report="extra_phase_for_test:REPORT"))
+    monkeypatch.setattr(type(runlog.load(FIXTURE).models[0].phases), "extra", property(lambda self: self.warm),
+                        raising=False)
+    log = runlog.load(FIXTURE)
+    rows = rows_from(log, "a")
+    assert [r["extra_score"] for r in rows] == [len(m.identity.name) for m in log.models]
+    table = comparison(compare(rows, baseline=None))
+    assert "extra score" in [c.name for c in table.columns] and "extra_score" in table.fields
+    assert "extra: the name's length" in table.notes
+    assert "Extra:" in render_summary(log) and "extra phase line" in render_detail(log)
+    assert phases.figures_of(log.models[0])["has_extra"] is True

@@ -18,9 +18,9 @@ from macprof.measure.significance import (ALPHA, CONFIDENCE, RESAMPLES, SEED, me
                                           verdict)
 from macprof.measure import stats
 from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_family, memory_figures
-from macprof.analyse.quality import quality_figures
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Sweep, SweepCase, WarmPhase
+from macprof.phases import figures_of
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak memory", False),
@@ -50,7 +50,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
     rows = []
     for m in log.models:
         s = m.settings
-        head, lengths = {**headline(m), **quality_figures(m)}, (s.prompt_tokens, s.gen_tokens)
+        head, lengths = {**headline(m), **figures_of(m)}, (s.prompt_tokens, s.gen_tokens)
         block: WarmPhase | SweepCase | None = m.phases.warm
         states = thermal_state_of(m.phases.warm)
         if case:

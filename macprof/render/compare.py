@@ -6,7 +6,7 @@ from __future__ import annotations
 from macprof.render.energy import ENERGY_FIELDS, fmt_j
 from macprof.render.exporters import Column, Table, cell, export
 from macprof.render.memory import MEMORY_FIELDS, memory_column
-from macprof.render.quality import QUALITY_COLUMNS, QUALITY_FIELDS, QUALITY_NOTE
+from macprof.render.report import columns_of, fields_of, notes_of
 from macprof.render.text import fmt_bytes, fmt_pct, fmt_rate, fmt_s, fmt_x
 
 
@@ -22,7 +22,7 @@ def compare_rows(result: dict) -> list[dict]:
                "same_model_baseline": r.get("same_model_baseline"),
                "memory_vs_base": r["ratios"]["memory"], "not_comparable": r["not_comparable"],
                **{k: r.get(k) for k in ENERGY_FIELDS}, **{k: r.get(k) for k in MEMORY_FIELDS},
-               **{k: r.get(k) for k in QUALITY_FIELDS}}
+               **{k: r.get(k) for k in fields_of()}}
         for metric in ("decode", "ttft"):
             call = r["calls"].get(metric) or {}
             ci = (r.get("intervals") or {}).get(metric) or {}
@@ -63,7 +63,6 @@ def _flags(r: dict) -> str:
 def comparison(result: dict) -> Table:
     case, ttft = result.get("case"), _ttft_field(result)
     energy = any(r.get("has_telemetry") for r in result["rows"])  # logs from before telemetry: as they were
-    quality = any(r.get("has_quality") for r in result["rows"])  # runs without the quality phase: as they were
     level = f"{result['confidence']:.0%}"
     rows = tuple(compare_rows(result))
     columns = (
@@ -73,7 +72,7 @@ def comparison(result: dict) -> Table:
         Column("prefix TTFT", cell("prefix_ttft_s", fmt_s)), Column("decode tok/s", cell("decode_tok_s", fmt_rate)),
         Column("of ceiling", cell("efficiency", fmt_pct)), memory_column(rows),
         *([Column("decode J/tok", cell("decode_j_per_token", fmt_j))] if energy else []),
-        *(QUALITY_COLUMNS if quality else ()),
+        *columns_of(result["rows"]),  # each phase's own (render/report.py); none where no row has the phase
         Column("decode vs base", _against_base("decode")), Column(f"decode {level} CI", _interval("decode")),
         Column("TTFT vs base", _against_base("ttft")), Column(f"TTFT {level} CI", _interval("ttft")),
         Column("flags", _flags),
@@ -82,10 +81,9 @@ def comparison(result: dict) -> Table:
               "efficiency", "peak_rss_bytes", "baseline", "decode_vs_base", "decode_call", "decode_why", "decode_p",
               "decode_sizes", "decode_min_reps_per_side", "decode_ci_low", "decode_ci_high", "ttft_vs_base", "ttft_call",
               "ttft_why", "ttft_p", "ttft_sizes", "ttft_min_reps_per_side", "ttft_ci_low", "ttft_ci_high", "memory_vs_base",
-              "same_model_baseline", "not_comparable", *ENERGY_FIELDS, *MEMORY_FIELDS, *QUALITY_FIELDS)
+              "same_model_baseline", "not_comparable", *ENERGY_FIELDS, *MEMORY_FIELDS, *fields_of())
     notes: tuple[str, ...] = (f"baseline: {result['baseline']}", f"significance: {result['test']}", f"CI: {result['interval']}")
-    if quality:
-        notes += (QUALITY_NOTE,)
+    notes += notes_of(result["rows"])
     if case:
         notes += (f"TTFT, decode and memory are those of the sweep case {case} (decode per sequence in a batch case)",)
     return Table("macprof compare", columns, rows, fields, notes,

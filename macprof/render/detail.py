@@ -6,7 +6,7 @@ from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Metrics, PhaseMemory, PrefixPhase, PrefixSummary, WarmPhase
 from macprof.render.energy import cold_energy, phase_energy
 from macprof.render.distributed import group_lines
-from macprof.render.quality import quality_lines
+from macprof.render.report import detail_lines
 from macprof.render.serving import server_lines
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
@@ -49,8 +49,7 @@ def render_detail(log: RunLog) -> str:
                 lines.append(f"   {phase} ceiling at {roof.context_tokens:.0f} tokens of context: decode "
                              f"{fmt_rate(roof.decode_tok_s)} tok/s = {ceiling_text(roof)}; bound: {bound}")
             lines += _conditions(phase, ph)
-        if m.phases.quality:
-            lines += quality_lines(m.phases.quality)
+        lines += detail_lines(m.phases)  # each phase's own lines (render/report.py)
         kv = m.memory.kv_cache
         lines.append(f"   KV cache: {fmt_bytes(kv.bytes_per_token)}/token, {fmt_bytes(kv.computed_bytes)} computed "
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")

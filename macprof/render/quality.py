@@ -6,6 +6,7 @@ from __future__ import annotations
 from macprof.model.log import RunLog
 from macprof.model.quality import QualityPhase
 from macprof.render.exporters import Column, Table, to_text
+from macprof.render.report import PhaseReport
 from macprof.render.text import fmt_bytes, fmt_rate
 from macprof.sanitise import clean
 
@@ -81,3 +82,7 @@ def quality_lines(ph: QualityPhase) -> list[str]:
     elif ph.reference_reason:
         lines.append(f"   no KLD: {clean(ph.reference_reason)}")
     return lines
+
+
+REPORT = PhaseReport(present="has_quality", columns=QUALITY_COLUMNS, fields=QUALITY_FIELDS, note=QUALITY_NOTE,
+                     section=quality_table, detail=quality_lines)

@@ -10,7 +10,7 @@ from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
-from macprof.render.quality import quality_table
+from macprof.render.report import sections
 from macprof.render.energy import ENERGY_FIELDS, energy_lines, fmt_j, throttle_warnings
 from macprof.render.memory import MEMORY_FIELDS, memory_column
 from macprof.render.serving import length_warnings
@@ -161,9 +161,7 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
     sweeps = sweep_tables(log)
     if sweeps:
         parts.append("\n" + sweeps)
-    quality = quality_table(log)
-    if quality:
-        parts.append("\n" + quality)
+    parts += ["\n" + text for text in sections(log)]  # each phase's own table (render/report.py)
     from macprof.render.serving import overhead_lines
 
     overhead = overhead_lines(log)
