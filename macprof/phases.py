@@ -68,11 +68,12 @@ NAMES = tuple(REGISTRY)
 SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)
 DEFAULTS = tuple(p.name for p in REGISTRY.values() if p.default)
 
-_loaded: dict[str, Callable] = {}
+_loaded: dict[str, Any] = {}
 
 
-def load(path: str) -> Callable:
-    """The function a "module:function" path names, imported on first use."""
+def load(path: str) -> Any:
+    """The object a "module:name" path names (a function, or a render.report.PhaseReport),
+    imported on first use."""
     if path not in _loaded:
         module, _, name = path.partition(":")
         _loaded[path] = getattr(importlib.import_module(module), name)
