@@ -40,6 +40,16 @@ def _per_case(s, cases: list[dict]) -> int:
     return len(cases) * (s.reps + 1)  # a warm-up and reps per case
 
 
+# what a chat template adds per message (role markers, separators) at most, in the estimate of a
+# conversation's context; a turn that still does not fit is recorded and ends its conversation
+TEMPLATE_TOKENS_PER_MESSAGE = 16
+
+
+def _conversation_context(s) -> int:
+    per_turn = s.turn_tokens + s.tool_tokens + s.gen_tokens + 3 * TEMPLATE_TOKENS_PER_MESSAGE
+    return s.system_tokens + TEMPLATE_TOKENS_PER_MESSAGE + s.turns * per_turn + s.gen_tokens
+
+
 def _longest_case(s, cases: list[dict]) -> int:
     return max((c["prompt_tokens"] + c["gen_tokens"] for c in cases), default=0)
 
@@ -63,6 +73,11 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           report="macprof.render.quality:REPORT"),
     Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
           "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases)),
+    # a natural and an emptied request per turn of each app
+    Phase("conversation", "macprof.run.phases.conversation:run_conversation",
+          "macprof.analyse.conversation:build_conversation_phase", requests=lambda s, cases: 2 * s.apps * s.turns,
+          context=lambda s, cases: _conversation_context(s), figures="macprof.analyse.conversation:figures",
+          report="macprof.render.conversation:REPORT"),
 )}
 NAMES = tuple(REGISTRY)
 SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)

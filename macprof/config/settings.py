@@ -23,7 +23,7 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from macprof.cases import SHAPES, SWEEP_PHASES
+from macprof.cases import SHAPES
 import macprof.phases
 from macprof.config.dist import BACKENDS, PARALLEL, Distributed
 from macprof.config.dist import from_cli as _distributed_from_cli
@@ -182,6 +182,8 @@ def parse_slo(text: str) -> dict:
 _GRID = ("grid",)
 _QUALITY = ("quality",)
 _LOAD = ("concurrency",)
+_CHAT = ("conversation",)
+APP_ORDERS = ("round-robin", "random")
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,30 @@ class Settings:
         flags=(Flag("--slo"),), read=lambda v: parse_slo(v) if v else {})
     slo_itl: float | None = setting(None, SECONDS, "The goodput limit on inter-token latency (--slo itl:...).", unit="s",
                                     phases=_LOAD, set_by="slo_ttft")
+    # the conversation phase (run/phases/conversation.py): seeded dialogues rendered through the
+    # chat template, the cache as the previous turn left it; an agent's tool results between turns;
+    # several apps (system prompts) taking turns on one engine
+    turns: int = setting(10, POSITIVE_INT, "conversation: turns per conversation [{turns}].", unit="turns",
+                         phases=_CHAT, selects=True, flags=(Flag("--turns", "int"),))
+    turn_tokens: int = setting(64, POSITIVE_INT, "conversation: tokens of each user message [{turn_tokens}].",
+                               unit="tokens", phases=_CHAT, flags=(Flag("--turn-tokens", "int"),))
+    system_tokens: int = setting(128, POSITIVE_INT, "conversation: tokens of each app's system prompt [{system_tokens}].",
+                                 unit="tokens", phases=_CHAT, flags=(Flag("--system-tokens", "int"),))
+    tool_tokens: int = setting(
+        0, _int_at_least(0, "an integer >= 0 (0: a chat, no tool results)"),
+        "conversation: an agent's tool result of this many tokens after each reply [{tool_tokens}: a chat].",
+        unit="tokens", phases=_CHAT, flags=(Flag("--tool-tokens", "int"),))
+    apps: int = setting(1, POSITIVE_INT, "conversation: apps taking turns on the engine, each its own system prompt "
+                                         "and conversation [{apps}].", unit="apps", phases=_CHAT,
+                        flags=(Flag("--apps", "int"),))
+    app_order: str = setting("round-robin", _one_of(APP_ORDERS), "conversation: the order apps take turns in "
+                                                                 "({app_orders}) [{app_order}].",
+                             phases=_CHAT, flags=(Flag("--app-order", "choice"),))
+    chat_template: str | None = setting(
+        None, Check(str, lambda v: bool(v.strip()), "the path of a Jinja2 chat template file", _TEXT),
+        "conversation: a Jinja2 chat template file [the model's own; a plain fallback where it has none].",
+        phases=_CHAT, flags=(Flag("--chat-template", "file"),),
+        read=lambda v: {"chat_template": str(Path(v).resolve()) if v else None})
 
 
 def spec(f: Field) -> Spec:
@@ -313,7 +339,8 @@ def _shown(value: Any) -> str:
 
 
 HELP_FIELDS = {**{name: _shown(v) for name, v in DEFAULTS.items()}, "phase_names": ",".join(PHASES),
-               "shape_names": ", ".join(SHAPES), "backend": Distributed.backend, "parallel": Distributed.parallel}
+               "shape_names": ", ".join(SHAPES), "backend": Distributed.backend, "parallel": Distributed.parallel,
+               "app_orders": ", ".join(APP_ORDERS)}
 
 
 def setting_flags() -> list[tuple[str, Flag, str, tuple[str, ...]]]:
@@ -339,7 +366,7 @@ def command_line_settings(values: dict[str, Any]) -> dict[str, Any]:
 
 def implied_phases(given: dict[str, Any], phases_given: bool, serving: bool, resumed: bool) -> list[str] | None:
     """The phases options given without --phases ask for, or None. Sweep options run only the
-    sweeps they ask for, as llama-bench runs only its tests; a server's load levels run only the
+    sweeps they ask for, as llama-bench runs only its tests (--turns: only the conversation); a server's load levels run only the
     concurrency phase, and a server alone warm and prefix; a bare --resume of a server run
     (``resumed``) keeps the phases its journal records."""
     if phases_given:
@@ -349,8 +376,7 @@ def implied_phases(given: dict[str, Any], phases_given: bool, serving: bool, res
         return ["concurrency"]
     if not resumed and serving:
         return list(ENDPOINT_PHASES)
-    sweeps = [p for p in asked if p in SWEEP_PHASES]
-    return sweeps or None
+    return asked or None
 
 
 # -- the options of `macprof run` that are no setting ------------------------------------------
@@ -419,7 +445,8 @@ RUN_ORDER = ("--engine", "--config", "--models", "--phases", "--prompt-tokens", 
              "--batch", "--prefix-tokens", "--reps", "--cold-trials", "--threads", "--kv-type", "--timeout", "--delay",
              "--drop-cache", "--force", "--log", "--resume", "--force-overwrite", "--hosts", "--backend", "--parallel",
              "--link-gbs", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
-             "--serve", "--in-process", "--concurrency", "--rate", "--slo", "--load-requests", "--load-seconds")
+             "--serve", "--in-process", "--concurrency", "--rate", "--slo", "--load-requests", "--load-seconds",
+             "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--chat-template")
 
 
 def run_groups(values: dict[str, Any]) -> tuple[RunArgs, ServerArgs, dict[str, Any]]:

@@ -80,7 +80,16 @@ class Engine(Protocol):
     def load_tokenizer(self) -> None:
         """Make ``tokenize``/``detokenize`` ready (a no-op where the model carries it)."""
 
-    def tokenize(self, text: str) -> list[int]: ...
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        """The text's ids, the tokenizer's own leading tokens (BOS) added; ``special``: special-
+        token texts in it ("<|im_start|>") read as those tokens, as a rendered chat prompt is."""
+
+    @property
+    def chat_template(self) -> str | None:
+        """The model's own Jinja chat template, where it ships one (run/chat.py)."""
+
+    def special_texts(self) -> dict[str, str]:
+        """bos_token / eos_token as texts, for a chat template; {} where the vocabulary has none."""
 
     def detokenize(self, ids: Sequence[int]) -> str: ...
 

@@ -94,7 +94,12 @@ class FakeEngine(PrefixReuse):
         """The vocabulary is computed from the header's size: nothing to load."""
 
     # -- tokens --------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[int]:
+    chat_template: str | None = None  # the fake's vocabulary has no special tokens, nor a template
+
+    def special_texts(self) -> dict[str, str]:
+        return {}
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
         ids, pos = [BOS], 0
         for m in self._word_re.finditer(text):
             ids += _bytes(text[pos:m.start()])

@@ -113,16 +113,31 @@ class LlamaCppEngine(PrefixReuse):
         """The GGUF file carries the vocabulary: it is loaded with the model."""
 
     # -- tokens --------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
         data = text.encode("utf-8")
         cap = len(data) + 8
         buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, False)
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, special)
         if n < 0:  # buffer too small: -n is the size needed
             cap = -n
             buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, False)
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, special)
         return list(buf[:n])
+
+    @property
+    def chat_template(self) -> str | None:
+        raw = lc.llama_model_chat_template(self.model, None)  # the GGUF's tokenizer.chat_template
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def special_texts(self) -> dict[str, str]:
+        return {"bos_token": self._piece(lc.llama_vocab_bos(self.vocab)), "eos_token": self._piece(lc.llama_vocab_eos(self.vocab))}
+
+    def _piece(self, token: int) -> str:
+        if token < 0:
+            return ""
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        return buf.raw[:max(n, 0)].decode("utf-8", errors="replace")
 
     def detokenize(self, ids: Sequence[int]) -> str:
         arr = (lc.llama_token * max(1, len(ids)))(*ids)

@@ -133,8 +133,17 @@ class MlxEngine(PrefixReuse):
         self.tokenizer = load_tokenizer(self._path, eos_token_ids=self.config.get("eos_token_id"))
 
     # -- tokens --------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        # a Hugging Face tokenizer parses special-token texts either way: ``special`` changes nothing here
         return list(self.tokenizer.encode(text))
+
+    @property
+    def chat_template(self) -> str | None:
+        return getattr(self.tokenizer, "chat_template", None)  # tokenizer_config.json's (or chat_template.jinja)
+
+    def special_texts(self) -> dict[str, str]:
+        return {"bos_token": getattr(self.tokenizer, "bos_token", None) or "",
+                "eos_token": getattr(self.tokenizer, "eos_token", None) or ""}
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))

@@ -176,10 +176,16 @@ class OpenAIEngine:
         pass
 
     # -- prompts -----------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[int]:
+    chat_template: str | None = None  # a server renders its own (the conversation phase is in-process)
+
+    def special_texts(self) -> dict[str, str]:
+        return {}
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
         """The model's tokens where its tokenizer is loaded here, or by the server's tokenize
         endpoint; else word indices, not the model's tokens (prompts are built from plain words;
-        see the module's note), and a text that is not made of those words has none."""
+        see the module's note), and a text that is not made of those words has none. ``special``
+        is not passed on: no phase sends a server text with special tokens in it."""
         if self._local is not None:
             ids = self._local.tokenize(text)
         elif self._remote:

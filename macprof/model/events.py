@@ -11,6 +11,7 @@ from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, Syste
 from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency, ServerReport
 from macprof.model.event_base import Event
+from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
                                         RankTimeline)
 from macprof.model.records import ABSENT, record
@@ -298,7 +299,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
     ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
-    QualityStored)}
+    QualityStored, ConversationStart, ConversationTurn)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

@@ -10,6 +10,7 @@ from typing import Any, Self
 from macprof.config import Settings, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
+from macprof.model.conversation import ConversationPhase
 from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.quality import QualityPhase
@@ -155,6 +156,13 @@ class ModelSettings(Record):
     load_seconds: float | None = ABSENT
     slo_ttft: float | None = ABSENT
     slo_itl: float | None = ABSENT
+    turns: int | None = ABSENT  # the conversation phase's (absent before it)
+    turn_tokens: int | None = ABSENT
+    system_tokens: int | None = ABSENT
+    tool_tokens: int | None = ABSENT
+    apps: int | None = ABSENT
+    app_order: str | None = ABSENT
+    chat_template: str | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -192,6 +200,7 @@ class Phases(Record):
     batch: Sweep | None = ABSENT
     quality: QualityPhase | None = ABSENT
     concurrency: ConcurrencyPhase | None = ABSENT
+    conversation: ConversationPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""

@@ -328,7 +328,7 @@ def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
 
 
 def _request_line(name: str, e: ev.Request, s) -> str:
-    total = s.cold_trials if e.phase == "cold" else s.reps
+    total = s.cold_trials if e.phase == "cold" else s.turns if e.phase == "conversation" else s.reps
     if e.phase == "concurrency":  # a level's own request count (macprof/run/phases/serving.py)
         from macprof.run.phases.serving import load_cases
 

@@ -57,6 +57,11 @@ class PromptBuilder:
         rng = random.Random(f"{self.seed}:{key}")
         return "".join(rng.choice(self.words) for _ in range(n_words))
 
+    def words_text(self, key: str, n_words: int) -> str:
+        """Seeded text of ``n_words`` single-token words, without its leading space (a chat
+        message's content: a template puts its own separator before it)."""
+        return self._text(key, n_words)[1:]
+
     def prompt(self, key: str, n_tokens: int) -> Prompt:
         """A prompt of exactly ``n_tokens`` tokens (BOS included where the model adds one)."""
         return self.prefixed(None, key, n_tokens)

@@ -38,6 +38,7 @@ class PhaseContext:
     clock: Clock = time.perf_counter_ns
     done: dict[tuple, tuple] = field(default_factory=dict)
     quality: QualityJob = field(default_factory=QualityJob)  # the quality phase's reference and store (run/phases/quality.py)
+    n_ctx: int = 0  # the context the worker's engine holds, per sequence (0: not known)
 
 
 def request_key(head: dict) -> tuple:

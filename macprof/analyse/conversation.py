@@ -1,0 +1,101 @@
+"""The conversation phase's record from its events (run/phases/conversation.py): each turn's two
+requests, what the cache held and reused, and the phase's summary: the reuse-rate distribution,
+the TTFT a natural cache saves against an emptied one, and how TTFT grows with the context."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from macprof.analyse.requests import phase_failures, request_record, summarized
+from macprof.measure import stats
+from macprof.model import events as ev
+from macprof.model.conversation import STOP_KINDS, ConversationPhase, ConversationStart, ConversationSummary, \
+    ConversationTurn, Turn
+from macprof.model.phases import Request
+
+PHASE = "conversation"
+
+
+def build_conversation_phase(ctx, name: str) -> ConversationPhase:
+    from macprof.analyse.build import _phase_memory
+
+    return build(ctx.events, phase_failures(ctx.failures, name), ctx.head.settings.app_order, _phase_memory(ctx.events, name))
+
+
+def build(events: Sequence[ev.Event], failures: list, app_order: str | None, memory) -> ConversationPhase:
+    start = next((e for e in events if isinstance(e, ConversationStart) and e.phase == PHASE), None)
+    requests: dict[tuple[int, int], dict[str, Request]] = {}
+    for e in events:
+        if isinstance(e, ev.Request) and e.phase == PHASE and e.kind == "measured" and e.case and e.mode:
+            requests.setdefault((int(e.case.removeprefix("app")), e.index), {})[e.mode] = request_record(e)
+    turns, stopped = [], None
+    for e in events:
+        if not (isinstance(e, ConversationTurn) and e.phase == PHASE):
+            continue
+        if not e.fits:
+            stopped = stopped or e.stop_reason
+            continue
+        pair = requests.get((e.app, e.turn), {})
+        natural, emptied = pair.get("natural"), pair.get("emptied")
+        saved = (emptied.ttft_s - natural.ttft_s) if natural and emptied and natural.ttft_s is not None \
+            and emptied.ttft_s is not None else None
+        # the engine's report against the ids it held: equal, or zero with the engine's reason
+        checked = None if e.reused_tokens is None else (e.reused_tokens == e.expected_reuse
+                                                        or (e.reused_tokens == 0 and bool(e.reuse_refused)))
+        turns.append(Turn(app=e.app, turn=e.turn, prompt_tokens=e.prompt_tokens, held_tokens=e.held_tokens,
+                          held_by=e.held_by, common_prefix=e.common_prefix, expected_reuse=e.expected_reuse,
+                          reused_tokens=e.reused_tokens, reuse_rate=stats.ratio(e.reused_tokens, e.prompt_tokens),
+                          ideal_reuse=e.ideal_reuse, ideal_rate=stats.ratio(e.ideal_reuse, e.prompt_tokens),
+                          reuse_refused=e.reuse_refused, reuse_checked=checked, stop_kind=e.stop_kind,
+                          stop_reason=e.stop_reason, reply_text_ids_equal=e.reply_text_ids_equal, fits=e.fits,
+                          natural=natural, emptied=emptied, ttft_saved_s=saved, check=e.check))
+    return ConversationPhase(
+        template_source=start.template_source if start else None, template_path=start.template_path if start else None,
+        template_sha256=start.template_sha256 if start else None, apps=start.apps if start else 1,
+        turns_planned=start.turns if start else 0, app_order=app_order, turns=tuple(turns), stopped=stopped,
+        summary=summarize(turns), failures=tuple(failures), memory=memory)
+
+
+def summarize(turns: Sequence[Turn]) -> ConversationSummary:
+    # the first turn of each app has nothing of its own to reuse: the rates are over the later ones
+    later = [t for t in turns if t.turn > 0]
+    prompt = sum(t.prompt_tokens for t in later)
+    reused = sum(t.reused_tokens or 0 for t in later)
+    natural = [(t.prompt_tokens, t.natural.ttft_s) for t in turns if t.natural and t.natural.ttft_s is not None]
+    emptied = [(t.prompt_tokens, t.emptied.ttft_s) for t in turns if t.emptied and t.emptied.ttft_s is not None]
+    checks = [t.check for t in turns if t.check]
+    rates = sorted(t.reuse_rate for t in later if t.reuse_rate is not None)
+    return ConversationSummary(
+        reuse_rate=summarized(rates), reuse_rate_p10=stats.percentile(rates, 10) if rates else None,
+        ideal_rate=summarized([t.ideal_rate for t in later]),
+        hit_rate=stats.ratio(reused, prompt), ideal_hit_rate=stats.ratio(sum(t.ideal_reuse for t in later), prompt),
+        ttft_natural_s=summarized([v for _, v in natural]), ttft_emptied_s=summarized([v for _, v in emptied]),
+        ttft_saved_s=summarized([t.ttft_saved_s for t in later]),
+        ttft_growth_natural_s_per_kt=slope_per_kt(natural), ttft_growth_emptied_s_per_kt=slope_per_kt(emptied),
+        stops={k: n for k in STOP_KINDS if (n := sum(1 for t in turns if t.stop_kind == k))},
+        identical=sum(1 for c in checks if c.first_divergence is None),
+        near_ties=sum(1 for c in checks if c.near_tie), failed_checks=sum(1 for c in checks if not c.passed),
+        unchecked_reports=sum(1 for t in turns if t.reuse_checked is False))
+
+
+def slope_per_kt(points: Sequence[tuple[int, float]]) -> float | None:
+    """Least-squares seconds per 1,000 prompt tokens; None with fewer than two distinct lengths."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return 1000 * sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+def figures(m) -> dict:
+    """The conversation columns of compare: the realistic reuse beside the ideal, and the TTFT it saves."""
+    ph = m.phases.conversation
+    if ph is None:
+        return {"has_conversation": False, **{k: None for k in FIGURES}}
+    s = ph.summary
+    return {"has_conversation": True, "reuse_rate_p50": s.reuse_rate.median, "reuse_rate_p10": s.reuse_rate_p10,
+            "hit_rate": s.hit_rate, "ideal_hit_rate": s.ideal_hit_rate, "ttft_saved_s": s.ttft_saved_s.median}
+
+
+FIGURES = ("reuse_rate_p50", "reuse_rate_p10", "hit_rate", "ideal_hit_rate", "ttft_saved_s")

@@ -1,0 +1,120 @@
+"""The conversation phase's journal events and its record in the run log (run/phases/conversation.py
+measures it, analyse/conversation.py builds it): per turn what the engine's cache held, how much of
+the prompt it reused (as the engine reported it, and as the ids it held allow), where and why reuse
+stopped, and TTFT with the natural cache against the cache emptied."""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from macprof.model.event_base import Event
+from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
+from macprof.model.records import ABSENT, Record, record
+
+# Why reuse stopped where it did (ConversationTurn.stop_kind), in the order they are told apart:
+STOP_KINDS = (
+    "empty",  # the cache held nothing (the first request, or the cache was emptied)
+    "none_lost",  # the prompt extends all the cache held: nothing was lost
+    "evicted",  # the cache held another app's conversation (one slot, several apps)
+    "cannot_go_back",  # the prompt diverges inside what the cache holds, and a sliding window or a recurrent state cannot be cut back
+    "reply_retokenized",  # inside the previous reply: its text, tokenized again, is not the ids that were generated
+    "tokenization_join",  # the text extends the previous prompt's, but tokenizes otherwise where they join
+    "template_rewrite",  # the template rendered the earlier turns otherwise than before
+)
+
+
+@record
+class ConversationStart(Event):
+    """The phase's template and schedule, before its first request."""
+
+    KIND = "conversation_start"
+    phase: str
+    template_source: str  # "model", "file" or "fallback" (run/chat.py)
+    template_path: str | None = None
+    template_sha256: str | None = None
+    apps: int = 1
+    turns: int = 0
+    order: tuple[tuple[int, int], ...] = ()  # (app, turn) in the order they ran
+
+
+@record
+class ConversationTurn(Event):
+    """One turn of one app: its prompt against what the cache held before its natural request."""
+
+    KIND = "conversation_turn"
+    phase: str
+    app: int
+    turn: int
+    prompt_tokens: int = 0
+    held_tokens: int = 0  # what the cache held before the natural request
+    held_by: int | None = None  # the app whose request left it (None: nothing held)
+    common_prefix: int = 0  # the prompt's ids shared with the held ids, from the start
+    expected_reuse: int = 0  # what the held ids allow (the common prefix, the prompt's last token recomputed)
+    reused_tokens: int | None = None  # what the engine reported it reused
+    reuse_refused: str | None = None  # the engine's reason for keeping nothing (cut_refusal)
+    ideal_reuse: int = 0  # what a cache of this app's own last prompt and reply would allow
+    stop_kind: str = "empty"  # one of STOP_KINDS
+    stop_reason: str = ""  # in words, with the position
+    reply_text_ids_equal: bool | None = None  # the previous reply re-tokenized gives the generated ids
+    check: OutputCheck | None = None  # natural vs emptied outputs, token by token
+    fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
+
+
+@record
+class Turn(Record):
+    app: int = 0
+    turn: int = 0
+    prompt_tokens: int = 0
+    held_tokens: int = 0
+    held_by: int | None = None
+    common_prefix: int = 0
+    expected_reuse: int = 0
+    reused_tokens: int | None = None
+    reuse_rate: float | None = None  # reused_tokens / prompt_tokens
+    ideal_reuse: int = 0
+    ideal_rate: float | None = None
+    reuse_refused: str | None = None
+    reuse_checked: bool | None = None  # the engine's report equals what the held ids allow (or it said why not)
+    stop_kind: str = "empty"
+    stop_reason: str = ""
+    reply_text_ids_equal: bool | None = None
+    fits: bool = True
+    natural: Request | None = ABSENT
+    emptied: Request | None = ABSENT
+    ttft_saved_s: float | None = None  # emptied TTFT - natural TTFT
+    check: OutputCheck | None = None
+
+
+@record
+class ConversationSummary(Record):
+    reuse_rate: Summary = field(default_factory=Summary)  # per turn after the first of each app
+    reuse_rate_p10: float | None = None
+    ideal_rate: Summary = field(default_factory=Summary)
+    hit_rate: float | None = None  # all turns' reused tokens over all their prompt tokens
+    ideal_hit_rate: float | None = None
+    ttft_natural_s: Summary = field(default_factory=Summary)
+    ttft_emptied_s: Summary = field(default_factory=Summary)
+    ttft_saved_s: Summary = field(default_factory=Summary)
+    # TTFT growth with context: seconds per 1,000 prompt tokens (least squares over the turns)
+    ttft_growth_natural_s_per_kt: float | None = None
+    ttft_growth_emptied_s_per_kt: float | None = None
+    stops: dict[str, int] = field(default_factory=dict)  # turns per stop_kind
+    identical: int = 0
+    near_ties: int = 0
+    failed_checks: int = 0
+    unchecked_reports: int = 0  # turns where the engine's reported reuse is not what its held ids allow
+
+
+@record
+class ConversationPhase(Record):
+    template_source: str | None = None
+    template_path: str | None = None
+    template_sha256: str | None = None
+    apps: int = 1
+    turns_planned: int = 0
+    app_order: str | None = None
+    turns: tuple[Turn, ...] = ()
+    stopped: str | None = None  # why a conversation stopped early (the context was full)
+    summary: ConversationSummary = field(default_factory=ConversationSummary)
+    failures: tuple[Failure, ...] = ()
+    memory: PhaseMemory | None = None

@@ -1,0 +1,86 @@
+"""The conversation phase in text: compare's columns, the end-of-run table, and `macprof show`'s
+turn by turn lines. Pure functions of the run log's figures."""
+
+from __future__ import annotations
+
+from macprof.analyse.conversation import FIGURES
+from macprof.model.conversation import ConversationPhase
+from macprof.model.log import RunLog
+from macprof.render.exporters import Column, Table, cell, to_text
+from macprof.render.report import PhaseReport
+from macprof.render.text import fmt_pct, fmt_s
+from macprof.sanitise import clean
+
+NOTE = ("conversation: reuse = prompt tokens the engine reused from its cache as the previous request left it, "
+        "over the prompt's tokens (turns after each app's first); ideal = what a cache of the app's own last "
+        "prompt and reply would allow; TTFT saved = emptied-cache TTFT minus natural-cache TTFT, median per turn")
+
+
+def _reuse(r: dict) -> str:
+    if r.get("reuse_rate_p50") is None:
+        return "-"
+    return f"{fmt_pct(r['reuse_rate_p50'])} (p10 {fmt_pct(r['reuse_rate_p10'])})"
+
+
+def _hits(r: dict) -> str:
+    return "-" if r.get("hit_rate") is None else f"{fmt_pct(r['hit_rate'])} of {fmt_pct(r['ideal_hit_rate'])}"
+
+
+COLUMNS = (Column("reuse p50 (p10)", _reuse), Column("hit rate of ideal", _hits),
+           Column("TTFT saved/turn", cell("ttft_saved_s", fmt_s)))
+
+
+def conversation_table(log: RunLog) -> str | None:
+    from macprof.analyse.conversation import figures
+
+    rows = []
+    for m in log.models:
+        ph = m.phases.conversation
+        if ph is None:
+            continue
+        s = ph.summary
+        rows.append({**figures(m), "model": m.identity.name, "apps": ph.apps, "turns": len(ph.turns),
+                     "template": ph.template_source or "?", "natural": s.ttft_natural_s.median,
+                     "emptied": s.ttft_emptied_s.median, "growth_n": s.ttft_growth_natural_s_per_kt,
+                     "growth_e": s.ttft_growth_emptied_s_per_kt,
+                     "stops": ", ".join(f"{k} {n}" for k, n in s.stops.items()) or "-",
+                     "checks": f"{s.identical}/{len(ph.turns)} identical, {s.near_ties} near-ties, {s.failed_checks} failed",
+                     "stopped": ph.stopped, "unchecked": s.unchecked_reports})
+    if not rows:
+        return None
+    columns = (Column("model", cell("model")), Column("apps", cell("apps")), Column("turns", cell("turns")),
+               Column("template", cell("template")), *COLUMNS,
+               Column("TTFT natural p50", cell("natural", fmt_s)), Column("TTFT emptied p50", cell("emptied", fmt_s)),
+               Column("TTFT growth /1k tok", lambda r: f"{fmt_s(r['growth_n'])} vs {fmt_s(r['growth_e'])}"),
+               Column("reuse stopped", cell("stops")), Column("outputs", cell("checks")))
+    text = to_text(Table("conversation", columns, tuple(rows), (), (), {}))
+    notes = [f"  {r['model']}: {r['stopped']}" for r in rows if r["stopped"]]
+    notes += [f"  {r['model']}: in {r['unchecked']} turns the engine reported another reuse than the ids it held allow"
+              for r in rows if r["unchecked"]]
+    return "Conversation (cache as the previous request left it):\n" + text + \
+        ("\n" + "\n".join(clean(n) for n in notes) if notes else "")
+
+
+def conversation_lines(ph: ConversationPhase) -> list[str]:
+    """`macprof show`: the template, then a line per turn."""
+    s = ph.summary
+    lines = [f"   conversation: {len(ph.turns)} turns of {ph.apps} app(s), {ph.app_order}; template {ph.template_source}"
+             + (f" ({clean(ph.template_path)})" if ph.template_path else "") + f", sha256 {(ph.template_sha256 or '?')[:12]}",
+             f"   reuse p50 {fmt_pct(s.reuse_rate.median)}, p10 {fmt_pct(s.reuse_rate_p10)}; hit rate {fmt_pct(s.hit_rate)} "
+             f"(ideal {fmt_pct(s.ideal_hit_rate)}); TTFT natural {fmt_s(s.ttft_natural_s.median)} vs emptied "
+             f"{fmt_s(s.ttft_emptied_s.median)}, saved {fmt_s(s.ttft_saved_s.median)} per turn"]
+    for t in ph.turns:
+        nat = t.natural.ttft_s if t.natural else None
+        emp = t.emptied.ttft_s if t.emptied else None
+        check = "identical" if t.check and t.check.first_divergence is None else \
+            ("near-tie" if t.check and t.check.near_tie else "DIFFERS" if t.check else "?")
+        lines.append(f"   app {t.app} turn {t.turn}: prompt {t.prompt_tokens}, reused {t.reused_tokens} "
+                     f"({fmt_pct(t.reuse_rate)}; ideal {t.ideal_reuse}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
+                     f"{t.stop_kind}: {clean(t.stop_reason)}; output {check}")
+    if ph.stopped:
+        lines.append(f"   stopped: {clean(ph.stopped)}")
+    return lines
+
+
+REPORT = PhaseReport(present="has_conversation", columns=COLUMNS, fields=FIGURES, note=NOTE, section=conversation_table,
+                     detail=conversation_lines)

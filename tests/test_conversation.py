@@ -1,0 +1,181 @@
+"""The conversation phase (issue #26): conversations rendered through a chat template, the cache as
+the previous request left it, what the engine reuses (checked against the ids it held), where and
+why reuse stops, several apps on one engine, caches that cannot go back, the context running out,
+and a resume. The protocol is driven in process on the fake engine; the real engines run it on the
+tiny demo models (slow) with a small ChatML template, since the demo models ship none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from macprof import config
+from macprof.analyse.conversation import build, slope_per_kt
+from macprof.engines.base import EngineSettings
+from macprof.engines.fake import FakeEngine, write_model
+from macprof.errors import MacprofError
+from macprof.model.events import parse_event
+from macprof.run.chat import FALLBACK, ChatTemplate, chat_ids, template_for
+from macprof.run.phases import PhaseContext
+from macprof.run.phases.conversation import run_conversation, schedule, why_stopped
+from macprof.run.prompts import PromptBuilder
+from macprof.store import runlog
+from tests.test_run import macprof
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _engine(tmp_path: Path, cache: str = "full") -> FakeEngine:
+    engine = FakeEngine()
+    engine.load_model(write_model(tmp_path / f"{cache.replace(':', '-')}.gguf", cache=cache), EngineSettings(n_ctx=4096))
+    return engine
+
+
+def _run(engine, n_ctx: int = 4096, done=None, **settings):
+    s = config.Settings(phases=("conversation",), gen_tokens=6, turns=4, turn_tokens=12, system_tokens=16, **settings)
+    events = []
+    run_conversation(PhaseContext(engine, PromptBuilder(engine), s, lambda e: events.append(
+        parse_event({**e.to_json(), "model": "m"})), n_ctx=n_ctx, done=done or {}))
+    return events, build(events, [], s.app_order, None)
+
+
+# -- pure parts --------------------------------------------------------------------------------
+def test_the_schedule_interleaves_apps_and_keeps_each_app_s_turns_in_order():
+    assert schedule(2, 3, "round-robin") == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    mixed = schedule(3, 4, "random")
+    assert sorted(mixed) == sorted((a, t) for a in range(3) for t in range(4)) and mixed == schedule(3, 4, "random")
+    for a in range(3):
+        assert [t for b, t in mixed if b == a] == [0, 1, 2, 3]
+
+
+def test_why_reuse_stopped_is_told_by_where_the_ids_part():
+    prev = ([1, 2, 3, 4], "abcd", [5, 6, 7])
+    held = [1, 2, 3, 4, 5, 6]
+    assert why_stopped([], None, 0, [1, 2], "ab", None, None)[1] == "empty"
+    assert why_stopped(held, 1, 0, [1, 2, 9], "x", prev, None)[:2] == (2, "evicted")
+    assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 6, 8, 9], "abcdefgh", prev, None)[1] == "none_lost"
+    assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdexx", prev, None)[:2] == (5, "reply_retokenized")
+    assert why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abcdyy", prev, None)[:2] == (2, "tokenization_join")
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abXdyy", prev, None)[1:]
+    assert kind == "template_rewrite" and "character 2" in reason
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9], "abcdex", prev, "recurrent memory")[1:]
+    assert kind == "cannot_go_back" and "recurrent memory" in reason
+
+
+def test_templates_render_as_apps_render_them(tmp_path):
+    engine = _engine(tmp_path)
+    assert template_for(engine, None).source == "fallback"  # the fake model ships none
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    assert ChatTemplate("fallback", FALLBACK).render(messages) == "system:\ns\n\nuser:\nu\n\nassistant:\n"
+    path = tmp_path / "t.jinja"
+    path.write_text(CHATML)
+    t = template_for(engine, str(path))
+    assert t.source == "file" and t.render(messages).endswith("<|im_start|>assistant\n")
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}")
+    with pytest.raises(MacprofError, match="does not compile"):
+        template_for(engine, str(bad))
+    refusing = ChatTemplate("file", "{{ raise_exception('roles must alternate') }}", str(path))
+    with pytest.raises(MacprofError, match=f"chat template \\(file: {path}\\).*roles must alternate"):
+        refusing.render(messages)
+    assert chat_ids(engine, "x")[0] == engine.tokenize("")[0]  # the tokenizer's own BOS, once
+
+
+def test_slope():
+    assert slope_per_kt([(1000, 1.0), (2000, 3.0)]) == pytest.approx(2.0)
+    assert slope_per_kt([(1000, 1.0), (1000, 2.0)]) is None
+
+
+# -- the protocol on the fake engine -----------------------------------------------------------
+def test_one_app_reuses_what_its_last_request_left_and_says_where_it_stopped(tmp_path):
+    events, phase = _run(_engine(tmp_path))
+    turns = phase.turns
+    assert [(t.app, t.turn) for t in turns] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert turns[0].stop_kind == "empty" and turns[0].reused_tokens == 0
+    for prev, t in zip(turns, turns[1:]):
+        assert t.prompt_tokens > prev.prompt_tokens and t.held_tokens == prev.prompt_tokens + 6 - 1
+        # the engine's report is what the ids it held allow, never a token past the first difference
+        assert t.reuse_checked and t.reused_tokens == t.expected_reuse <= t.common_prefix
+        assert t.stop_kind in ("none_lost", "reply_retokenized", "tokenization_join") and t.stop_reason
+        assert t.natural.reused_tokens == t.reused_tokens and t.emptied.reused_tokens == 0
+        assert t.check.passed and t.check.first_divergence is None
+    assert phase.summary.hit_rate == pytest.approx(sum(t.reused_tokens for t in turns[1:]) /
+                                                   sum(t.prompt_tokens for t in turns[1:]))
+    assert phase.template_source == "fallback" and phase.summary.unchecked_reports == 0
+    assert phase.to_json()["turns"][1]["natural"]["mode"] == "natural"
+
+
+def test_another_app_evicts_the_single_slot_cache(tmp_path):
+    events, phase = _run(_engine(tmp_path), apps=2)
+    later = [t for t in phase.turns if (t.app, t.turn) != (0, 0)]
+    assert all(t.stop_kind == "evicted" and t.held_by == 1 - t.app for t in later)
+    # the system prompts differ: nothing past the first difference is ever reused
+    assert all(t.reused_tokens == t.expected_reuse <= t.common_prefix for t in later)
+    assert phase.summary.hit_rate < 0.1 < phase.summary.ideal_hit_rate
+
+
+def test_a_cache_that_cannot_go_back_reuses_nothing_and_says_why(tmp_path):
+    _, phase = _run(_engine(tmp_path, "recurrent"))
+    refused = [t for t in phase.turns if t.stop_kind == "cannot_go_back"]
+    assert refused and all(t.reused_tokens == 0 and "recurrent" in t.reuse_refused and t.reuse_checked for t in refused)
+
+
+def test_a_conversation_longer_than_the_context_stops_and_keeps_its_turns(tmp_path):
+    events, phase = _run(_engine(tmp_path), n_ctx=160)
+    assert 0 < len(phase.turns) < 4 and phase.stopped and "exceed the context of 160" in phase.stopped
+
+
+def test_a_resumed_conversation_replays_what_was_measured(tmp_path):
+    engine = _engine(tmp_path)
+    first, whole = _run(engine)
+    done = {("conversation", e.case, e.mode, e.kind, e.index): tuple(e.tokens) for e in first
+            if e.KIND == "request" and e.index < 2}
+    again, _ = _run(_engine(tmp_path), done=done)
+    measured = [e for e in again if e.KIND == "request"]
+    assert sorted({e.index for e in measured}) == [2, 3]  # only the turns not recorded
+    turns = [e for e in again if e.KIND == "conversation_turn"]
+    by_turn = {t.turn: t for t in whole.turns}
+    for t in turns:  # the same prompts and the same cache as the uninterrupted run
+        assert (t.prompt_tokens, t.held_tokens, t.reused_tokens) == (by_turn[t.turn].prompt_tokens,
+                                                                   by_turn[t.turn].held_tokens, by_turn[t.turn].reused_tokens)
+
+
+def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):
+    log = tmp_path / "c.json"
+    macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-b", "--turns", "3", "--apps", "2",
+            "--app-order", "random", "--gen-tokens", "4", "--turn-tokens", "10", "--log", str(log))
+    data = json.loads(log.read_text())
+    (model,) = data["models"]
+    assert model["settings"]["phases"] == ["conversation"]  # --turns alone asks for the phase
+    assert len(model["phases"]["conversation"]["turns"]) == 6
+    shown = macprof("show", str(log)).stdout
+    assert "conversation: 6 turns of 2 app(s), random" in shown and "Conversation (cache as" in shown
+    compared = macprof("compare", str(log), str(log), "--format", "json").stdout
+    assert "reuse_rate_p50" in compared and "hit_rate" in compared
+    assert runlog.load(log).models[0].phases.conversation.summary.stops
+
+
+# -- the real engines (slow) -------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["demo-tiny-q4_k_m", "demo-tiny-mlx-f16"])
+def test_real_engines_reuse_what_they_hold(tiny_build, tmp_path, name):
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    log = tmp_path / "c.json"
+    macprof("run", "--config", str(tiny_build / "models.toml"), "--models", name, "--phases", "conversation",
+            "--turns", "3", "--apps", "2", "--gen-tokens", "6", "--turn-tokens", "16", "--chat-template", str(template),
+            "--log", str(log))
+    ph = runlog.load(log).models[0].phases.conversation
+    assert ph.template_source == "file" and len(ph.turns) == 6
+    for t in ph.turns:
+        assert t.reuse_checked and t.reused_tokens == t.expected_reuse <= t.common_prefix
+        assert t.check.passed  # the natural cache's output is the emptied one's, or a near-tie
+    assert {t.stop_kind for t in ph.turns} <= {"empty", "evicted"}  # two apps on one slot, round-robin
+    one = tmp_path / "one.json"
+    macprof("run", "--config", str(tiny_build / "models.toml"), "--models", name, "--phases", "conversation",
+            "--turns", "3", "--gen-tokens", "6", "--turn-tokens", "16", "--chat-template", str(template), "--log", str(one))
+    turns = runlog.load(one).models[0].phases.conversation.turns
+    assert all(t.reused_tokens and t.reuse_checked and t.stop_kind != "evicted" for t in turns[1:])
