@@ -61,8 +61,8 @@ def test_why_reuse_stopped_is_told_by_where_the_ids_part():
     assert why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abcdyy", prev, None)[:2] == (2, "tokenization_join")
     kind, reason = why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abXdyy", prev, None)[1:]
     assert kind == "template_rewrite" and "character 2" in reason
-    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9], "abcdex", prev, "recurrent memory")[1:]
-    assert kind == "cannot_go_back" and "recurrent memory" in reason
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdexx", prev, "recurrent memory")[1:]
+    assert kind == "cannot_go_back" and "recurrent memory" in reason and "into the previous reply" in reason
 
 
 def test_templates_render_as_apps_render_them(tmp_path):
@@ -179,3 +179,31 @@ def test_real_engines_reuse_what_they_hold(tiny_build, tmp_path, name):
             "--turns", "3", "--gen-tokens", "6", "--turn-tokens", "16", "--chat-template", str(template), "--log", str(one))
     turns = runlog.load(one).models[0].phases.conversation.turns
     assert all(t.reused_tokens and t.reuse_checked and t.stop_kind != "evicted" for t in turns[1:])
+
+
+@pytest.mark.slow
+def test_caches_that_cannot_go_back_are_measured_with_their_reason(tiny_dir, tmp_path):
+    """A sliding window (gemma3_text, 16 tokens), a recurrent layer (lfm2) and llama.cpp's recurrent
+    memory (Mamba): where a turn's prompt leaves what the cache holds (the reply re-tokenized), the
+    cache cannot be cut back: that turn reuses nothing, says why, and is measured all the same."""
+    from tests.test_caches import GEMMA3, LFM2, write_mamba_gguf, write_mlx_model
+
+    tok = tiny_dir / "mlx" / "demo-tiny-f16"
+    models = {"gemma3-swa": ("mlx", write_mlx_model(tmp_path / "gemma3-swa", GEMMA3, tok)),
+              "lfm2-conv": ("mlx", write_mlx_model(tmp_path / "lfm2-conv", LFM2, tok)),
+              "mamba": ("llama.cpp", write_mamba_gguf(tmp_path / "mamba.gguf", (tok / "tokenizer.json").read_text()))}
+    (tmp_path / "models.toml").write_text("\n".join(f'[[models]]\nname = "{n}"\nengine = "{e}"\npath = "{p}"\n'
+                                                    for n, (e, p) in models.items()))
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    log = tmp_path / "c.json"
+    # two apps: each turn's prompt leaves the other app's held ids after their shared template head
+    macprof("run", "--config", str(tmp_path / "models.toml"), "--phases", "conversation", "--turns", "2", "--apps", "2",
+            "--gen-tokens", "6", "--turn-tokens", "12", "--system-tokens", "8", "--chat-template", str(template),
+            "--timeout", "120", "--log", str(log))
+    for m, what in zip(runlog.load(log).models, ("RotatingKVCache", "ArraysCache", "recurrent memory")):
+        turns = m.phases.conversation.turns
+        assert len(turns) == 4 and all(t.reuse_checked and t.check.passed for t in turns), m.identity.name
+        later = turns[1:]
+        assert all(t.stop_kind == "cannot_go_back" and t.reused_tokens == 0 and what in t.reuse_refused
+                   and "app" in t.stop_reason and t.common_prefix > 0 for t in later), m.identity.name

@@ -53,26 +53,35 @@ def schedule(apps: int, turns: int, order: str, seed: int = 0) -> list[tuple[int
 
 def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
                 previous: tuple[list[int], str, list[int]] | None, refused: str | None) -> tuple[int, str, str]:
-    """(the common prefix of the held ids and the prompt's, the stop kind, the reason in words)."""
+    """(the common prefix of the held ids and the prompt's, the stop kind, the reason in words).
+    Where the engine could not cut its cache back to that prefix (``refused``: a sliding window
+    moved past it, a recurrent state), the kind is "cannot_go_back" and the reason says both
+    where the prompt left the held ids and why the cache could not follow."""
     d = common_prefix(held, ids)
-    if not held:
-        return d, "empty", "the cache held nothing"
-    if held_by != app:
-        return d, "evicted", f"the cache held app {held_by}'s conversation: the two share their first {d} tokens"
+    kind, reason = _divergence(d, held, held_by, app, ids, text, previous)
     if refused:
-        return d, "cannot_go_back", f"the cache cannot be cut back to token {d}: {refused}"
+        return d, "cannot_go_back", f"{reason}; the cache cannot be cut back to token {d}: {refused}"
+    return d, kind, reason
+
+
+def _divergence(d: int, held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
+                previous: tuple[list[int], str, list[int]] | None) -> tuple[str, str]:
+    if not held:
+        return "empty", "the cache held nothing"
+    if held_by != app:
+        return "evicted", f"the cache held app {held_by}'s conversation: the two share their first {d} tokens"
     if d >= len(held) or d >= len(ids) - 1:
-        return d, "none_lost", f"the prompt extends all {len(held)} tokens the cache held"
+        return "none_lost", f"the prompt extends all {len(held)} tokens the cache held"
     prev_ids, prev_text, reply = previous if previous else ([], "", [])
     if d >= len(prev_ids):
-        return d, "reply_retokenized", (f"at token {d}, {d - len(prev_ids)} tokens into the previous reply: its text "
-                                        f"tokenizes to other ids than the {len(reply)} generated")
+        return "reply_retokenized", (f"at token {d}, {d - len(prev_ids)} tokens into the previous reply: its text "
+                                     f"tokenizes to other ids than the {len(reply)} generated")
     if text.startswith(prev_text):
-        return d, "tokenization_join", (f"at token {d}: the text extends the previous prompt's, but tokenizes "
-                                        f"otherwise where the two join")
+        return "tokenization_join", (f"at token {d}: the text extends the previous prompt's, but tokenizes "
+                                     f"otherwise where the two join")
     c = next((k for k, (x, y) in enumerate(zip(prev_text, text)) if x != y), min(len(prev_text), len(text)))
-    return d, "template_rewrite", (f"at token {d}: the template rendered the earlier turns otherwise "
-                                   f"(the text differs from the previous prompt's at character {c})")
+    return "template_rewrite", (f"at token {d}: the template rendered the earlier turns otherwise "
+                                f"(the text differs from the previous prompt's at character {c})")
 
 
 class _Cache:
