@@ -22,6 +22,7 @@ from macprof.run.phases import PhaseContext
 from macprof.run.phases.conversation import run_conversation, schedule, why_stopped
 from macprof.run.prompts import PromptBuilder
 from macprof.store import runlog
+from tests.test_published_model import smollm2  # noqa: F401 - the fixture
 from tests.test_run import macprof
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -207,3 +208,19 @@ def test_caches_that_cannot_go_back_are_measured_with_their_reason(tiny_dir, tmp
         later = turns[1:]
         assert all(t.stop_kind == "cannot_go_back" and t.reused_tokens == 0 and what in t.reuse_refused
                    and "app" in t.stop_reason and t.common_prefix > 0 for t in later), m.identity.name
+
+
+@pytest.mark.slow
+def test_a_published_model_s_own_template_with_its_special_tokens(smollm2, tmp_path):  # noqa: F811 - the fixture
+    """SmolLM2 ships a ChatML template whose <|im_start|> / <|im_end|> are special tokens: the
+    prompts are rendered through it, the requests read those texts as the special tokens (as the
+    phase built them), and each turn reuses what the previous one left."""
+    log = tmp_path / "s.json"
+    macprof("run", str(smollm2), "--phases", "conversation", "--turns", "3", "--gen-tokens", "8", "--turn-tokens", "16",
+            "--system-tokens", "16", "--log", str(log))
+    ph = runlog.load(log).models[0].phases.conversation
+    assert ph.template_source == "model" and len(ph.turns) == 3
+    # <|im_start|> and <|im_end|> are one token each: read as text they would be seven or so
+    assert ph.turns[0].prompt_tokens < 16 + 16 + 20
+    for t in ph.turns[1:]:
+        assert t.reuse_checked and t.reused_tokens == t.expected_reuse > 0 and t.check.passed

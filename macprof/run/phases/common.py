@@ -51,7 +51,7 @@ def done_requests(items: list[dict]) -> dict[tuple, tuple]:
     return {request_key(d): tuple(d.get("tokens") or ()) for d in items}
 
 
-def _stamped(engine, texts: list[str], generate, clock: Clock) -> dict:
+def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) -> dict:
     """Tokenize ``texts`` and run ``generate(ids)``, timestamping each item it yields; an
     engine error becomes a recorded failure with whatever timestamps it had."""
     engine.reset_peak_memory()
@@ -61,7 +61,7 @@ def _stamped(engine, texts: list[str], generate, clock: Clock) -> dict:
     t_tok = None
     t0 = clock()
     try:
-        ids = [engine.tokenize(t) for t in texts]
+        ids = [(tokenize or engine.tokenize)(t) for t in texts]
         t_tok = clock()
         for out in generate(ids):
             times.append(clock())
@@ -80,7 +80,13 @@ def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_count
         from macprof.run.phases.server_request import server_request
 
         return server_request(engine, prompt, n, clock)
-    r = _stamped(engine, [prompt.text], lambda ids: engine.generate(ids[0], n), clock)
+    tokenize = None
+    if prompt.chat:  # special tokens parsed, as the prompt was built (the import is the conversation phase's only)
+        from macprof.run.chat import chat_ids
+
+        def tokenize(text: str) -> list[int]:
+            return chat_ids(engine, text)
+    r = _stamped(engine, [prompt.text], lambda ids: engine.generate(ids[0], n), clock, tokenize)
     tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
     if r["status"] == "ok" and len(tokens) != n:
         r.update(status="error", error=f"engine yielded {len(tokens)} tokens instead of {n}")

@@ -126,7 +126,7 @@ def run_conversation(ctx: PhaseContext) -> None:
     warm_ids = chat_ids(engine, warm_text)
     engine.reset()
     announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
-              lambda: timed_request(engine, Prompt(warm_text, tuple(warm_ids)), s.gen_tokens, ctx.clock), record=False)
+              lambda: timed_request(engine, Prompt(warm_text, tuple(warm_ids), chat=True), s.gen_tokens, ctx.clock), record=False)
     held: list[int] = []
     held_by: int | None = None
     last: dict[int, tuple[list[int], str, list[int]]] = {}
@@ -161,7 +161,7 @@ def _turn(ctx: PhaseContext, cache: _Cache, pair: dict, i: int, a: int, t: int, 
           held: list[int], held_by: int | None, previous) -> list[int]:
     """One turn measured both ways (the natural cache first on even turns); returns the reply."""
     engine, s = ctx.engine, ctx.settings
-    prompt = Prompt(text, tuple(ids))
+    prompt = Prompt(text, tuple(ids), chat=True)
     out: dict[str, tuple] = {}
     reused, refused = None, None
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
@@ -177,6 +177,9 @@ def _turn(ctx: PhaseContext, cache: _Cache, pair: dict, i: int, a: int, t: int, 
             reused, refused = rec.reused_tokens, engine.reuse_refused
         if rec.status != "ok":
             raise MacprofError(f"conversation: app {a} turn {t} ({mode}): {rec.error}")
+        if rec.prompt_tokens != len(ids):  # the request tokenizes its text again, timed: it must read the same ids
+            raise MacprofError(f"conversation: app {a} turn {t}: the request read {rec.prompt_tokens} prompt tokens, "
+                               f"the rendered prompt has {len(ids)}")
     reply = list(out["natural"])
     check = compare_outputs(engine, prompt, out["emptied"], reply)
     cache.ids = None  # the check's diagnosis (top2) may have emptied the cache
