@@ -31,6 +31,10 @@ class Phase:
     default: bool = False  # measured when no phases are asked for
 
 
+# the tasks phase's context: a task whose prompt and max_tokens do not fit is refused alone, in one line
+TASKS_CONTEXT = 2048
+
+
 def _per_case(s, cases: list[dict]) -> int:
     return len(cases) * (s.reps + 1)  # a warm-up and reps per case
 
@@ -57,6 +61,9 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           context=lambda s, cases: s.quality_ctx),
     Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
           "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases)),
+    # right answers: one task_attempt per attempt, none of them a request event (an app's generation: EOS ends it)
+    Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
+          context=lambda s, cases: TASKS_CONTEXT),
 )}
 NAMES = tuple(REGISTRY)
 SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)

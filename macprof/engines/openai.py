@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from macprof.engines import counting, wire
-from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo
+from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, TopTwo
 from macprof.errors import MacprofError
 
 NO_CACHE_API = "a server's cache is not addressable over its API (it cannot be cut back or inspected)"
@@ -87,6 +87,7 @@ class OpenAIEngine:
         "batch": "a server batches concurrent requests itself: the concurrency phase measures that",
         "cache_cut": NO_CACHE_API,
         "top2": NO_LOGITS,
+        "sample": "macprof's requests to a server are greedy (temperature 0)",
     }
 
     def __init__(self) -> None:
@@ -199,6 +200,16 @@ class OpenAIEngine:
         if self._remote:
             return self._server_text(ids)
         return "".join(WORDS[i] for i in ids if 0 <= i < len(WORDS))
+
+    def tokenize_chat(self, text: str) -> list[int]:
+        return self.tokenize(text)
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return set(self._eos_ids)
+
+    def chat_template(self) -> ChatTemplate | None:
+        return None  # the server applies its model's template (a chat request), not macprof
 
     @property
     def vocab_size(self) -> int:

@@ -13,6 +13,7 @@ from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.quality import QualityPhase
+from macprof.model.tasks import TasksPhase
 from macprof.model.records import ABSENT, Record, record
 from macprof.model.serving import ConcurrencyPhase
 
@@ -155,6 +156,10 @@ class ModelSettings(Record):
     load_seconds: float | None = ABSENT
     slo_ttft: float | None = ABSENT
     slo_itl: float | None = ABSENT
+    tasks: str | None = ABSENT  # the tasks phase's (absent before it)
+    attempts: int | None = ABSENT
+    temperature: float | None = ABSENT
+    seed: int | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -192,6 +197,7 @@ class Phases(Record):
     batch: Sweep | None = ABSENT
     quality: QualityPhase | None = ABSENT
     concurrency: ConcurrencyPhase | None = ABSENT
+    tasks: TasksPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""

@@ -7,6 +7,7 @@ from macprof.model.phases import Metrics, PhaseMemory, PrefixPhase, PrefixSummar
 from macprof.render.energy import cold_energy, phase_energy
 from macprof.render.distributed import group_lines
 from macprof.render.quality import quality_lines
+from macprof.render.tasks import tasks_lines
 from macprof.render.serving import server_lines
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
 
@@ -51,6 +52,8 @@ def render_detail(log: RunLog) -> str:
             lines += _conditions(phase, ph)
         if m.phases.quality:
             lines += quality_lines(m.phases.quality)
+        if m.phases.tasks:
+            lines += tasks_lines(m.phases.tasks)
         kv = m.memory.kv_cache
         lines.append(f"   KV cache: {fmt_bytes(kv.bytes_per_token)}/token, {fmt_bytes(kv.computed_bytes)} computed "
                      f"at {kv.context_tokens} tokens, {fmt_bytes(kv.measured_bytes)} measured")

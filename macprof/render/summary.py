@@ -11,6 +11,7 @@ from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
 from macprof.render.quality import quality_table
+from macprof.render.tasks import tasks_table
 from macprof.render.energy import ENERGY_FIELDS, energy_lines, fmt_j, throttle_warnings
 from macprof.render.memory import MEMORY_FIELDS, memory_column
 from macprof.render.serving import length_warnings
@@ -164,6 +165,9 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
     quality = quality_table(log)
     if quality:
         parts.append("\n" + quality)
+    tasks = tasks_table(log)
+    if tasks:
+        parts.append("\n" + tasks)
     from macprof.render.serving import overhead_lines
 
     overhead = overhead_lines(log)

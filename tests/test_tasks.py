@@ -1,0 +1,169 @@
+"""The tasks phase: its orchestration on the fake engine (every attempt journaled, retries
+counted, bad lines and over-long tasks refused one line each, the figures recomputed from the
+recorded replies), the chat rendering, and on the demo models with both real engines (slow:
+random weights, so every answer is wrong, and the machinery exact)."""
+
+import json
+
+import pytest
+
+from macprof.analyse import tasks as at
+from macprof.config import taskfile
+from macprof.engines.base import ChatTemplate
+from macprof.measure import checkers
+from macprof.run import chat
+from macprof.store import runlog
+from tests.test_run import macprof
+
+CHATML = ChatTemplate("test", "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+HERMES = ChatTemplate("test", "{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>"
+                              "Call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>{% endif %}"
+                              "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+
+
+def test_prompts_through_a_template_or_the_plain_form():
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    assert chat.render(None, msgs).text == "System: Be brief.\n\nUser: 2+2?\nAssistant:"
+    assert chat.render(CHATML, msgs).text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+                                             "<|im_start|>assistant\n")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    plain = chat.render(None, msgs, tools)  # no template: macprof's tool turn joins the task's system turn
+    assert plain.tool_format == "json" and plain.text.startswith("System: Be brief.\n\nYou can call these functions")
+    native = chat.render(HERMES, msgs, tools)  # a template that takes tools gets them, in its own format
+    assert native.tool_format == "hermes" and native.text.startswith('<tools>{"type": "function"')
+    assert chat.tool_format(CHATML) == "json" and chat.prompt_format(None).startswith("no chat template")
+
+
+def _run(tmp_path, fake_dir, *args):
+    log = tmp_path / "t.json"
+    proc = macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "tasks",
+                   "--log", str(log), *args, check=False)
+    return proc, log
+
+
+def _recomputed(ph, tools_of):
+    """Each attempt's verdict again from its recorded text, and the phase's accuracy from those."""
+    for r in ph.results:
+        for a in r.attempts:
+            assert len(a.tokens) == len(a.token_times) >= 1
+            assert (a.stop == "eos") == (a.tokens[-1] == 1) and len(a.tokens) <= 64  # the fake's EOS is id 1
+            spec, tools = tools_of[r.task]
+            v = checkers.check(spec, a.text, tools, ph.tool_format or "json")
+            assert (v.correct, v.message) == (a.correct, a.message)
+    solved = sum(1 for r in ph.results if any(a.correct for a in r.attempts))
+    assert ph.summary.within.k == solved
+
+
+def test_the_phase_on_the_fake_engine(fake_dir, tmp_path):
+    bad = tmp_path / "tasks.jsonl"
+    lines = [json.dumps({"id": "add", "prompt": "What is 2 + 2? Answer with the number only.",
+                         "checker": {"type": "number", "answer": 4}, "max_tokens": 8}),
+             '{"id": "broken", "prompt": ',
+             json.dumps({"id": "re", "prompt": "x", "checker": {"type": "regex", "pattern": "(["}, "max_tokens": 4}),
+             json.dumps({"id": "long", "prompt": "word " * 3000, "checker": {"type": "exact", "answer": "x"},
+                         "max_tokens": 8}),
+             json.dumps({"id": "json", "prompt": "Reply with {}", "checker": {"type": "json-schema", "schema": {}},
+                         "max_tokens": 6})]
+    bad.write_text("\n".join(lines) + "\n")
+    proc, log = _run(tmp_path, fake_dir, "--tasks", str(bad), "--attempts", "3")
+    assert proc.returncode == 0, proc.stderr
+    ph = runlog.load(log).models[0].phases.tasks
+    reasons = [r.reason for r in ph.refusals]
+    assert len(reasons) == 3 and all("\n" not in r for r in reasons)
+    assert reasons[0].startswith(f"{bad}:2: not JSON") and reasons[1].startswith(f"{bad}:3: task 're': checker regex")
+    assert "exceed the phase's context of 2048 tokens" in reasons[2] and "'long'" in reasons[2]
+    assert [r.task for r in ph.results] == ["add", "json"]  # the other tasks ran
+    assert ph.task_set.tasks == 3 and ph.task_set.refused == 2 and len(ph.task_set.sha256) == 64
+    for r in ph.results:  # the fake's replies are noise: wrong, so retried to the limit, each retry counted
+        assert r.solved_at is None and [a.attempt for a in r.attempts] == [1, 2, 3]
+    assert ph.summary.attempts_run == 6 and ph.summary.first.k == 0 and ph.summary.within.n == 2
+    assert ph.summary.tokens_generated == sum(len(a.tokens) for r in ph.results for a in r.attempts)
+    assert ph.summary.time_per_correct_s is None and ph.summary.energy_reason
+    tf = taskfile.load(str(bad))
+    _recomputed(ph, {t.id: (t.checker, list(t.tools)) for t in tf.tasks})
+    # a retry's prompt holds the first reply and the checker's message as the next user turn
+    journal = [json.loads(x) for x in log.with_name("t.journal.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "task_attempt" for e in journal) == 6
+
+
+def test_the_default_set_on_the_fake_engine_and_its_figures(fake_dir, tmp_path):
+    proc, log = _run(tmp_path, fake_dir)
+    assert proc.returncode == 0, proc.stderr
+    run = runlog.load(log)
+    ph = run.models[0].phases.tasks
+    tf = taskfile.load(None)
+    assert ph.task_set.source == "macprof/data/tasks.jsonl" and ph.task_set.sha256 == tf.sha256
+    assert len(ph.results) == len(tf.tasks) and not ph.refusals
+    assert ph.prompt_format.startswith("no chat template") and "EOS" in ph.generation
+    assert all(len(r.attempts) == 1 for r in ph.results)
+    _recomputed(ph, {t.id: (t.checker, list(t.tools)) for t in tf.tasks})
+    assert ph.summary.tool_calls.attempts == sum(t.checker["type"] == "tool-call" for t in tf.tasks)
+    figures = at.tasks_figures(run.models[0])
+    assert figures["has_tasks"] and figures["tasks_n"] == len(tf.tasks)
+    show = macprof("show", str(log))
+    assert "tasks" in show.stdout and "accuracy" in show.stdout
+
+
+def test_summary_figures_from_hand_made_attempts():
+    from macprof.model.tasks import TaskAttempt, TaskResult, ToolCall
+
+    def att(n, ok, t0, t1, tokens):
+        return TaskAttempt(task="t", attempt=n, t0=t0, t_tokenized=t0, token_times=(t1,) * tokens,
+                           tokens=(5,) * tokens, correct=ok)
+
+    results = [TaskResult(task="a", checker="number", solved_at=1, attempts=(att(1, True, 0, 1_000_000_000, 4),)),
+               TaskResult(task="b", checker="number", solved_at=2,
+                          attempts=(att(1, False, 0, 2_000_000_000, 6), att(2, True, 0, 1_000_000_000, 2))),
+               TaskResult(task="c", checker="tool-call", solved_at=None, attempts=(
+                   att(1, False, 0, 1_000_000_000, 8).replace(tool=ToolCall(parses=True)),))]
+    s = at.summarize(results)
+    assert (s.first.k, s.within.k, s.tasks) == (1, 2, 3)
+    assert s.wall_s == pytest.approx(5.0) and s.time_per_correct_s == pytest.approx(2.5)  # failed attempts count
+    assert s.tokens_per_correct == pytest.approx(10) and s.mean_attempts_to_correct == pytest.approx(1.5)
+    assert s.tool_calls.parses.k == 1 and s.tool_calls.right_function.k == 0
+    assert s.energy_per_correct_j is None and s.energy_reason
+
+
+def test_sampling_an_engine_cannot_do_is_refused_with_its_reason(fake_dir, tmp_path):
+    proc, log = _run(tmp_path, fake_dir, "--temperature", "0.7", "--attempts", "2")
+    assert proc.returncode == 3
+    failure = runlog.load(log).models[0].phases.tasks.failures[0]
+    assert "cannot sample" in failure.reason and "greedy" in failure.reason
+
+
+def test_a_task_file_that_cannot_run_is_one_line(fake_dir, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("# nothing\n{bad\n")
+    proc, _ = _run(tmp_path, fake_dir, "--tasks", str(empty))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no task to run" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_models_are_all_wrong_and_the_machinery_exact(tiny_dir, tmp_path):
+    log = tmp_path / "d.json"
+    small = tmp_path / "small.jsonl"
+    tf = taskfile.load(None)
+    keep = [t for t in tf.tasks if t.id in ("arith-1", "extract-date", "format-json-bool", "tool-weather")]
+    raw = (taskfile.read_bytes(None)[0]).decode().splitlines()
+    small.write_text("\n".join(raw[t.line - 1] for t in keep) + "\n")
+    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "f16,mlx-4bit", "--phases", "tasks",
+                   "--tasks", str(small), "--attempts", "2", "--log", str(log), check=False)
+    assert proc.returncode == 0, proc.stderr
+    run = runlog.load(log)
+    for m in run.models:
+        ph = m.phases.tasks
+        assert ph is not None and not ph.failures, m.identity.name
+        assert ph.prompt_format.startswith("no chat template")
+        assert ph.summary.within.k == 0 and ph.summary.attempts_run == 2 * len(keep)
+        _recomputed_real(ph, {t.id: (t.checker, list(t.tools)) for t in keep})
+
+
+def _recomputed_real(ph, tools_of):
+    for r in ph.results:
+        for a in r.attempts:
+            assert len(a.tokens) == len(a.token_times) >= 1 and a.stop in ("eos", "max_tokens")
+            spec, tools = tools_of[r.task]
+            v = checkers.check(spec, a.text, tools, ph.tool_format or "json")
+            assert (v.correct, v.message) == (a.correct, a.message)
