@@ -102,7 +102,10 @@ def test_the_default_set_on_the_fake_engine_and_its_figures(fake_dir, tmp_path):
     figures = at.tasks_figures(run.models[0])
     assert figures["has_tasks"] and figures["tasks_n"] == len(tf.tasks)
     show = macprof("show", str(log))
-    assert "tasks" in show.stdout and "accuracy" in show.stdout
+    assert "Tasks (right answers)" in show.stdout and "accuracy first attempt 0/36" in show.stdout
+    both = macprof("compare", str(log), str(log), "--fail-if", "accuracy:-5%")
+    assert both.returncode == 0 and "no significant difference (p=1, 0 vs 0 of 36)" in both.stdout
+    assert macprof("plot", str(log), "-o", str(tmp_path / "p.png")).returncode == 0 and (tmp_path / "p.png").stat().st_size
 
 
 def test_summary_figures_from_hand_made_attempts():
@@ -167,3 +170,45 @@ def _recomputed_real(ph, tools_of):
             spec, tools = tools_of[r.task]
             v = checkers.check(spec, a.text, tools, ph.tool_format or "json")
             assert (v.correct, v.message) == (a.correct, a.message)
+
+
+def _row(source, outcomes, accuracy):
+    return {"source": source, "model": "m", "outcomes": outcomes, "accuracy": accuracy, "time_per_correct_s": 1.0}
+
+
+def test_accuracy_is_called_only_when_the_paired_test_says_so():
+    from macprof.analyse import compare as cmp
+
+    base = {f"t{i}": (True, True) for i in range(20)}
+    worse = {**base, **{f"t{i}": (False, False) for i in range(8)}}  # 8 tasks lost, none gained: p = 2/256
+    call = cmp.accuracy_call(base, worse)
+    assert call["call"] == "less accurate" and call["only_base"] == 8 and call["p"] == pytest.approx(2 / 256)
+    mixed = {**base, **{f"t{i}": (False, False) for i in range(3)}}
+    assert cmp.accuracy_call(base, mixed)["call"] == "no significant difference"
+    few = {k: base[k] for k in list(base)[:5]}
+    small = cmp.accuracy_call(few, {k: (False, False) for k in few})
+    assert small["call"] == "cannot tell" and "5 paired tasks" in small["why"]
+    assert cmp.accuracy_call(base, {**base, **{f"t{i}": (False, False) for i in range(8)}})["call"] == "less accurate"
+    assert cmp.parse_fail_if(["accuracy:-5%"]) == [("accuracy", -0.05)]
+
+
+def test_the_accuracy_gate(fake_dir, tmp_path):
+    from macprof.analyse import compare as cmp
+
+    base = {f"t{i}": (True, True) for i in range(20)}
+    worse = {**base, **{f"t{i}": (False, False) for i in range(8)}}
+    rows = [_row("a", base, 1.0), _row("b", worse, 0.6)]
+    for r in rows:
+        r.update({k: None for k in ("engine", "decode_tok_s", "warm_ttft_s", "peak_memory_bytes", "memory_figure",
+                                    "memory_weights", "kld_mean")})
+        r["samples"] = {"decode": [], "ttft": []}
+        r["conditions"] = {}
+    result = cmp.compare(rows)
+    found = cmp.regressions(result, cmp.parse_fail_if(["accuracy:-5%"]))
+    assert len(found) == 1 and "-40.0 points" in found[0] and "McNemar" in found[0]
+    assert not cmp.regressions(result, cmp.parse_fail_if(["accuracy:-50%"]))
+    assert cmp.cannot_judge(result, cmp.parse_fail_if(["accuracy:-5%"])) is None
+    rows[1]["outcomes"] = {k: worse[k] for k in list(worse)[:4]}
+    rows[0]["outcomes"] = {k: base[k] for k in list(base)[:4]}
+    why = cmp.cannot_judge(cmp.compare(rows), cmp.parse_fail_if(["accuracy:-5%"]))
+    assert "4 paired tasks" in why and "McNemar" in why
