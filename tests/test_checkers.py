@@ -37,6 +37,8 @@ def test_number():
     spec = {"type": "number", "answer": 42}
     assert c.check(spec, "42").correct
     assert c.check(spec, "The answer is 42.").correct
+    assert c.check(spec, "17 + 25 = 42").correct  # the final number is the answer
+    assert not c.check(spec, "17 + 25 = 32").correct
     near = c.check(spec, "41")
     assert not near.correct and near.message == "41 is not the right number" and "42" not in near.message
     assert not c.check(spec, "42.5").correct

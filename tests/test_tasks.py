@@ -13,6 +13,7 @@ from macprof.engines.base import ChatTemplate
 from macprof.measure import checkers
 from macprof.run import chat
 from macprof.store import runlog
+from tests.test_published_model import smollm2  # noqa: F401,F811 - the fixture: the GGUF the test extra ships
 from tests.test_run import macprof
 
 CHATML = ChatTemplate("test", "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -212,3 +213,57 @@ def test_the_accuracy_gate(fake_dir, tmp_path):
     rows[0]["outcomes"] = {k: base[k] for k in list(base)[:4]}
     why = cmp.cannot_judge(cmp.compare(rows), cmp.parse_fail_if(["accuracy:-5%"]))
     assert "4 paired tasks" in why and "McNemar" in why
+
+
+# -- the real SmolLM2 of the test extra, on part of the default set ------------------------------
+SMOL_TASKS = ("arith-1", "arith-3", "extract-capital", "format-yesno", "tool-timer", "tool-weather")
+
+
+@pytest.mark.slow
+def test_smollm2_on_the_default_set_recomputes_from_its_replies(smollm2, tmp_path):  # noqa: F811
+    """Six tasks of the shipped set, replies cut at 24 tokens (the slow machine): through the
+    model's own chat template (its GGUF's), EOS ending replies; every verdict and the accuracy
+    recompute from the recorded replies, and each reply is the recorded ids detokenized."""
+    from pathlib import Path as _P
+
+    from macprof.engines.base import EngineSettings
+    from macprof.engines.llama_cpp import LlamaCppEngine
+    path = smollm2
+    raw = taskfile.read_bytes(None)[0].decode().splitlines()
+    tf = taskfile.load(None)
+    picked = [t for t in tf.tasks if t.id in SMOL_TASKS]
+    lines = []
+    for t in picked:
+        task = json.loads(raw[t.line - 1])
+        task["max_tokens"] = min(task["max_tokens"], 24)
+        lines.append(json.dumps(task))
+    small = tmp_path / "smol.jsonl"
+    small.write_text("\n".join(lines) + "\n")
+    log = tmp_path / "s.json"
+    # one thread: a 135M model decodes well on one, and llama.cpp's threads stall each other on shared cores
+    proc = macprof("run", str(path), "--phases", "tasks", "--tasks", str(small), "--attempts", "2", "--threads", "1",
+                   "--log", str(log), check=False)
+    assert proc.returncode == 0, proc.stderr
+    ph = runlog.load(log).models[0].phases.tasks
+    assert not ph.failures and not ph.refusals and ph.prompt_format == "the model's chat template (GGUF tokenizer.chat_template)"
+    assert ph.tool_format == "json"  # SmolLM2-135M's template defines no tools: the documented JSON form
+    engine = LlamaCppEngine()
+    engine.load_model(_P(path), EngineSettings(n_ctx=512, threads=1))
+    specs = {t.id: (t.checker, list(t.tools)) for t in picked}
+    solved_first = solved = 0
+    for r in ph.results:
+        for a in r.attempts:
+            assert a.status == "ok" and len(a.tokens) == len(a.token_times) <= 24
+            assert (a.stop == "eos") == (a.tokens[-1] in engine.eos_ids)
+            assert a.text == engine.detokenize(a.tokens[:-1] if a.stop == "eos" else a.tokens)
+            spec, tools = specs[r.task]
+            v = checkers.check(spec, a.text, tools, "json")
+            assert (v.correct, v.message) == (a.correct, a.message)
+        right = [a.attempt for a in r.attempts if a.correct]
+        assert r.solved_at == (right[0] if right else None) and len(r.attempts) == (right[0] if right else 2)
+        solved_first += r.solved_at == 1
+        solved += r.solved_at is not None
+    s = ph.summary
+    assert (s.first.k, s.within.k, s.tasks) == (solved_first, solved, len(picked))
+    assert s.attempts_run == sum(len(r.attempts) for r in ph.results)
+    engine.close()

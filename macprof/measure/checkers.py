@@ -77,20 +77,21 @@ def regex(spec: dict, reply: str) -> Verdict:
     return Verdict(False, f"the reply {_short(reply)} is not in the required form")
 
 
-def first_number(text: str) -> float | None:
-    """The first number written in ``text`` (thousands commas allowed: 1,234.5), or None."""
-    m = NUMBER.search(text)
-    if not m:
+def last_number(text: str) -> float | None:
+    """The last number written in ``text`` (thousands commas allowed: 1,234.5), or None: the
+    final answer, as lm-evaluation-harness's flexible extract reads it ("17 + 25 = 42" is 42)."""
+    found = NUMBER.findall(text)
+    if not found:
         return None
     try:
-        return float(m.group().replace(",", ""))
+        return float(found[-1].replace(",", ""))
     except ValueError:  # pragma: no cover - the pattern only matches numbers
         return None
 
 
 def number(spec: dict, reply: str) -> Verdict:
-    """The first number in the reply is within ``tolerance`` (absolute, default 0) of the answer."""
-    got = first_number(reply)
+    """The last number in the reply is within ``tolerance`` (absolute, default 0) of the answer."""
+    got = last_number(reply)
     if got is None:
         return Verdict(False, f"no number in the reply {_short(reply)}")
     want, tol = float(spec["answer"]), float(spec.get("tolerance", 0))
