@@ -216,11 +216,12 @@ def accuracy_call(base: dict[str, tuple[bool, bool]], other: dict[str, tuple[boo
     b = sum(1 for t in common if base[t][1] and not other[t][1])  # only the baseline right
     c = sum(1 for t in common if other[t][1] and not base[t][1])  # only this side right
     need = proportions.smallest_significant_pairs()
-    out = {"pairs": len(common), "only_base": b, "only_this": c, "p": proportions.mcnemar_exact(b, c), "why": None}
+    p = proportions.mcnemar_exact(b, c)
+    out: dict = {"pairs": len(common), "only_base": b, "only_this": c, "p": p, "why": None}
     if len(common) < need:
         return {**out, "call": "cannot tell", "why": f"{len(common)} paired tasks; the exact test needs {need} to reach "
                                                      f"p < {proportions.ALPHA} at all"}
-    if out["p"] < proportions.ALPHA:
+    if p < proportions.ALPHA:
         return {**out, "call": "more accurate" if c > b else "less accurate"}
     return {**out, "call": "no significant difference"}
 
@@ -317,7 +318,9 @@ def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
         base = next(row["source"] for row in result["rows"] if row["baseline"])
         return (f"--fail-if has nothing to judge: no model of the baseline's run ({base}) appears in another run; "
                 f"compare a run against an earlier run of the same models")
-    unmeasured, few, few_tasks = [], [], []
+    unmeasured: list[str] = []
+    few: list[str] = []
+    few_tasks: list[str] = []
     for metric in dict.fromkeys(m for m, _ in specs):
         none, small = _unjudged(judged, metric)
         unmeasured += [f"{_label(metric, judged)} of {', '.join(none)}"] if none else []

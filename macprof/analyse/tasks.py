@@ -48,9 +48,12 @@ def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: Pha
     results: dict[str, TaskResult] = {}
     for e in tail:
         if isinstance(e, TaskAttemptDone):
-            a = TaskAttempt(**{k: getattr(e, k) for k in (
+            fields: dict = {k: getattr(e, k) for k in (
                 "task", "attempt", "status", "error", "t0", "t_tokenized", "token_times", "prompt_tokens", "tokens",
-                "stop", "text", "correct", "message")}, **({"tool": e.tool} if e.has("tool") else {}))
+                "stop", "text", "correct", "message")}
+            if e.has("tool"):
+                fields["tool"] = e.tool
+            a = TaskAttempt(**fields)
             r = results.get(e.task) or TaskResult(task=e.task, category=e.category, checker=e.checker)
             results[e.task] = r.replace(attempts=(*r.attempts, a),
                                         solved_at=r.solved_at if r.solved_at is not None else (e.attempt if e.correct else None))

@@ -78,7 +78,7 @@ def run_tasks(ctx: PhaseContext) -> None:
             reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
             verdict = checkers.check(task.checker, reply, list(task.tools), rendered.tool_format) \
                 if got["status"] == "ok" else None
-            tool = ({"tool": ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
+            tool: dict = ({"tool": ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
                                       arguments_valid=verdict.tool.arguments_valid)}
                     if verdict is not None and verdict.tool is not None else {})
             ctx.emit(TaskAttemptDone(
@@ -98,7 +98,8 @@ def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock) -> 
     end-of-generation id or max_tokens, then closed (the engine's loop stops there)."""
     tokens: list[int] = []
     times: list[int] = []
-    stop, status, error = "max_tokens", "ok", None
+    stop: str | None = "max_tokens"
+    status, error = "ok", None
     gen = engine.generate(ids, max_tokens)
     try:
         for token in gen:
