@@ -267,3 +267,77 @@ def test_smollm2_on_the_default_set_recomputes_from_its_replies(smollm2, tmp_pat
     assert (s.first.k, s.within.k, s.tasks) == (solved_first, solved, len(picked))
     assert s.attempts_run == sum(len(r.attempts) for r in ph.results)
     engine.close()
+
+
+# -- through a server (engine openai): chat completions with the OpenAI tools field ---------------
+def _chat_server(refuse_tools: bool):
+    from http.server import BaseHTTPRequestHandler
+
+    class Handler(BaseHTTPRequestHandler):
+        seen: list = []
+
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code, obj):
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send(200, {"data": [{"id": "m"}]}) if self.path == "/v1/models" else self._send(404, {})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != "/v1/chat/completions":
+                return self._send(404, {"error": "no such endpoint"})
+            Handler.seen.append(body)
+            if "tools" in body and refuse_tools:
+                return self._send(400, {"error": {"message": "tools are not supported"}})
+            if "tools" in body:
+                msg = {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {
+                    "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}
+            else:
+                last = body["messages"][-1]["content"]
+                msg = {"role": "assistant", "content": "41" if "Try again" not in last else "4"}
+            self._send(200, {"choices": [{"message": msg, "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 20, "completion_tokens": 3}})
+
+    return Handler
+
+
+SERVER_TASKS = [
+    {"id": "add", "prompt": "What is 2 + 2?", "checker": {"type": "number", "answer": 4}, "max_tokens": 8},
+    {"id": "weather", "prompt": "Weather in Oslo?", "checker": {"type": "tool-call", "name": "get_weather",
+                                                                 "arguments": {"city": "Oslo"}}, "max_tokens": 32,
+     "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+         "type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}]},
+]
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_the_phase_through_a_server(loopback, tmp_path, refuse):
+    handler = _chat_server(refuse)
+    url = loopback(handler)
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text("\n".join(json.dumps(t) for t in SERVER_TASKS) + "\n")
+    log = tmp_path / "s.json"
+    proc = macprof("run", "--endpoint", url + "/v1", "--phases", "tasks", "--tasks", str(tasks), "--attempts", "2",
+                   "--log", str(log), check=False)
+    assert proc.returncode == 0, proc.stderr
+    ph = runlog.load(log).models[0].phases.tasks
+    assert ph.prompt_format.startswith("the server's own chat template") and not ph.failures
+    add, weather = ph.results
+    assert [a.correct for a in add.attempts] == [False, True] and add.solved_at == 2  # the retry, with the message
+    assert "Try again" in handler.seen[1]["messages"][-1]["content"] and handler.seen[1]["temperature"] == 0
+    assert all(a.completion_tokens == 3 and a.t_end >= a.t0 for r in ph.results for a in r.attempts)
+    assert ph.summary.tokens_generated == 3 * ph.summary.attempts_run
+    if refuse:  # asked again without the field, the tools in a system turn; said in the attempt's message
+        assert weather.solved_at is None and "refused the tools field" in weather.attempts[0].message
+        assert any("You can call these functions" in m["content"] for m in handler.seen[-1]["messages"])
+    else:
+        assert weather.solved_at == 1 and weather.attempts[0].tool.arguments_valid
+        assert handler.seen[2]["tools"] == SERVER_TASKS[1]["tools"]

@@ -33,7 +33,7 @@ def proportion(k: int, n: int) -> Proportion:
 
 
 def attempt_window(a: TaskAttempt) -> tuple[int, int] | None:
-    end = a.token_times[-1] if a.token_times else a.t_tokenized
+    end = a.t_end if a.t_end is not None else a.token_times[-1] if a.token_times else a.t_tokenized
     return (a.t0, end) if a.t0 is not None and end is not None and end >= a.t0 else None
 
 
@@ -51,8 +51,9 @@ def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: Pha
             fields: dict = {k: getattr(e, k) for k in (
                 "task", "attempt", "status", "error", "t0", "t_tokenized", "token_times", "prompt_tokens", "tokens",
                 "stop", "text", "correct", "message")}
-            if e.has("tool"):
-                fields["tool"] = e.tool
+            for key in ("tool", "t_end", "completion_tokens"):
+                if e.has(key):
+                    fields[key] = getattr(e, key)
             a = TaskAttempt(**fields)
             r = results.get(e.task) or TaskResult(task=e.task, category=e.category, checker=e.checker)
             results[e.task] = r.replace(attempts=(*r.attempts, a),
@@ -76,7 +77,7 @@ def summarize(results: Sequence[TaskResult], telemetry: Sequence[ev.Telemetry] =
     tool = [a for r in results if r.checker == "tool-call" for a in r.attempts if a.status == "ok"]
     windows = [w for w in (attempt_window(a) for a in attempts) if w is not None]
     wall = sum(b - a for a, b in windows) / 1e9 if windows else None
-    tokens = sum(len(a.tokens) for a in attempts)
+    tokens = sum(a.completion_tokens or 0 if a.has("completion_tokens") else len(a.tokens) for a in attempts)
     joules, why = _energy(windows, telemetry)
     return TasksSummary(
         tasks=n, first=proportion(first, n), within=proportion(len(solved), n),

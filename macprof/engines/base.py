@@ -59,6 +59,10 @@ CAPABILITIES = {
     "sample": "sampled decoding at a temperature from a seed (the tasks phase's --temperature retries); "
               "generation is greedy everywhere else",
 }
+CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI tools field, the server applying its "
+                        "model's template (the tasks phase through a server)")
+# what an in-process engine says of "chat": the tasks phase renders the model's template itself
+RENDERS_ITSELF = "in-process: the tasks phase renders the model's own chat template and generates token by token"
 # what an engine whose generate is an argmax says of "sample": refused, never imitated
 GREEDY_ONLY = "this engine's decoding loop is greedy (an argmax over the logits): sampled retries are not built"
 

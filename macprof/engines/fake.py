@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from macprof.engines.base import GREEDY_ONLY, IN_PROCESS, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse, TopTwo
+from macprof.engines.base import GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse, TopTwo
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -58,7 +58,8 @@ class FakeEngine(PrefixReuse):
     name = "fake"
     separate_tokenizer = False  # the vocabulary comes with the model file
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": GREEDY_ONLY}
+                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "chat": RENDERS_ITSELF}
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
     def __init__(self) -> None:

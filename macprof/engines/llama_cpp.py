@@ -30,7 +30,7 @@ import numpy as np
 from llama_cpp import _logger as _lc_logger
 
 from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
-from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
+from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
                                   TopTwo, top_two)
 from macprof.errors import MacprofError
 
@@ -44,7 +44,8 @@ class LlamaCppEngine(PrefixReuse):
     name = "llama.cpp"
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": GREEDY_ONLY}
+                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "chat": RENDERS_ITSELF}
 
     def __init__(self) -> None:
         self.model = None

@@ -27,7 +27,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
+from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
                                   TopTwo, top_two)
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
@@ -102,7 +102,8 @@ class MlxEngine(PrefixReuse):
     separate_tokenizer = True  # the tokenizer's own files, loaded after the weights
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": GREEDY_ONLY}
+                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "chat": RENDERS_ITSELF}
 
     def __init__(self) -> None:
         self.model: Any = None

@@ -58,6 +58,9 @@ class TaskAttempt(Record):
     correct: bool | None = None
     message: str | None = None  # the checker's message (the next user turn's on a retry)
     tool: ToolCall | None = ABSENT  # tool-call tasks only
+    # through a server (one chat completion, not streamed): its end stamp and its usage count
+    t_end: int | None = ABSENT
+    completion_tokens: int | None = ABSENT
 
 
 @record
@@ -165,6 +168,9 @@ class TaskAttemptDone(Event):
     correct: bool | None = None
     message: str | None = None
     tool: ToolCall | None = ABSENT
+    # through a server (one chat completion, not streamed): its end stamp and its usage count
+    t_end: int | None = ABSENT
+    completion_tokens: int | None = ABSENT
 
 
 @record

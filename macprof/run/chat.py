@@ -68,7 +68,7 @@ def _tool_turn(tools: Sequence[dict]) -> dict:
     return {"role": "system", "content": TOOL_INSTRUCTION.format(tools=listed)}
 
 
-def _with_tool_turn(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
+def with_tool_turn(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
     """macprof's tool turn, joined to the task's own system turn where it has one."""
     turn = _tool_turn(tools)
     if messages and messages[0]["role"] == "system":
@@ -113,10 +113,10 @@ def render(template: ChatTemplate | None, messages: Sequence[dict], tools: Seque
     that fails to render raises jinja2's TemplateError (the phase records it per task)."""
     msgs = [dict(m) for m in messages]
     if template is None:
-        return Rendered(plain(_with_tool_turn(msgs, tools) if tools else msgs), "json")
+        return Rendered(plain(with_tool_turn(msgs, tools) if tools else msgs), "json")
     native = takes_tools(template)
     if tools and not native:
-        msgs = _with_tool_turn(msgs, tools)
+        msgs = with_tool_turn(msgs, tools)
     text = _environment().from_string(template.text).render(
         messages=msgs, tools=list(tools) if tools and native else None, add_generation_prompt=True,
         bos_token=template.bos_token, eos_token=template.eos_token)

@@ -35,14 +35,14 @@ def generation_note(eos: int, temperature: float) -> str:
 
 def run_tasks(ctx: PhaseContext) -> None:
     engine, s = ctx.engine, ctx.settings
-    if not lacks(engine, "stream"):
-        raise MacprofError("the tasks phase through a server (--endpoint / --serve) is not built yet: "
-                           "run it on the model in-process")
     if s.temperature > 0:
         why = lacks(engine, "sample")
         if why:
             raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {why}")
     tf = taskfile.load(s.tasks)
+    if not lacks(engine, "chat"):  # a server: it applies its model's template and ends at its EOS
+        _run_on_server(ctx, tf)
+        return
     template = engine.chat_template()
     eos = set(engine.eos_ids)
     tool_formats = {chat.tool_format(template)} if any(t.tools for t in tf.tasks) else set()
@@ -86,6 +86,66 @@ def run_tasks(ctx: PhaseContext) -> None:
                 status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
                 prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
                 correct=verdict.correct if verdict else None, message=verdict.message if verdict else None, **tool))
+            if verdict is None or verdict.correct:
+                break
+            messages += [{"role": "assistant", "content": reply},
+                         {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+    ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+
+
+SERVER_FORMAT = "the server's own chat template (a chat completion of the task's messages)"
+SERVER_GENERATION = ("one chat completion per attempt, not streamed (its wall time, the server's usage count of "
+                     "tokens; no per-token stamps), ended by the server at its model's EOS or max_tokens; "
+                     "greedy (temperature 0)")
+
+
+def _run_on_server(ctx: PhaseContext, tf) -> None:
+    """The tasks through a server's chat completions: the task's messages as they are, its tools
+    in the OpenAI ``tools`` field (a tool call read from the reply's ``tool_calls``), or, where the
+    server refuses that field, described in a system turn and read in the JSON form; said per
+    attempt's message where it happened and in the phase's tool_format."""
+    engine, s = ctx.engine, ctx.settings
+    ctx.emit(TasksStart(
+        phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
+                                          refused=len(tf.refused)),
+        prompt_format=SERVER_FORMAT, tool_format="OpenAI tools field (the reply's tool_calls), else json"
+        if any(t.tools for t in tf.tasks) else None, generation=SERVER_GENERATION, attempts_allowed=s.attempts,
+        temperature=s.temperature, seed=s.seed, context_tokens=None,
+        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
+    seq = 0
+    for task in tf.tasks:
+        messages = [dict(m) for m in task.messages]
+        for attempt in range(1, s.attempts + 1):
+            ctx.emit(ev.RequestStart(phase=PHASE, index=seq, kind="task", case=task.id))
+            seq += 1
+            t0 = ctx.clock()
+            try:
+                got = engine.chat(messages, list(task.tools), task.max_tokens,
+                                  chat.with_tool_turn(messages, task.tools) if task.tools else ())
+                status, error = "ok", None
+            except MacprofError as exc:
+                got, status, error = {}, "error", str(exc)
+            t_end = ctx.clock()
+            reply = got.get("text") or ""
+            if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
+                import json
+
+                call = got["tool_calls"][0]
+                reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
+            verdict = checkers.check(task.checker, reply, list(task.tools), "json") if status == "ok" else None
+            tool: dict = ({"tool": ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
+                                            arguments_valid=verdict.tool.arguments_valid)}
+                          if verdict is not None and verdict.tool is not None else {})
+            message = verdict.message if verdict else None
+            if verdict is not None and got.get("tools_refused"):
+                message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
+            finish = got.get("finish_reason")
+            ctx.emit(TaskAttemptDone(
+                phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+                status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
+                    got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
+                "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
+                message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **tool))
             if verdict is None or verdict.correct:
                 break
             messages += [{"role": "assistant", "content": reply},
