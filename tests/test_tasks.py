@@ -151,11 +151,14 @@ def test_the_demo_models_are_all_wrong_and_the_machinery_exact(tiny_dir, tmp_pat
     tf = taskfile.load(None)
     keep = [t for t in tf.tasks if t.id in ("arith-1", "extract-date", "format-json-bool", "tool-weather")]
     raw = (taskfile.read_bytes(None)[0]).decode().splitlines()
-    small.write_text("\n".join(raw[t.line - 1] for t in keep) + "\n")
-    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "f16,mlx-4bit", "--phases", "tasks",
+    cut = [{**json.loads(raw[t.line - 1]), "max_tokens": 16} for t in keep]  # random weights: replies run to the limit
+    small.write_text("\n".join(json.dumps(t) for t in cut) + "\n")
+    proc = macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-f16,demo-tiny-mlx-4bit",
+                   "--phases", "tasks", "--threads", "1",
                    "--tasks", str(small), "--attempts", "2", "--log", str(log), check=False)
     assert proc.returncode == 0, proc.stderr
     run = runlog.load(log)
+    assert [m.identity.name for m in run.models] == ["demo-tiny-f16", "demo-tiny-mlx-4bit"]
     for m in run.models:
         ph = m.phases.tasks
         assert ph is not None and not ph.failures, m.identity.name
@@ -167,7 +170,7 @@ def test_the_demo_models_are_all_wrong_and_the_machinery_exact(tiny_dir, tmp_pat
 def _recomputed_real(ph, tools_of):
     for r in ph.results:
         for a in r.attempts:
-            assert len(a.tokens) == len(a.token_times) >= 1 and a.stop in ("eos", "max_tokens")
+            assert len(a.tokens) == len(a.token_times) >= 1 and a.stop in ("eos", "max_tokens") and len(a.tokens) <= 16
             spec, tools = tools_of[r.task]
             v = checkers.check(spec, a.text, tools, ph.tool_format or "json")
             assert (v.correct, v.message) == (a.correct, a.message)
