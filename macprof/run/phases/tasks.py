@@ -99,6 +99,11 @@ SERVER_GENERATION = ("one chat completion per attempt, not streamed (its wall ti
                      "greedy (temperature 0)")
 
 
+# a server that takes the field may still render a template without tools: the model then never sees them
+SERVER_TOOLS = ("OpenAI tools field, the call read from the reply's tool_calls (whether the model sees the tools is "
+                "the server's template's doing), else json")
+
+
 def _run_on_server(ctx: PhaseContext, tf) -> None:
     """The tasks through a server's chat completions: the task's messages as they are, its tools
     in the OpenAI ``tools`` field (a tool call read from the reply's ``tool_calls``), or, where the
@@ -108,7 +113,7 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
     ctx.emit(TasksStart(
         phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                                           refused=len(tf.refused)),
-        prompt_format=SERVER_FORMAT, tool_format="OpenAI tools field (the reply's tool_calls), else json"
+        prompt_format=SERVER_FORMAT, tool_format=SERVER_TOOLS
         if any(t.tools for t in tf.tasks) else None, generation=SERVER_GENERATION, attempts_allowed=s.attempts,
         temperature=s.temperature, seed=s.seed, context_tokens=None,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
