@@ -36,6 +36,10 @@ class Phase:
     report: str | None = None
 
 
+# the tasks phase's context: a task whose prompt and max_tokens do not fit is refused alone, in one line
+TASKS_CONTEXT = 2048
+
+
 def _per_case(s, cases: list[dict]) -> int:
     return len(cases) * (s.reps + 1)  # a warm-up and reps per case
 
@@ -78,6 +82,9 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           "macprof.analyse.conversation:build_conversation_phase", requests=lambda s, cases: 2 * s.apps * s.turns,
           context=lambda s, cases: _conversation_context(s), figures="macprof.analyse.conversation:figures",
           report="macprof.render.conversation:REPORT"),
+    # right answers: one task_attempt per attempt, none of them a request event (an app's generation: EOS ends it)
+    Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
+          context=lambda s, cases: TASKS_CONTEXT, report="macprof.render.tasks:REPORT"),
 )}
 NAMES = tuple(REGISTRY)
 SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)

@@ -18,7 +18,7 @@ from macprof.analyse.build import build
 from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
 from macprof.errors import MacprofError
-from macprof.model.events import QualityChunkScored, Request
+from macprof.model.events import QualityChunkScored, Request, TaskAttemptDone
 from macprof.model.log import RunLog
 import macprof.run.resume
 from macprof.run.resume import SUFFIX
@@ -97,10 +97,10 @@ def interrupted_note(log: RunLog, log_path: Path) -> str:
 
 def measured_anything(log_path: Path) -> bool:
     """Whether the run of ``log_path`` measured at least one request (a warm-up is not a
-    measurement) or scored a quality chunk, from its journal: every event is there, a resumed
-    run's included."""
+    measurement), scored a quality chunk or ran a task's attempt, from its journal: every event is
+    there, a resumed run's included."""
     return any((isinstance(e, Request) and e.status == "ok" and e.kind != "warmup") or isinstance(e, QualityChunkScored)
-               for e in read_journal(journal_path(log_path)))
+               or (isinstance(e, TaskAttemptDone) and e.status == "ok") for e in read_journal(journal_path(log_path)))
 
 
 def default_log_path(runs_dir: Path) -> Path:

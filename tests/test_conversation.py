@@ -17,7 +17,7 @@ from macprof.engines.base import EngineSettings
 from macprof.engines.fake import FakeEngine, write_model
 from macprof.errors import MacprofError
 from macprof.model.events import parse_event
-from macprof.run.chat import FALLBACK, ChatTemplate, chat_ids, template_for
+from macprof.run.chat import FALLBACK, Template, chat_ids, template_for
 from macprof.run.phases import PhaseContext
 from macprof.run.phases.conversation import run_conversation, schedule, why_stopped
 from macprof.run.prompts import PromptBuilder
@@ -70,7 +70,7 @@ def test_templates_render_as_apps_render_them(tmp_path):
     engine = _engine(tmp_path)
     assert template_for(engine, None).source == "fallback"  # the fake model ships none
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    assert ChatTemplate("fallback", FALLBACK).render(messages) == "system:\ns\n\nuser:\nu\n\nassistant:\n"
+    assert Template("fallback", FALLBACK).render(messages) == "system:\ns\n\nuser:\nu\n\nassistant:\n"
     path = tmp_path / "t.jinja"
     path.write_text(CHATML)
     t = template_for(engine, str(path))
@@ -79,7 +79,7 @@ def test_templates_render_as_apps_render_them(tmp_path):
     bad.write_text("{% for m in messages %}")
     with pytest.raises(MacprofError, match="does not compile"):
         template_for(engine, str(bad))
-    refusing = ChatTemplate("file", "{{ raise_exception('roles must alternate') }}", str(path))
+    refusing = Template("file", "{{ raise_exception('roles must alternate') }}", str(path))
     with pytest.raises(MacprofError, match=f"chat template \\(file: {path}\\).*roles must alternate"):
         refusing.render(messages)
     assert chat_ids(engine, "x")[0] == engine.tokenize("")[0]  # the tokenizer's own BOS, once

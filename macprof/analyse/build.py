@@ -16,6 +16,7 @@ from macprof.analyse.requests import phase_failures, request_record, summarize_r
 from macprof.analyse import energy
 from macprof.analyse.quality import build_quality
 from macprof.analyse.serving import build_concurrency
+from macprof.analyse.tasks import build_tasks
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
 from macprof.collect.macos import THERMAL_STATES
 from macprof.cases import SWEEP_PHASES, mean_context, plan
@@ -31,6 +32,7 @@ from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, DepthF
 from macprof.model.quality import QualityPhase
 from macprof.model.records import ABSENT
 from macprof.model.serving import ConcurrencyPhase
+from macprof.model.tasks import TasksPhase
 from macprof.phases import REGISTRY, load
 
 Roof = Callable[[Metrics], Ceiling]  # a phase's summary -> its ceiling at the phase's context
@@ -146,6 +148,10 @@ def build_quality_phase(ctx: PhaseEvents, name: str) -> QualityPhase:
 def build_concurrency_phase(ctx: PhaseEvents, name: str) -> ConcurrencyPhase:
     return build_concurrency(ctx.events, phase_failures(ctx.failures, name), ctx.head.settings, ctx.head.shape,
                              ctx.bw, request_record)
+
+
+def build_tasks_phase(ctx: PhaseEvents, name: str) -> TasksPhase:
+    return build_tasks(ctx.events, phase_failures(ctx.failures, name), _phase_memory(ctx.events, name))
 
 
 def _planned(events: list[ev.Event], head: ev.ModelStart) -> dict[str, tuple[PlannedCase, ...]]:

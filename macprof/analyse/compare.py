@@ -18,13 +18,17 @@ from macprof.measure.significance import (ALPHA, CONFIDENCE, RESAMPLES, SEED, me
                                           verdict)
 from macprof.measure import stats
 from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_family, memory_figures
+from macprof.analyse.tasks import task_outcomes, tasks_figures
+from macprof.measure import proportions
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Sweep, SweepCase, WarmPhase
 from macprof.phases import figures_of
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak memory", False),
-           "kld": ("mean KLD", False)}
+           "kld": ("mean KLD", False), "accuracy": ("task accuracy", True)}
+ACCURACY_TEST = (f"accuracy: exact McNemar test on the tasks both sides ran (two-sided, alpha {proportions.ALPHA}); "
+                 f"cannot tell under {proportions.smallest_significant_pairs()} paired tasks")
 
 
 def _engine_version(model: ModelResult, software: dict | None) -> str | None:
@@ -50,7 +54,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
     rows = []
     for m in log.models:
         s = m.settings
-        head, lengths = {**headline(m), **figures_of(m)}, (s.prompt_tokens, s.gen_tokens)
+        head, lengths = {**headline(m), **figures_of(m), **tasks_figures(m)}, (s.prompt_tokens, s.gen_tokens)
         block: WarmPhase | SweepCase | None = m.phases.warm
         states = thermal_state_of(m.phases.warm)
         if case:
@@ -69,6 +73,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
             **head,
             "samples": {"decode": [r.decode_tok_s for r in ok if r.decode_tok_s is not None],
                         "ttft": [r.ttft_s for r in ok if r.ttft_s is not None]},
+            "outcomes": task_outcomes(m),  # per task: right first, right within (the paired accuracy test)
             "conditions": {
                 "lengths": lengths,
                 # what the requests really had (a server's prompts may not be the asked length)
@@ -85,6 +90,8 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 "memory_weights": head["memory_weights"],
                 # NSProcessInfo's at the phase's boundaries (macOS; absent from older logs)
                 "phase_thermal_state": states,
+                # the task set's sha256 and attempts allowed (absent: no tasks phase on one side, not flagged)
+                "task_set": _task_set(m),
             },
         })
     return rows
@@ -98,7 +105,12 @@ def measured_lengths(requests) -> tuple:
     return tuple((min(v), max(v)) if v else None for v in (prompts, gens))
 
 
-_FLAG_NAMES = {"lengths": "prompt/gen lengths", "measured_lengths": "measured prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
+def _task_set(m: ModelResult) -> tuple | None:
+    ph = m.phases.tasks
+    return (ph.task_set.sha256 if ph.task_set else None, ph.attempts_allowed) if ph else None
+
+
+_FLAG_NAMES = {"task_set": "task set or attempts allowed", "lengths": "prompt/gen lengths", "measured_lengths": "measured prompt/gen lengths", "machine": "machine", "engine_version": "engine version",
                "power_source": "power source", "thermal_state": "thermal state",
                "thermal_pressure": "thermal pressure during the phase", "phase_power_source": "power source during the phase",
                "memory_figure": "memory: footprint vs RSS", "phase_thermal_state": "thermal state during the phase",
@@ -107,7 +119,8 @@ _FLAG_NAMES = {"lengths": "prompt/gen lengths", "measured_lengths": "measured pr
 
 # flagged only when both sides know them: a log from before telemetry, or an OS that reads
 # neither, says nothing about them
-_KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase_thermal_state", "memory_weights")
+_KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase_thermal_state", "memory_weights",
+               "task_set")
 THERMAL_RANK = {"nominal": 0, "fair": 1, "serious": 2, "critical": 3}
 
 
@@ -151,7 +164,7 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
                  # lengths asked otherwise are flagged as such; what the requests had says more only when asked alike
                  and (k != "measured_lengths" or r["conditions"]["lengths"] == base["conditions"]["lengths"])
                  and (k not in _KNOWN_ONLY or None not in (v, base["conditions"][k]))]
-        row = {k: v for k, v in r.items() if k not in ("samples", "conditions")}
+        row = {k: v for k, v in r.items() if k not in ("samples", "conditions", "outcomes")}
         row["baseline"] = r is base
         row["not_comparable"] = flags
         row["ratios"], row["calls"], row["intervals"] = _against(r, base, pending)
@@ -168,7 +181,8 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
         intervals[key] = found
     return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
             "interval": f"{CONFIDENCE:.0%} percentile bootstrap of the ratio of medians, {RESAMPLES} resamples per side, "
-                        f"seed {SEED}", "confidence": CONFIDENCE, "min_reps_per_side": min_reps(ALPHA), "rows": out}
+                        f"seed {SEED}", "confidence": CONFIDENCE, "min_reps_per_side": min_reps(ALPHA),
+            "accuracy_test": ACCURACY_TEST, "min_paired_tasks": proportions.smallest_significant_pairs(), "rows": out}
 
 
 def _against(r: dict, base: dict, pending: list) -> tuple[dict, dict, dict]:
@@ -179,14 +193,37 @@ def _against(r: dict, base: dict, pending: list) -> tuple[dict, dict, dict]:
               "ttft": stats.ratio(r["warm_ttft_s"], base["warm_ttft_s"]),
               "memory": _memory_ratio(r, base),
               # a difference, not a ratio: KLD is 0 for the reference itself
-              "kld": None if None in (r.get("kld_mean"), base.get("kld_mean")) else r["kld_mean"] - base["kld_mean"]}
+              "kld": None if None in (r.get("kld_mean"), base.get("kld_mean")) else r["kld_mean"] - base["kld_mean"],
+              # a difference of accuracies (within the attempts), as a fraction: -0.05 is five points down
+              "accuracy": None if None in (r.get("accuracy"), base.get("accuracy")) else r["accuracy"] - base["accuracy"],
+              "time_per_correct": stats.ratio(r.get("time_per_correct_s"), base.get("time_per_correct_s"))}
     if r is base:
         return ratios, {}, {}
     calls = {key: verdict(base["samples"][key], r["samples"][key], higher_is_better=METRICS[key][1])
              for key in ("decode", "ttft")}
+    if r.get("outcomes") is not None and base.get("outcomes") is not None:
+        calls["accuracy"] = accuracy_call(base["outcomes"], r["outcomes"])
     intervals: dict = dict.fromkeys(("decode", "ttft"))  # in this order in the output
     pending += [(intervals, key, base["samples"][key], r["samples"][key]) for key in intervals]
     return ratios, calls, intervals
+
+
+def accuracy_call(base: dict[str, tuple[bool, bool]], other: dict[str, tuple[bool, bool]]) -> dict:
+    """The paired call on the tasks both sides ran (right within the attempts): exact McNemar on
+    the tasks only one side got right; "cannot tell" where so few tasks are paired that no
+    outcome could reach alpha, as decode is judged on too few requests."""
+    common = sorted(set(base) & set(other))
+    b = sum(1 for t in common if base[t][1] and not other[t][1])  # only the baseline right
+    c = sum(1 for t in common if other[t][1] and not base[t][1])  # only this side right
+    need = proportions.smallest_significant_pairs()
+    p = proportions.mcnemar_exact(b, c)
+    out: dict = {"pairs": len(common), "only_base": b, "only_this": c, "p": p, "why": None}
+    if len(common) < need:
+        return {**out, "call": "cannot tell", "why": f"{len(common)} paired tasks; the exact test needs {need} to reach "
+                                                     f"p < {proportions.ALPHA} at all"}
+    if p < proportions.ALPHA:
+        return {**out, "call": "more accurate" if c > b else "less accurate"}
+    return {**out, "call": "no significant difference"}
 
 
 def _memory_ratio(r: dict, base: dict) -> float | None:
@@ -212,6 +249,7 @@ def _label(metric: str, rows: list[dict]) -> str:
 
 _FAIL_RE = re.compile(r"^(decode|ttft|memory):([+-]?\d+(?:\.\d+)?)%$")
 _KLD_RE = re.compile(r"^kld:\+?(\d+(?:\.\d+)?)$")  # an absolute rise of the mean KLD, in nats
+_ACCURACY_RE = re.compile(r"^accuracy:-?(\d+(?:\.\d+)?)%$")  # a fall of the accuracy, in percentage points
 
 
 def parse_fail_if(specs: list[str]) -> list[tuple[str, float]]:
@@ -221,11 +259,16 @@ def parse_fail_if(specs: list[str]) -> list[tuple[str, float]]:
         if k:
             out.append(("kld", float(k.group(1))))
             continue
+        a = _ACCURACY_RE.match(spec.strip())
+        if a:
+            out.append(("accuracy", -float(a.group(1)) / 100))
+            continue
         m = _FAIL_RE.match(spec.strip())
         if not m:
             raise MacprofError(f"--fail-if {spec!r}: expected METRIC:±N% with METRIC one of decode, ttft, memory "
-                               f"(e.g. decode:-5% fails when decode tok/s drops more than 5%), or kld:+X "
-                               f"(the mean KLD rose by more than X nats)")
+                               f"(e.g. decode:-5% fails when decode tok/s drops more than 5%), kld:+X "
+                               f"(the mean KLD rose by more than X nats), or accuracy:-N% (the task accuracy fell by "
+                               f"more than N points, and the paired test says so)")
         out.append((m.group(1), float(m.group(2)) / 100))
     return out
 
@@ -245,6 +288,13 @@ def regressions(result: dict, specs: list[tuple[str, float]]) -> list[str]:
                 if ratio > limit:
                     found.append(f"{row['model']}@{row['source']}: mean KLD {ratio:+.4f} vs {row['same_model_baseline']} "
                                  f"(limit kld:+{limit:g})")
+                continue
+            if metric == "accuracy":  # a difference of accuracies, called by the paired test
+                call = row["same_model"]["calls"].get("accuracy", {}).get("call")
+                if ratio < limit and call == "less accurate":
+                    found.append(f"{row['model']}@{row['source']}: task accuracy {100 * ratio:+.1f} points vs "
+                                 f"{row['same_model_baseline']} (limit accuracy:{100 * limit:.0f}%, exact McNemar "
+                                 f"p = {row['same_model']['calls']['accuracy']['p']:.3g})")
                 continue
             change = ratio - 1
             higher_is_better = METRICS[metric][1]
@@ -268,11 +318,14 @@ def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
         base = next(row["source"] for row in result["rows"] if row["baseline"])
         return (f"--fail-if has nothing to judge: no model of the baseline's run ({base}) appears in another run; "
                 f"compare a run against an earlier run of the same models")
-    unmeasured, few = [], []
+    unmeasured: list[str] = []
+    few: list[str] = []
+    few_tasks: list[str] = []
     for metric in dict.fromkeys(m for m, _ in specs):
         none, small = _unjudged(judged, metric)
         unmeasured += [f"{_label(metric, judged)} of {', '.join(none)}"] if none else []
-        few += [f"{_label(metric, judged)} of {', '.join(small)}"] if small else []
+        (few_tasks if metric == "accuracy" else few).extend([f"{_label(metric, judged)} of {', '.join(small)}"]
+                                                            if small else [])
     parts = []
     mixed = [f"{row['model']}@{row['source']} (peak {row['memory_figure']}) against {row['same_model_baseline']} "
              f"(peak {row['same_model']['memory_figure']}): not comparable, {_mixed_memory(row)}"
@@ -285,6 +338,9 @@ def cannot_judge(result: dict, specs: list[tuple[str, float]]) -> str | None:
         n = result["min_reps_per_side"]
         parts.append(f"{'; '.join(few)}: the test cannot reach p < {ALPHA} with so few requests; "
                      f"record at least {n} per side (--reps {n})")
+    if few_tasks:
+        parts.append(f"{'; '.join(few_tasks)}: the exact McNemar test cannot reach p < {ALPHA} on so few paired tasks; "
+                     f"run at least {result.get('min_paired_tasks')} tasks on both sides")
     return "--fail-if cannot judge " + "; nor ".join(parts) if parts else None
 
 
@@ -319,6 +375,13 @@ def _unjudged(rows: list[dict], metric: str) -> tuple[list[str], list[str]]:
         if metric == "kld":
             if row["same_model"]["ratios"]["kld"] is None:
                 none.append(f"{what} (no mean KLD against {row['same_model_baseline']})")
+            continue
+        if metric == "accuracy":
+            call = row["same_model"]["calls"].get("accuracy")
+            if call is None or row["same_model"]["ratios"]["accuracy"] is None:
+                none.append(f"{what} (no tasks run against {row['same_model_baseline']})")
+            elif call["call"] == "cannot tell":
+                small.append(f"{what} ({call['pairs']} paired tasks)")
             continue
         call = row["same_model"]["calls"].get(metric) or {}
         n_base, n = call.get("sizes") or (0, 0)

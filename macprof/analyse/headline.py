@@ -9,7 +9,7 @@ from macprof.model.telemetry import PhaseTelemetry
 
 def _memories(model: ModelResult) -> list[PhaseMemory]:
     ph = model.phases
-    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch) if p and p.memory]
+    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.tasks) if p and p.memory]
 
 
 # The headline memory figure: what the process holds. On macOS RSS misses GPU allocations (MLX

@@ -112,8 +112,9 @@ def _load_logs(paths) -> list[tuple[str, RunLog]]:
                                      "grid:p512-g128, grid:rag.")
 @click.option("--fail-if", "fail_if", multiple=True,
               help="Exit 1 when a model regressed against the same model in the baseline's run, significantly and "
-                   "past a limit: decode:-5%, ttft:+10%, memory:+10%, kld:+0.01 (mean KLD, nats). Exit 2 when too few "
-                   "requests were recorded for the test to ever call a difference.")
+                   "past a limit: decode:-5%, ttft:+10%, memory:+10%, kld:+0.01 (mean KLD, nats), accuracy:-5% (task "
+                   "accuracy, points, by the exact McNemar test). Exit 2 when too few requests (or paired tasks) were "
+                   "recorded for the test to ever call a difference.")
 def compare(paths, baseline, fmt, case, fail_if) -> None:
     """Compare models across run logs (files or folders), with significance on raw samples."""
     from macprof.analyse import compare as cmp

@@ -184,6 +184,7 @@ _QUALITY = ("quality",)
 _LOAD = ("concurrency",)
 _CHAT = ("conversation",)
 APP_ORDERS = ("round-robin", "random")
+_TASKS = ("tasks",)
 
 
 @dataclass(frozen=True)
@@ -307,6 +308,19 @@ class Settings:
         "conversation: a Jinja2 chat template file [the model's own; a plain fallback where it has none].",
         phases=_CHAT, flags=(Flag("--chat-template", "file"),),
         read=lambda v: {"chat_template": str(Path(v).resolve()) if v else None})
+    # the tasks phase (run/phases/tasks.py; the task file: docs/tasks.md): right answers, EOS ends a reply
+    tasks: str | None = setting(
+        None, Check(str, lambda v: bool(v.strip()), "the path of a JSONL task file", _TEXT),
+        "tasks: a JSONL task file (docs/tasks.md) [the task set shipped with macprof].", phases=_TASKS,
+        flags=(Flag("--tasks", "file"),), read=lambda v: {"tasks": str(Path(v).resolve()) if v else None})
+    attempts: int = setting(1, POSITIVE_INT, "tasks: attempts per task; a failed one is retried with the checker's "
+                            "message as the next user turn [{attempts}].", unit="attempts", phases=_TASKS,
+                            flags=(Flag("--attempts", "int"),))
+    temperature: float = setting(0.0, _number("a number >= 0", exclusive=False),
+                                 "tasks: sampling temperature of the retries (0: greedy, every attempt) [{temperature}].",
+                                 unit="logit scale", phases=_TASKS, flags=(Flag("--temperature", "float"),))
+    seed: int = setting(0, _int_at_least(0, "an integer >= 0"), "tasks: the sampled retries' seed [{seed}].",
+                        unit="seed", phases=_TASKS, flags=(Flag("--seed", "int"),))
 
 
 def spec(f: Field) -> Spec:
@@ -446,7 +460,8 @@ RUN_ORDER = ("--engine", "--config", "--models", "--phases", "--prompt-tokens", 
              "--drop-cache", "--force", "--log", "--resume", "--force-overwrite", "--hosts", "--backend", "--parallel",
              "--link-gbs", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
              "--serve", "--in-process", "--concurrency", "--rate", "--slo", "--load-requests", "--load-seconds",
-             "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--chat-template")
+             "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--chat-template",
+             "--tasks", "--attempts", "--temperature", "--seed")
 
 
 def run_groups(values: dict[str, Any]) -> tuple[RunArgs, ServerArgs, dict[str, Any]]:

@@ -56,7 +56,27 @@ CAPABILITIES = {
     "cache_cut": "the KV cache cut back to a prefix (prefix reuse, depth cases); cut_refusal says when one cut "
                  "cannot be made",
     "top2": "the two best next tokens after a sequence (the output checks' near-tie diagnosis)",
+    "sample": "sampled decoding at a temperature from a seed (the tasks phase's --temperature retries); "
+              "generation is greedy everywhere else",
 }
+CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI tools field, the server applying its "
+                        "model's template (the tasks phase through a server)")
+# what an in-process engine says of "chat": the tasks phase renders the model's template itself
+RENDERS_ITSELF = "in-process: the tasks phase renders the model's own chat template and generates token by token"
+# what an engine whose generate is an argmax says of "sample": refused, never imitated
+GREEDY_ONLY = "this engine's decoding loop is greedy (an argmax over the logits): sampled retries are not built"
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A model's own chat template (the tasks phase renders prompts through it, run/chat.py):
+    the Jinja source, the BOS and EOS token texts it may name, and where it came from."""
+
+    source: str  # "GGUF tokenizer.chat_template", "tokenizer_config.json chat_template", ...
+    text: str
+    bos_token: str = ""
+    eos_token: str = ""
+
 # what an in-process engine says of "stream"
 IN_PROCESS = "concurrent requests are measured against a server (engine openai)"
 
@@ -80,18 +100,20 @@ class Engine(Protocol):
     def load_tokenizer(self) -> None:
         """Make ``tokenize``/``detokenize`` ready (a no-op where the model carries it)."""
 
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        """The text's ids, the tokenizer's own leading tokens (BOS) added; ``special``: special-
-        token texts in it ("<|im_start|>") read as those tokens, as a rendered chat prompt is."""
-
-    @property
-    def chat_template(self) -> str | None:
-        """The model's own Jinja chat template, where it ships one (run/chat.py)."""
-
-    def special_texts(self) -> dict[str, str]:
-        """bos_token / eos_token as texts, for a chat template; {} where the vocabulary has none."""
+    def tokenize(self, text: str) -> list[int]: ...
 
     def detokenize(self, ids: Sequence[int]) -> str: ...
+
+    def tokenize_chat(self, text: str) -> list[int]:
+        """The ids of a rendered chat prompt: its special tokens (<|im_start|>) read as such, and
+        BOS added only where the model adds one and the text does not already start with it."""
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """The ids that end a reply (EOS, EOT and the like): the tasks phase stops at one."""
+
+    def chat_template(self) -> ChatTemplate | None:
+        """The model's own chat template, or None where it has none."""
 
     @property
     def vocab_size(self) -> int: ...

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from macprof.engines.base import IN_PROCESS, CacheCutRefused, EngineSettings, PrefixReuse, TopTwo
+from macprof.engines.base import GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse, TopTwo
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -58,7 +58,8 @@ class FakeEngine(PrefixReuse):
     name = "fake"
     separate_tokenizer = False  # the vocabulary comes with the model file
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None}
+                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "chat": RENDERS_ITSELF}
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
     def __init__(self) -> None:
@@ -94,12 +95,7 @@ class FakeEngine(PrefixReuse):
         """The vocabulary is computed from the header's size: nothing to load."""
 
     # -- tokens --------------------------------------------------------------------------
-    chat_template: str | None = None  # the fake's vocabulary has no special tokens, nor a template
-
-    def special_texts(self) -> dict[str, str]:
-        return {}
-
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
+    def tokenize(self, text: str) -> list[int]:
         ids, pos = [BOS], 0
         for m in self._word_re.finditer(text):
             ids += _bytes(text[pos:m.start()])
@@ -134,6 +130,12 @@ class FakeEngine(PrefixReuse):
     @property
     def eos_ids(self) -> set[int]:
         return {EOS}
+
+    def tokenize_chat(self, text: str) -> list[int]:
+        return self.tokenize(text)  # no special tokens beyond BOS, which tokenize adds
+
+    def chat_template(self) -> ChatTemplate | None:
+        return None  # the demo models' and this one's vocabulary has no chat markup
 
     # -- cache ---------------------------------------------------------------------------
     def reset(self) -> None:

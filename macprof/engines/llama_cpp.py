@@ -30,7 +30,8 @@ import numpy as np
 from llama_cpp import _logger as _lc_logger
 
 from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
-from macprof.engines.base import IN_PROCESS, CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
+from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
+                                  TopTwo, top_two)
 from macprof.errors import MacprofError
 
 _SEQ = 0
@@ -43,7 +44,8 @@ class LlamaCppEngine(PrefixReuse):
     name = "llama.cpp"
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None}
+                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "chat": RENDERS_ITSELF}
 
     def __init__(self) -> None:
         self.model = None
@@ -64,6 +66,7 @@ class LlamaCppEngine(PrefixReuse):
         self._bsize = 0
         self._swa_full = True
         self.weights_held: str | None = None  # "mapped" (llama.cpp's default) or "copied", once loaded
+        self._eos: set[int] | None = None
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -113,31 +116,17 @@ class LlamaCppEngine(PrefixReuse):
         """The GGUF file carries the vocabulary: it is loaded with the model."""
 
     # -- tokens --------------------------------------------------------------------------
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
+    def tokenize(self, text: str) -> list[int]:
         data = text.encode("utf-8")
         cap = len(data) + 8
         buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, special)
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, False)
         if n < 0:  # buffer too small: -n is the size needed
             cap = -n
             buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, special)
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, False)
         return list(buf[:n])
 
-    @property
-    def chat_template(self) -> str | None:
-        raw = lc.llama_model_chat_template(self.model, None)  # the GGUF's tokenizer.chat_template
-        return raw.decode("utf-8", errors="replace") if raw else None
-
-    def special_texts(self) -> dict[str, str]:
-        return {"bos_token": self._piece(lc.llama_vocab_bos(self.vocab)), "eos_token": self._piece(lc.llama_vocab_eos(self.vocab))}
-
-    def _piece(self, token: int) -> str:
-        if token < 0:
-            return ""
-        buf = ctypes.create_string_buffer(256)
-        n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
-        return buf.raw[:max(n, 0)].decode("utf-8", errors="replace")
 
     def detokenize(self, ids: Sequence[int]) -> str:
         arr = (lc.llama_token * max(1, len(ids)))(*ids)
@@ -153,6 +142,39 @@ class LlamaCppEngine(PrefixReuse):
     @property
     def vocab_size(self) -> int:
         return int(lc.llama_vocab_n_tokens(self.vocab))
+
+    def _piece(self, token: int) -> str:
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        return buf.raw[:max(0, n)].decode("utf-8", errors="replace")
+
+    def tokenize_chat(self, text: str) -> list[int]:
+        bos = int(lc.llama_vocab_bos(self.vocab))
+        add = not (bos >= 0 and text.startswith(self._piece(bos) or "\0"))  # the template wrote BOS itself
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add, True)  # special tokens parsed
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add, True)
+        return list(buf[:n])
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """llama.cpp's end-of-generation ids (llama_vocab_is_eog: EOS, EOT, EOM...), found once."""
+        if self._eos is None:
+            self._eos = {t for t in range(self.vocab_size) if lc.llama_vocab_is_eog(self.vocab, t)}
+        return self._eos
+
+    def chat_template(self) -> ChatTemplate | None:
+        raw = lc.llama_model_chat_template(self.model, None)  # the GGUF's tokenizer.chat_template
+        if not raw:
+            return None
+        bos, eos = int(lc.llama_vocab_bos(self.vocab)), int(lc.llama_vocab_eos(self.vocab))
+        return ChatTemplate("GGUF tokenizer.chat_template", raw.decode("utf-8", errors="replace"),
+                            self._piece(bos) if bos >= 0 else "", self._piece(eos) if eos >= 0 else "")
 
     # -- cache ---------------------------------------------------------------------------
     def reset(self) -> None:

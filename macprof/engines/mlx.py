@@ -17,6 +17,7 @@ which layers refuse; such a prefix is recomputed from an empty cache and reporte
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -26,7 +27,8 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import IN_PROCESS, CacheCutRefused, EngineSettings, PrefixReuse, TopTwo, top_two
+from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
+                                  TopTwo, top_two)
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -100,7 +102,8 @@ class MlxEngine(PrefixReuse):
     separate_tokenizer = True  # the tokenizer's own files, loaded after the weights
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None}
+                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "chat": RENDERS_ITSELF}
 
     def __init__(self) -> None:
         self.model: Any = None
@@ -133,20 +136,43 @@ class MlxEngine(PrefixReuse):
         self.tokenizer = load_tokenizer(self._path, eos_token_ids=self.config.get("eos_token_id"))
 
     # -- tokens --------------------------------------------------------------------------
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        # a Hugging Face tokenizer parses special-token texts either way: ``special`` changes nothing here
+    def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
-
-    @property
-    def chat_template(self) -> str | None:
-        return getattr(self.tokenizer, "chat_template", None)  # tokenizer_config.json's (or chat_template.jinja)
-
-    def special_texts(self) -> dict[str, str]:
-        return {"bos_token": getattr(self.tokenizer, "bos_token", None) or "",
-                "eos_token": getattr(self.tokenizer, "eos_token", None) or ""}
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))
+
+    def _tokenizer_config(self) -> dict:
+        try:
+            return json.loads((Path(self._path or ".") / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def chat_template(self) -> ChatTemplate | None:
+        cfg = self._tokenizer_config()
+        text, source = cfg.get("chat_template"), "tokenizer_config.json chat_template"
+        jinja = Path(self._path or ".") / "chat_template.jinja"  # where newer transformers write it
+        if not text and jinja.is_file():
+            text, source = jinja.read_text(encoding="utf-8"), "chat_template.jinja"
+        if isinstance(text, list):  # named templates: the default one
+            text = next((t.get("template") for t in text if t.get("name") == "default"), None)
+        if not isinstance(text, str) or not text:
+            return None
+
+        def token(key: str) -> str:
+            value = cfg.get(key)
+            return str(value.get("content", "")) if isinstance(value, dict) else str(value or "")
+
+        return ChatTemplate(source, text, token("bos_token"), token("eos_token"))
+
+    def tokenize_chat(self, text: str) -> list[int]:
+        bos = self.chat_template()
+        starts = bool(bos and bos.bos_token and text.startswith(bos.bos_token))
+        return list(self.tokenizer.encode(text, add_special_tokens=not starts))  # added tokens are matched
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return {int(i) for i in self.tokenizer.eos_token_ids}
 
     @property
     def vocab_size(self) -> int:

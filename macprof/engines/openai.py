@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from macprof.engines import counting, wire
-from macprof.engines.base import CacheCutRefused, EngineSettings, TopTwo
+from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, TopTwo
 from macprof.errors import MacprofError
 
 NO_CACHE_API = "a server's cache is not addressable over its API (it cannot be cut back or inspected)"
@@ -87,6 +87,8 @@ class OpenAIEngine:
         "batch": "a server batches concurrent requests itself: the concurrency phase measures that",
         "cache_cut": NO_CACHE_API,
         "top2": NO_LOGITS,
+        "sample": "macprof's requests to a server are greedy (temperature 0)",
+        "chat": None,
     }
 
     def __init__(self) -> None:
@@ -176,16 +178,10 @@ class OpenAIEngine:
         pass
 
     # -- prompts -----------------------------------------------------------------------------
-    chat_template: str | None = None  # a server renders its own (the conversation phase is in-process)
-
-    def special_texts(self) -> dict[str, str]:
-        return {}
-
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
+    def tokenize(self, text: str) -> list[int]:
         """The model's tokens where its tokenizer is loaded here, or by the server's tokenize
         endpoint; else word indices, not the model's tokens (prompts are built from plain words;
-        see the module's note), and a text that is not made of those words has none. ``special``
-        is not passed on: no phase sends a server text with special tokens in it."""
+        see the module's note), and a text that is not made of those words has none."""
         if self._local is not None:
             ids = self._local.tokenize(text)
         elif self._remote:
@@ -205,6 +201,46 @@ class OpenAIEngine:
         if self._remote:
             return self._server_text(ids)
         return "".join(WORDS[i] for i in ids if 0 <= i < len(WORDS))
+
+    def chat(self, messages: Sequence[dict], tools: Sequence[dict], max_tokens: int,
+             without_tools: Sequence[dict] = ()) -> dict:
+        """One chat completion as an app sends it (greedy, not streamed, the server's own EOS and
+        template), with the OpenAI ``tools`` field where the task has tools. A server that refuses
+        the field is asked again without it, as ``without_tools`` (the tools described in a system
+        turn: the caller's), and ``tools_refused`` says why. -> text, tool_calls, usage counts, finish_reason."""
+        if self.api == "ollama":
+            raise MacprofError("the tasks phase through Ollama's API is not built: use its OpenAI API (--api chat)")
+        url = self.url.rstrip("/") + "/chat/completions"
+        body: dict = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens, "temperature": 0,
+                      "stream": False}
+        refused = None
+        try:
+            got = wire.get_json(url, timeout=self.timeout, body={**body, "tools": list(tools)} if tools else body)
+        except wire.ServerError as exc:
+            if not tools:
+                raise MacprofError(f"chat completion: {exc}") from None
+            refused = f"the server refused the tools field ({exc})"
+            try:
+                got = wire.get_json(url, timeout=self.timeout, body={**body, "messages": list(without_tools)})
+            except wire.ServerError as again:
+                raise MacprofError(f"chat completion: {again}") from None
+        choice = (got.get("choices") or [{}])[0] if isinstance(got, dict) else {}
+        message = choice.get("message") or {}
+        usage = got.get("usage") or {} if isinstance(got, dict) else {}
+        calls = [c.get("function") or {} for c in message.get("tool_calls") or () if isinstance(c, dict)]
+        return {"text": message.get("content") or "", "tool_calls": calls, "finish_reason": choice.get("finish_reason"),
+                "completion_tokens": usage.get("completion_tokens"), "prompt_tokens": usage.get("prompt_tokens"),
+                "tools_refused": refused}
+
+    def tokenize_chat(self, text: str) -> list[int]:
+        return self.tokenize(text)
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return set(self._eos_ids)
+
+    def chat_template(self) -> ChatTemplate | None:
+        return None  # the server applies its model's template (a chat request), not macprof
 
     @property
     def vocab_size(self) -> int:

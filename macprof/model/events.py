@@ -15,6 +15,7 @@ from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
                                         RankTimeline)
 from macprof.model.records import ABSENT, record
+from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
 from macprof.model.telemetry import TelemetryRaw
 
 
@@ -299,7 +300,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
     ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
-    QualityStored, ConversationStart, ConversationTurn)}
+    QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskRefused)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

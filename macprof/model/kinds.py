@@ -50,6 +50,8 @@ from macprof.model.phases import (BatchCheck, Ceiling, CeilingSide, Checks, Cold
 from macprof.model.quality import KldSummary, QualityChunk, QualityPhase, QualityText
 from macprof.model.records import Record, _plain, record_fields
 from macprof.model.serving import ConcurrencyPhase, LoadLevelResult
+from macprof.model.tasks import (Proportion, TaskAttempt, TaskRefusal, TaskResult, TaskSetInfo, TasksPhase, TasksSummary,
+                                 ToolCall, ToolValiditySummary)
 from macprof.model.telemetry import (Baseline, ColdEnergy, Energy, PhaseTelemetry, RequestEnergy, TelemetryRaw,
                                      TelemetrySample, Throttle)
 
@@ -77,7 +79,7 @@ FIELDS: dict[type, dict[str, str]] = {
     Source: {"ref": REF, "store": _V, "path": MODEL_PATH},
     ModelFile: {"name": NAME, "sha256": _V},
     ModelSettings: {"phases": _V, "shapes": _V, "kv_type": _V, "reference": NAME, "text": PATH, "app_order": _V,
-                    "chat_template": PATH},
+                    "chat_template": PATH, "tasks": PATH},
     DistributedSettings: {"hosts": HOST, "backend": _V, "parallel": _V},
     GroupResult: {"backend": _V, "parallel": _V, "hosts": HOST, "ranks": _T, "timelines": _T, "comm_method": _V,
                   "comm": _T, "bytes_per_token": _T, "prediction": _T, "reason": _T},
@@ -109,6 +111,13 @@ FIELDS: dict[type, dict[str, str]] = {
     QualityPhase: {"tokens_sha256": _V, "reference": NAME, "reference_reason": _T, "rescore_reason": _T},
     QualityText: {"source": PATH, "sha256": _V},
     ConcurrencyPhase: {"slo": _T},
+    # the task set's own words (a task's id, its reply, the checker's message): free text
+    TasksPhase: {"prompt_format": _T, "tool_format": _V, "generation": _O},
+    TaskSetInfo: {"source": PATH, "sha256": _V},
+    TaskRefusal: {"task": _T, "reason": _T},
+    TaskResult: {"task": _T, "category": _T, "checker": _V},
+    TaskAttempt: {"task": _T, "status": _V, "error": _T, "tokens": _T, "stop": _V, "text": _T, "message": _T},
+    TasksSummary: {"energy_reason": _O},
     LoadLevelResult: {"id": _V, "mode": _V, "goodput_reason": _O, "error_messages": _T},
     # -- telemetry
     TelemetryRaw: {"phase": _V, "source": _V, "total_domain": _V, "domains": _V, "unavailable": _O,
@@ -122,7 +131,8 @@ FIELDS: dict[type, dict[str, str]] = {
     Throttle: {"reason": _O, "pressure_from": _V, "pressure_to": _V},
     # records with no string field: listed, so the test tells "none" from "forgotten"
     **{cls: {} for cls in (SystemMemory, RunMemory, Bandwidth, Phases, Summary, Metrics, Itl, OutputCheck, Checks,
-                           BatchCheck, DepthFill, ColdPhase, ColdSummary, PrefixSummary, QualityChunk, KldSummary)},
+                           BatchCheck, DepthFill, ColdPhase, ColdSummary, PrefixSummary, QualityChunk, KldSummary,
+                           Proportion, ToolCall, ToolValiditySummary)},
 }
 
 

@@ -14,6 +14,7 @@ from macprof.model.conversation import ConversationPhase
 from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.quality import QualityPhase
+from macprof.model.tasks import TasksPhase
 from macprof.model.records import ABSENT, Record, record
 from macprof.model.serving import ConcurrencyPhase
 
@@ -163,6 +164,10 @@ class ModelSettings(Record):
     apps: int | None = ABSENT
     app_order: str | None = ABSENT
     chat_template: str | None = ABSENT
+    tasks: str | None = ABSENT  # the tasks phase's (absent before it)
+    attempts: int | None = ABSENT
+    temperature: float | None = ABSENT
+    seed: int | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -201,6 +206,7 @@ class Phases(Record):
     quality: QualityPhase | None = ABSENT
     concurrency: ConcurrencyPhase | None = ABSENT
     conversation: ConversationPhase | None = ABSENT
+    tasks: TasksPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""

@@ -76,6 +76,8 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         panels.append(lambda ax: _energy_bars(ax, bars, len(logs) > 1))
     if any(r.get("kld_mean") is not None for r in rows):
         panels.append(lambda ax: frontier_panel(ax, rows, lambda r: _label(r, len(logs) > 1)))
+    if any(r.get("has_tasks") for r in rows):
+        panels.append(lambda ax: _tasks_panel(ax, rows, len(logs) > 1))
     if any(m.phases.grid for _, m in models):
         panels.append(lambda ax: _grid(ax, models))
     if any(m.phases.depth for _, m in models):
@@ -145,6 +147,21 @@ def _dots(ax, rows, key: str, offset: float = 0.0) -> None:
         labelled = any(c.get_label() == EACH_LOG for c in ax.collections)
         ax.scatter([x for x, _ in at], [y for _, y in at], s=6, color="black", alpha=0.5, zorder=3, linewidths=0,
                    label=None if labelled else EACH_LOG)
+def _tasks_panel(ax, rows, many: bool) -> None:
+    """Time per correct answer (every attempt's wall time, failed ones included, per task
+    solved) against peak memory; point area = accuracy. A model that solved nothing has no time
+    per correct answer: listed in the title's note, not drawn at an invented value."""
+    drawn = [r for r in rows if r.get("time_per_correct_s") is not None and r.get("peak_memory_bytes")]
+    for r in drawn:
+        ax.scatter(r["peak_memory_bytes"] / 2**20, r["time_per_correct_s"], s=40 + 400 * (r.get("accuracy") or 0),
+                   alpha=0.7)
+        ax.annotate(chart_text(_label(r, many)), (r["peak_memory_bytes"] / 2**20, r["time_per_correct_s"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    unsolved = [chart_text(_label(r, many)) for r in rows if r.get("has_tasks") and r.get("time_per_correct_s") is None]
+    ax.set_xlabel("peak memory (MiB)")
+    ax.set_ylabel("seconds per correct answer (all attempts)")
+    ax.set_title("Time per correct answer vs memory (area = accuracy)"
+                 + (f"\nno task solved: {', '.join(unsolved)}" if unsolved else ""), fontsize=9)
 
 
 def _energy_bars(ax, rows, many: bool) -> None:

@@ -137,6 +137,8 @@ def warnings(log: RunLog) -> list[str]:
         if prefix_checks and prefix_checks.failed:
             out.append(f"{name}: prefix reuse changed the output in {prefix_checks.failed} of {prefix_checks.n} requests "
                        f"beyond a floating-point near-tie: the cached path is not equivalent")
+        for r in ph.tasks.refusals if ph.tasks else ():  # the others ran: each refused task one line
+            out.append(f"{name}: tasks: refused {r.reason}")
         for f in m.failures:
             out.append(f"{name}: {f.phase or 'load'} failed ({f.status}): {f.reason}")
         out += throttle_warnings(m)

@@ -1,23 +1,132 @@
-"""Messages -> prompt text, as apps render a conversation: through the model's own chat template
-(a Jinja2 template, as Hugging Face's ``apply_chat_template`` and llama.cpp's Jinja path run it:
-``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception``; trim_blocks
-and lstrip_blocks on, in a sandbox), from the GGUF's ``tokenizer.chat_template`` or the MLX model's
-tokenizer_config.json; or a template file (``--chat-template``); or, where the model has none, the
-plain FALLBACK below, which the log names so that no one mistakes it for the model's format.
+"""Messages as the prompt text a model reads: a task's (``render``) and a conversation's turns
+(``template_for`` / ``Template.render``, the conversation phase). A task's, pure, no engine: through the
+model's own chat template where it has one, rendered as transformers' apply_chat_template
+renders it (a jinja2 sandbox, trim_blocks and lstrip_blocks, ``tojson``, ``raise_exception``,
+``add_generation_prompt``), else the plain form below. Which one, and how tool calls are to be
+written, go into the log (docs/tasks.md).
 
-The text is then tokenized with the model's special tokens parsed (``tokenize(text, special=True)``),
-as a server does with a rendered chat prompt; a BOS the template writes and the tokenizer adds
-again is kept once (llama.cpp's server warns of the double BOS; Hugging Face adds none).
+The plain form (the demo models have no template):
+
+    System: <system turn>            (if any)
+
+    User: <user turn>
+    Assistant: <assistant turn>
+    ...
+    Assistant:
+
+Tools: a template that takes ``tools`` gets them as it defines, and its tool-call format is
+read off the template's markup (``tool_format``); otherwise the tools and the documented JSON
+form are described in a system turn of macprof's (TOOL_INSTRUCTION).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from macprof.engines.base import ChatTemplate
 from macprof.errors import MacprofError
 
+PLAIN = "plain: 'System: ...' / 'User: ...' / 'Assistant: ...' turns, one blank line after the system turn"
+TOOL_INSTRUCTION = ("You can call these functions (each with the JSON Schema of its arguments):\n{tools}\n"
+                    "To call one, reply with only a JSON object: "
+                    '{{"name": "<the function\'s name>", "arguments": {{<its arguments>}}}}')
+RETRY = "That is not right: {message}. Try again."  # the next user turn after a failed attempt
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    tool_format: str  # how the reply's tool call is read (measure/checkers.py TOOL_FORMATS)
+
+
+def prompt_format(template: ChatTemplate | None) -> str:
+    """What the log says of how prompts were written."""
+    return f"the model's chat template ({template.source})" if template else f"no chat template: {PLAIN}"
+
+
+def takes_tools(template: ChatTemplate | None) -> bool:
+    return bool(template) and "tools" in template.text  # type: ignore[union-attr]
+
+
+def tool_format(template: ChatTemplate | None) -> str:
+    """The tool-call format the template defines, read off its markup; "json" (the documented
+    form) where it defines none."""
+    if not takes_tools(template):
+        return "json"
+    text = template.text  # type: ignore[union-attr]
+    if "<tool_call>" in text:
+        return "hermes"
+    if "[TOOL_CALLS]" in text:
+        return "mistral"
+    if "<|python_tag|>" in text or "ipython" in text:
+        return "llama3"
+    return "json"
+
+
+def _tool_turn(tools: Sequence[dict]) -> dict:
+    listed = "\n".join(json.dumps(t["function"], separators=(",", ":")) for t in tools)
+    return {"role": "system", "content": TOOL_INSTRUCTION.format(tools=listed)}
+
+
+def with_tool_turn(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
+    """macprof's tool turn, joined to the task's own system turn where it has one."""
+    turn = _tool_turn(tools)
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": messages[0]["content"] + "\n\n" + turn["content"]}, *messages[1:]]
+    return [turn, *messages]
+
+
+def plain(messages: Sequence[dict]) -> str:
+    out = []
+    for m in messages:
+        if m["role"] == "system":
+            out.append(f"System: {m['content']}\n\n")
+        else:
+            out.append(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}\n")
+    return "".join(out) + "Assistant:"
+
+
+def _environment():
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str):
+        from jinja2.exceptions import TemplateError
+
+        raise TemplateError(message)
+
+    def tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt: str) -> str:
+        import datetime
+
+        return datetime.datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
+    return env
+
+
+def render(template: ChatTemplate | None, messages: Sequence[dict], tools: Sequence[dict] = ()) -> Rendered:
+    """The prompt text of ``messages`` (and ``tools``) for a model with ``template``; a template
+    that fails to render raises jinja2's TemplateError (the phase records it per task)."""
+    msgs = [dict(m) for m in messages]
+    if template is None:
+        return Rendered(plain(with_tool_turn(msgs, tools) if tools else msgs), "json")
+    native = takes_tools(template)
+    if tools and not native:
+        msgs = with_tool_turn(msgs, tools)
+    text = _environment().from_string(template.text).render(
+        messages=msgs, tools=list(tools) if tools and native else None, add_generation_prompt=True,
+        bos_token=template.bos_token, eos_token=template.eos_token)
+    return Rendered(text, tool_format(template) if tools else "json")
+
+
+# -- a conversation's turns (the conversation phase) ------------------------------------------
 # A documented plain format for models without a template: each message "role:", a line break,
 # its content and a blank line; the generation prompt "assistant:" and a line break, so that the
 # reply, rendered in the next turn, follows exactly where it was generated.
@@ -26,10 +135,12 @@ FALLBACK = ("{% for m in messages %}{{ m['role'] }}:\n{{ m['content'] }}\n\n{% e
 
 
 @dataclass(frozen=True)
-class ChatTemplate:
+class Template:
+    """The template a conversation is rendered with, and where it came from."""
+
     source: str  # "model" (the model's own), "file" (--chat-template) or "fallback" (the model has none)
     text: str
-    path: str | None = None  # the --chat-template file
+    path: str | None = None  # the --chat-template file, or where the model's came from
     bos_token: str = ""
     eos_token: str = ""
 
@@ -37,9 +148,7 @@ class ChatTemplate:
         try:
             return _compiled(self.text).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                                bos_token=self.bos_token, eos_token=self.eos_token, tools=None)
-        except _Refused as exc:
-            raise MacprofError(f"the chat template ({self.where}) refused {len(messages)} messages: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - a template's own error, said in one line
+        except Exception as exc:  # noqa: BLE001 - a template's own error (its raise_exception too), in one line
             raise MacprofError(f"the chat template ({self.where}) failed to render {len(messages)} messages: "
                                f"{type(exc).__name__}: {exc}") from None
 
@@ -48,36 +157,28 @@ class ChatTemplate:
         return f"{self.source}: {self.path}" if self.path else self.source
 
 
-def template_for(engine, path: str | None) -> ChatTemplate:
-    """The template a conversation is rendered with: ``path`` (--chat-template) when given,
-    else the model's own (the engine's ``chat_template``), else FALLBACK."""
-    specials = dict(getattr(engine, "special_texts", lambda: {})() or {})
+def template_for(engine, path: str | None) -> Template:
+    """``path`` (--chat-template) when given, else the model's own (``engine.chat_template()``),
+    else FALLBACK; a template that does not compile is refused before any request."""
+    own = engine.chat_template()
+    specials = {"bos_token": own.bos_token, "eos_token": own.eos_token} if own else {}
     if path:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise MacprofError(f"--chat-template {path}: cannot be read: {exc}") from None
-        template = ChatTemplate("file", text, str(path), **specials)
-    elif getattr(engine, "chat_template", None):
-        template = ChatTemplate("model", engine.chat_template, None, **specials)
+        template = Template("file", text, str(path), **specials)
+    elif own:
+        template = Template("model", own.text, own.source, **specials)
     else:
-        template = ChatTemplate("fallback", FALLBACK, None, **specials)
-    _compiled(template.text)  # a template that does not compile is refused before any request
+        template = Template("fallback", FALLBACK)
+    _compiled(template.text)
     return template
 
 
 def chat_ids(engine, text: str) -> list[int]:
-    """The rendered prompt's ids, special tokens parsed; a BOS the template wrote and the
-    tokenizer added again is kept once."""
-    ids = list(engine.tokenize(text, special=True))
-    lead = list(engine.tokenize(""))
-    if lead and ids[:2 * len(lead)] == lead + lead:
-        ids = ids[len(lead):]
-    return ids
-
-
-class _Refused(Exception):
-    """A template's own ``raise_exception`` (roles that do not alternate, a role it does not know)."""
+    """A rendered prompt's ids, special tokens read as such (``tokenize_chat``)."""
+    return list(engine.tokenize_chat(text))
 
 
 _cache: dict[str, Any] = {}
@@ -86,15 +187,9 @@ _cache: dict[str, Any] = {}
 def _compiled(text: str):
     if text not in _cache:
         from jinja2.exceptions import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        def raise_exception(message: str) -> None:
-            raise _Refused(message)
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
         try:
-            _cache[text] = env.from_string(text)
+            _cache[text] = _environment().from_string(text)
         except TemplateError as exc:
             raise MacprofError(f"the chat template does not compile: {exc}") from None
     return _cache[text]

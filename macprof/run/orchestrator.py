@@ -28,6 +28,7 @@ from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
+from macprof.config import taskfile
 from macprof.run import distributed, qualitytext, reference, resume, signals, watch
 from macprof.run.job import QualityJob, WorkerJob
 from macprof.run.journal import Journal
@@ -55,6 +56,8 @@ class Runner:
         self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
         for text in sorted({m.settings.text for m in models if "quality" in m.settings.phases and m.settings.text}):
             qualitytext.check(text)  # and a --text that is a FIFO, a device or too large: before any worker waits on it
+        for tasks in sorted({m.settings.tasks or "" for m in models if "tasks" in m.settings.phases}):
+            taskfile.load(tasks or None)  # a task file that cannot run at all: one line, before any worker
         self._store = reference.store_path(journal.path, self._reference) if self._reference else None
 
     def _source(self) -> telemetry.Source:

@@ -1,0 +1,103 @@
+"""The tasks phase in text: the end-of-run tasks table, compare's columns, and the detail lines
+of `macprof show`. Pure functions of the run log's figures (analyse/tasks.py)."""
+
+from __future__ import annotations
+
+from macprof.model.log import RunLog
+from macprof.model.tasks import Proportion, TasksPhase
+from macprof.render.exporters import Column, Table, to_text
+from macprof.render.text import fmt_bytes, fmt_s
+from macprof.sanitise import clean
+from macprof.render.report import PhaseReport
+
+TASKS_FIELDS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "accuracy_first", "tool_valid",
+                "time_per_correct_s", "tokens_per_correct", "energy_per_correct_j", "mean_attempts", "tasks_n",
+                "tasks_reason")
+TASKS_NOTE = ("tasks: accuracy within the attempts allowed (95 % Wilson interval), tool calls with valid arguments, "
+              "and the wall time of every attempt, failed ones included, per task solved")
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f} %"
+
+
+def fmt_prop(p: Proportion | None) -> str:
+    if p is None or not p.n:
+        return "-"
+    return f"{p.k}/{p.n} = {fmt_pct(p.value)} ({fmt_pct(p.ci_low)}..{fmt_pct(p.ci_high)})"
+
+
+def _accuracy(r: dict) -> str:
+    if r.get("accuracy") is None:
+        return "-"
+    return f"{fmt_pct(r['accuracy'])} ({fmt_pct(r['accuracy_ci_low'])}..{fmt_pct(r['accuracy_ci_high'])})"
+
+
+def _per_correct(r: dict) -> str:
+    if r.get("time_per_correct_s") is None:
+        return "-" if r.get("accuracy") is None else "none right"
+    return fmt_s(r["time_per_correct_s"])
+
+
+def _num(key: str, fmt: str = "{:.0f}"):
+    return lambda r: "-" if r.get(key) is None else fmt.format(r[key])
+
+
+TASKS_COLUMNS = (Column("accuracy (95% CI)", _accuracy), Column("tool calls valid", lambda r: fmt_pct(r.get("tool_valid"))),
+                 Column("s per correct", _per_correct))
+
+
+def tasks_table(log: RunLog) -> str | None:
+    """One row per model with the tasks phase."""
+    from macprof.analyse.headline import headline
+    from macprof.analyse.tasks import tasks_figures
+
+    rows = []
+    for m in log.models:
+        if m.phases.tasks is None:
+            continue
+        rows.append({**tasks_figures(m), "model": m.identity.name, "quant": headline(m)["quant"],
+                     "peak_rss_bytes": (m.phases.tasks.memory.peak_rss_bytes if m.phases.tasks.memory else None)})
+    if not rows:
+        return None
+    columns = (Column("model", lambda r: r["model"]), Column("quant", lambda r: r["quant"] or "-"),
+               Column("tasks", _num("tasks_n")), Column("first try", lambda r: fmt_pct(r.get("accuracy_first"))),
+               *TASKS_COLUMNS, Column("attempts to right", _num("mean_attempts", "{:.2f}")),
+               Column("tokens per correct", _num("tokens_per_correct")),
+               Column("J per correct", _num("energy_per_correct_j", "{:.3g}")),
+               Column("peak RSS", lambda r: fmt_bytes(r["peak_rss_bytes"])))
+    text = to_text(Table("tasks", columns, tuple(rows), (), (), {}))
+    notes = [f"  {r['model']}: {r['tasks_reason']}" for r in rows if r["tasks_reason"] and r["accuracy"] is None]
+    return "Tasks (right answers):\n" + text + ("\n" + "\n".join(clean(n) for n in notes) if notes else "")
+
+
+def tasks_lines(ph: TasksPhase) -> list[str]:
+    """`macprof show`: the phase in a few lines, every refused task one line."""
+    t, s = ph.task_set, ph.summary
+    lines = [f"   tasks: {clean(t.source) if t else '?'} (sha256 {(t.sha256 or '?')[:12] if t else '?'}; "
+             f"{t.tasks if t else 0} tasks, {t.refused if t else 0} lines refused); up to {ph.attempts_allowed} "
+             f"attempt(s), temperature {ph.temperature:g}"]
+    lines.append(f"   prompts: {clean(ph.prompt_format or '?')}; tool calls read as {ph.tool_format or '-'}")
+    lines.append(f"   generation: {clean(ph.generation or '?')}")
+    if s is not None and s.tasks:
+        lines.append(f"   accuracy first attempt {fmt_prop(s.first)}; within {ph.attempts_allowed}: {fmt_prop(s.within)}")
+        if s.tool_calls:
+            tc = s.tool_calls
+            lines.append(f"   tool calls ({tc.attempts} attempts): parse {fmt_prop(tc.parses)}, right function "
+                         f"{fmt_prop(tc.right_function)}, arguments valid {fmt_prop(tc.arguments_valid)}")
+        per = (f"{fmt_s(s.time_per_correct_s)} and {s.tokens_per_correct:.0f} tokens per correct answer, "
+               f"{s.mean_attempts_to_correct:.2f} attempts to a right one"
+               if s.time_per_correct_s is not None and s.tokens_per_correct is not None
+               and s.mean_attempts_to_correct is not None else "no task solved")
+        lines.append(f"   {s.attempts_run} attempts, {fmt_s(s.wall_s)} and {s.tokens_generated} tokens in all: {per}")
+        energy = (f"{s.energy_per_correct_j:.3g} J per correct answer" if s.energy_per_correct_j is not None
+                  else f"energy per correct answer unknown: {clean(s.energy_reason or '?')}")
+        lines.append(f"   {energy}")
+    for r in ph.refusals:
+        lines.append(f"   refused: {clean(r.reason)}")
+    return lines
+
+
+# its summary table and show's lines through the registry (render/report.py); its compare columns
+# are render/compare.py's own, since the accuracy call needs the paired test of the whole comparison
+REPORT = PhaseReport(present="has_tasks", section=tasks_table, detail=tasks_lines)

@@ -1,0 +1,168 @@
+"""The tasks phase's checkers on hand-written replies (right, wrong, near-miss, malformed JSON, a
+tool call with a wrong argument type), and the task file's line-by-line refusals."""
+
+import json
+
+import pytest
+
+from macprof.config import taskfile
+from macprof.errors import MacprofError
+from macprof.measure import checkers as c
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city", "parameters": {
+    "type": "object", "required": ["city", "days"], "additionalProperties": False,
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+
+
+def test_exact():
+    spec = {"type": "exact", "answer": "Paris"}
+    assert c.check(spec, "  Paris\n").correct
+    near = c.check(spec, "Paris.")
+    assert not near.correct and "Paris." in near.message
+    assert not c.check(spec, "paris").correct
+    assert c.check({**spec, "ignore_case": True}, "paris").correct
+    assert c.check(spec, "").message == "the reply is empty"
+
+
+def test_regex():
+    spec = {"type": "regex", "pattern": r"^\d{4}-\d{2}-\d{2}$", "full": True}
+    assert c.check(spec, "2024-03-05\n").correct
+    assert not c.check(spec, "2024-3-5").correct
+    assert not c.check(spec, "The date is 2024-03-05").correct
+    assert c.check({"type": "regex", "pattern": r"\d{4}-\d{2}-\d{2}"}, "The date is 2024-03-05").correct
+
+
+def test_number():
+    spec = {"type": "number", "answer": 42}
+    assert c.check(spec, "42").correct
+    assert c.check(spec, "The answer is 42.").correct
+    assert c.check(spec, "17 + 25 = 42").correct  # the final number is the answer
+    assert not c.check(spec, "17 + 25 = 32").correct
+    near = c.check(spec, "41")
+    assert not near.correct and near.message == "41 is not the right number" and "42" not in near.message
+    assert not c.check(spec, "42.5").correct
+    assert c.check({**spec, "tolerance": 0.5}, "42.5").correct
+    assert c.check({"type": "number", "answer": 1234.5}, "1,234.5").correct
+    assert c.check({"type": "number", "answer": -7}, "-7").correct
+    assert c.check(spec, "forty-two").message.startswith("no number in the reply")
+
+
+def test_choice():
+    spec = {"type": "choice", "options": ["A", "B", "C", "D"], "answer": "B"}
+    for reply in ("B", "b", "B) Paris", "**B**", "(B)", "B. because"):
+        assert c.check(spec, reply).correct, reply
+    assert c.check(spec, "C").message == "C is not the right option"
+    # a sentence that starts with the article "A" chose nothing
+    assert not c.check(spec, "A good answer is B").correct
+    assert c.chosen_option(["A", "B"], "A good answer") is None
+    assert c.check(spec, "I think so").message.startswith("the reply does not start with one of the options")
+    assert c.check({"type": "choice", "options": ["yes", "no"], "answer": "no"}, "No, it is not.").correct
+
+
+def test_json_schema():
+    spec = {"type": "json-schema", "schema": {"type": "object", "required": ["name", "age"],
+                                             "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}}
+    assert c.check(spec, '{"name": "Ann", "age": 31}').correct
+    assert c.check(spec, '```json\n{"name": "Ann", "age": 31}\n```').correct
+    wrong = c.check(spec, '{"name": "Ann", "age": "31"}')
+    assert not wrong.correct and "age" in wrong.message and "schema" in wrong.message
+    bad = c.check(spec, '{"name": "Ann", "age": 31')
+    assert not bad.correct and bad.message.startswith("the reply is not valid JSON")
+    assert not c.check(spec, '{"name": "Ann"}').correct
+
+
+@pytest.mark.parametrize("fmt, reply", [
+    ("json", '{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}'),
+    ("json", '```json\n{"name": "get_weather", "parameters": {"city": "Oslo", "days": 2}}\n```'),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}\n</tool_call>'),
+    ("hermes", '<tool_call>\n[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}]'),  # cut at EOS
+    ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}]'),
+    ("llama3", '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo", "days": 2}}'),
+    ("json", '{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\", \\"days\\": 2}"}'),
+])
+def test_a_right_tool_call_in_each_format(fmt, reply):
+    v = c.check({"type": "tool-call", "name": "get_weather", "arguments": {"city": "Oslo"}}, reply, WEATHER, fmt)
+    assert v.correct and v.tool == c.ToolValidity(True, True, True), v.message
+
+
+def test_tool_calls_that_fail_say_at_which_step():
+    spec = {"type": "tool-call", "name": "get_weather"}
+    wrong_type = c.check(spec, '{"name": "get_weather", "arguments": {"city": "Oslo", "days": "2"}}', WEATHER)
+    assert wrong_type.tool == c.ToolValidity(True, True, False) and "days" in wrong_type.message
+    other = c.check(spec, '{"name": "get_time", "arguments": {}}', WEATHER)
+    assert other.tool == c.ToolValidity(True, False, False) and "not the function" in other.message
+    unknown = c.check(spec, '{"name": "launch", "arguments": {}}', WEATHER)
+    assert "no such function" in unknown.message
+    broken = c.check(spec, '{"name": "get_weather", "arguments": {"city": "Oslo"', WEATHER)
+    assert broken.tool == c.ToolValidity(False, False, False) and "not valid JSON" in broken.message
+    assert c.check(spec, "It is sunny in Oslo.", WEATHER, "hermes").message == "no <tool_call> in the reply"
+    value = c.check({**spec, "arguments": {"city": "Bergen"}},
+                    '{"name": "get_weather", "arguments": {"city": "Oslo", "days": 1}}', WEATHER)
+    assert not value.correct and value.tool == c.ToolValidity(True, True, True)
+
+
+def test_spec_problems():
+    assert "does not compile" in c.spec_problem({"type": "regex", "pattern": "(unclosed"}, None)
+    assert "not valid JSON Schema" in c.spec_problem({"type": "json-schema", "schema": {"type": "objekt"}}, None)
+    assert "not among the task's tools" in c.spec_problem({"type": "tool-call", "name": "nope"}, WEATHER)
+    assert c.spec_problem({"type": "choice", "options": ["A", "B"], "answer": "C"}, None)
+    assert c.spec_problem({"type": "number", "answer": 1}, None) is None
+
+
+def _line(**kw):
+    task = {"id": "t", "prompt": "2+2?", "checker": {"type": "number", "answer": 4}, "max_tokens": 8}
+    task.update(kw)
+    return json.dumps({k: v for k, v in task.items() if v is not None})
+
+
+def test_a_malformed_task_file_is_refused_line_by_line():
+    lines = [
+        _line(id="good"),
+        "{not json",
+        _line(id="both", messages=[{"role": "user", "content": "x"}]),
+        _line(id="neither", prompt=None),
+        _line(id="re", checker={"type": "regex", "pattern": "(["}),
+        _line(id="schema", checker={"type": "json-schema", "schema": {"type": 5}}),
+        _line(id="tok", max_tokens=0),
+        _line(id="kind", checker={"type": "fuzzy"}),
+        _line(id="extra", checker={"type": "number", "answer": 4, "tol": 1}),
+        _line(id="tool", checker={"type": "tool-call", "name": "get_weather"}),
+        _line(id="good"),
+        "",
+        "# a comment",
+        _line(id="good2"),
+    ]
+    tf = taskfile.parse("\n".join(lines).encode(), "my.jsonl")
+    assert [t.id for t in tf.tasks] == ["good", "good2"]
+    by_line = {line: why for line, _, why in tf.refused}
+    assert sorted(by_line) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert all(why.startswith(f"my.jsonl:{n}: ") and "\n" not in why for n, why in by_line.items())
+    assert "not JSON" in by_line[2]
+    assert "either 'prompt' or 'messages'" in by_line[3] and "either" in by_line[4]
+    assert "does not compile" in by_line[5]
+    assert "not valid JSON Schema" in by_line[6]
+    assert "max_tokens" in by_line[7]
+    assert "fuzzy" in by_line[8]
+    assert "unknown key(s) tol" in by_line[9]
+    assert "defines no tools" in by_line[10]
+    assert "already line 1's" in by_line[11]
+    assert len(tf.sha256) == 64
+
+
+def test_a_file_with_no_task_or_unreadable_is_one_line(tmp_path):
+    with pytest.raises(MacprofError, match=r"bad.jsonl: no task to run .*bad.jsonl:1: not JSON"):
+        taskfile.parse(b"{oops\n", "bad.jsonl")
+    with pytest.raises(MacprofError, match="not UTF-8"):
+        taskfile.parse(b"\xff\xfe", "bad.jsonl")
+    with pytest.raises(MacprofError, match="cannot read the task file"):
+        taskfile.load(str(tmp_path / "missing.jsonl"))
+
+
+def test_the_default_set_is_whole_and_deterministic():
+    tf = taskfile.load(None)
+    assert not tf.refused and len(tf.tasks) >= 24
+    kinds = {t.checker["type"] for t in tf.tasks}
+    assert kinds == set(c.KINDS)
+    assert {t.category for t in tf.tasks} >= {"arithmetic", "extraction", "format", "tool-call"}
+    assert taskfile.load(None).sha256 == tf.sha256
