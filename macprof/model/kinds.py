@@ -39,6 +39,7 @@ import functools
 import typing
 from typing import Any
 
+from macprof.model.conversation import ConversationPhase, ConversationSummary, Turn
 from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.log import (Bandwidth, Identity, KvCache, Machine, MeasuredBandwidth, ModelFile, ModelMemory,
                                ModelResult, ModelSettings, Phases, Redacted, RunLog, RunMemory, Source, SpecBandwidth,
@@ -113,6 +114,11 @@ FIELDS: dict[type, dict[str, str]] = {
     ConcurrencyPhase: {"slo": _T},
     # the task set's own words (a task's id, its reply, the checker's message): free text
     TasksPhase: {"prompt_format": _T, "tool_format": _V, "generation": _O},
+    # the template's path is a file's (--chat-template) or where the model's came from
+    ConversationPhase: {"template_source": _V, "template_path": PATH, "template_sha256": _V, "app_order": _V,
+                        "stopped": _O},
+    ConversationSummary: {"stops": _V},
+    Turn: {"reuse_refused": _O, "stop_kind": _V, "stop_reason": _O},
     TaskSetInfo: {"source": PATH, "sha256": _V},
     TaskRefusal: {"task": _T, "reason": _T},
     TaskResult: {"task": _T, "category": _T, "checker": _V},
