@@ -56,6 +56,8 @@ CAPABILITIES = {
     "cache_cut": "the KV cache cut back to a prefix (prefix reuse, depth cases); cut_refusal says when one cut "
                  "cannot be made",
     "top2": "the two best next tokens after a sequence (the output checks' near-tie diagnosis)",
+    "verify": "tokens appended to the cache and the greedy choice after every one, in one forward pass (the "
+              "speculative phase's verification; truncate rewinds it)",
 }
 # what an in-process engine says of "stream"
 IN_PROCESS = "concurrent requests are measured against a server (engine openai)"
@@ -136,6 +138,11 @@ class Engine(Protocol):
         """Capability "score": the model's logits at every position of ``ids``, one forward
         pass from an empty cache, as float32 [len(ids), vocab_size] (a numpy array). The cache
         is emptied after it."""
+
+    def verify(self, ids: Sequence[int]) -> list[int]:
+        """Capability "verify": append ``ids`` to what the cache holds (the history is then
+        exactly the cache's tokens) and return the greedy choice after each appended position,
+        ``len(ids)`` of them, from one forward pass; ``truncate`` cuts the rejected ones off."""
 
     def kv_cache_bytes(self) -> int | None:
         """Bytes the KV cache holds now, where the engine exposes it; else None."""

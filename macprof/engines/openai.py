@@ -87,6 +87,8 @@ class OpenAIEngine:
         "batch": "a server batches concurrent requests itself: the concurrency phase measures that",
         "cache_cut": NO_CACHE_API,
         "top2": NO_LOGITS,
+        "verify": "a server's API gives no greedy choice at every appended position, nor a cache to rewind "
+                  "(its own speculative decoding is measured as the server's speed)",
     }
 
     def __init__(self) -> None:
@@ -398,6 +400,9 @@ class OpenAIEngine:
 
     def score(self, ids: Sequence[int]) -> Any:
         raise MacprofError(self.capabilities["score"] or "")
+
+    def verify(self, ids: Sequence[int]) -> list[int]:
+        raise MacprofError(self.capabilities["verify"] or "")
 
     def kv_cache_bytes(self) -> int | None:
         return None
