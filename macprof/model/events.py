@@ -14,6 +14,7 @@ from macprof.model.event_base import Event
 from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
                                         RankTimeline)
 from macprof.model.records import ABSENT, record
+from macprof.model.speculative import DraftLoaded, SpeculativeCheck, SpeculativeRounds
 from macprof.model.telemetry import TelemetryRaw
 
 
@@ -298,7 +299,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
     ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
-    QualityStored)}
+    QualityStored, DraftLoaded, SpeculativeRounds, SpeculativeCheck)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

@@ -161,7 +161,7 @@ def _phases(job: dict, engine, settings, emit, after=None):
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job["cases"].get(phase, []),
                                    trial=job.get("trial", 0), done=done_requests(job.get("done", [])),
-                                   quality=job.get("quality") or {}))
+                                   quality=job.get("quality") or {}, draft=job.get("draft") or {}))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
                          t=time.perf_counter_ns(), **_mac(), **_weights(engine, job["path"])))

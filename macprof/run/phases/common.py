@@ -37,6 +37,7 @@ class PhaseContext:
     clock: Clock = time.perf_counter_ns
     done: dict[tuple, tuple] = field(default_factory=dict)
     quality: dict = field(default_factory=dict)  # the quality phase's reference and store (run/phases/quality.py)
+    draft: dict = field(default_factory=dict)  # the speculative phase's draft, resolved by the parent (orchestrator)
 
 
 def request_key(head: dict) -> tuple:
