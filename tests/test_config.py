@@ -276,7 +276,7 @@ def test_each_flag_sets_only_its_own_settings():
     examples = {"ints": [1, 2], "rates": [0.5, 1.0], "int": 2, "float": 1.5, "switch": True, "file": __file__,
                 "choice": None, "str": None}
     words = {"--phases": "warm", "--shape": "rag", "--hosts": "2", "--reference": "a", "--slo": "ttft:1s,itl:50ms",
-             "--kv-type": "q8_0", "--backend": "ring", "--parallel": "pipeline", "--app-order": "random"}
+             "--kv-type": "q8_0", "--backend": "ring", "--parallel": "pipeline", "--app-order": "random", "--draft": "ngram"}
     for name, s in SPECS.items():
         if not s.flags:
             continue
@@ -315,7 +315,7 @@ def test_a_models_toml_entry_knows_exactly_the_settings_declared_for_it():
 
 # a bad value for each setting's flag, by the kind of flag (a switch has none); a text flag's own
 _BAD_BY_KIND = {"int": "-1", "float": "-1", "ints": "-1", "rates": "0", "choice": "bogus", "file": "/no/such/text.txt"}
-_BAD_TEXT = {"--phases": "hot", "--shape": "novel", "--hosts": "-oProxyCommand=x", "--reference": " ", "--slo": "e2e:1s"}
+_BAD_TEXT = {"--phases": "hot", "--shape": "novel", "--hosts": "-oProxyCommand=x", "--reference": " ", "--slo": "e2e:1s", "--draft": " "}
 
 
 def _setting_flag_cases():

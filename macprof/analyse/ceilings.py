@@ -109,3 +109,39 @@ def _measured_and_predicted(c: SweepCase) -> TradeoffRow:
                        predicted_with=which if pred and pred.itl_s else None,
                        predicted_aggregate_tok_s=pred.aggregate_tok_s if pred else None,
                        predicted_itl_s=pred.itl_s if pred else None, bound=pred.bound if pred else None)
+
+
+SPECULATIVE_DEFINITION = (
+    "round_s(k) = k x step_draft(c) + verify_s, verify_s = max((W_target + kv_bytes_read(c)) / bandwidth, "
+    "(k + 1) x 2 x active_params / flops): a verify of k + 1 tokens reads the target's weights once; step_draft = the "
+    "draft's one-token step (0 for ngram); tokens/round = (1 - α^(k+1)) / (1 - α); speed-up = tokens/round x "
+    "step_target(c) / round_s(k); the measured bandwidth where the probe gave one, else the published")
+
+
+def speculative_prediction(target: dict | None, draft: dict | None, k: int, alpha: float | None, context: float,
+                           bw: Bandwidth | None, ngram: bool = False) -> dict:
+    """The roofline's speculative round: its predicted seconds and the speed-up at acceptance
+    ``alpha`` (docs/design.md, SPECULATIVE_DEFINITION); each None, with ``reason``, where a
+    model's shape or the bandwidth is unknown."""
+    from macprof.measure.speculative import tokens_per_round
+
+    if not target or not target.get("weight_bytes_per_token"):
+        return {"reason": "target shape unknown"}
+    if not ngram and (not draft or not draft.get("weight_bytes_per_token")):
+        return {"reason": "draft shape unknown"}
+    which = "measured" if bw and bw.measured and bw.measured.gbs else "spec"
+    t_roof, reason = _roofline(target, bw, which)
+    if t_roof is None:
+        return {"reason": f"bandwidth unknown: {reason}"}
+    d_step = 0.0
+    if not ngram:
+        d_roof, reason = _roofline(draft or {}, bw, which)
+        if d_roof is None:
+            return {"reason": f"bandwidth unknown: {reason}"}
+        d_step = d_roof.step_s(context)
+    verify = max(t_roof.read_s(context), t_roof.compute_s(k + 1) or 0.0)
+    round_s = k * d_step + verify
+    out: dict = {"round_s": round_s, "plain_step_s": t_roof.step_s(context), "bandwidth": which}
+    if alpha is not None:
+        out["speedup"] = tokens_per_round(alpha, k) * out["plain_step_s"] / round_s
+    return out

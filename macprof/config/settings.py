@@ -185,6 +185,7 @@ _LOAD = ("concurrency",)
 _CHAT = ("conversation",)
 APP_ORDERS = ("round-robin", "random")
 _TASKS = ("tasks",)
+_SPEC = ("speculative",)
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,17 @@ class Settings:
         None, Check(str, lambda v: bool(v.strip()), "the path of a UTF-8 text file", _TEXT),
         "quality: a UTF-8 text file to score [the text shipped with macprof].", phases=_QUALITY,
         flags=(Flag("--text", "file"),), read=lambda v: {"text": str(Path(v).resolve()) if v else None})
+    # the speculative phase (run/phases/speculative.py): the draft (a model reference, resolved by
+    # the parent as MODEL is, or ngram: prompt lookup), the draft lengths swept, the n-gram size
+    draft: str | None = setting(
+        None, Check(str, lambda v: bool(v.strip()), "a model reference (as MODEL takes) or ngram", _TEXT),
+        "speculative: the draft model (any reference MODEL takes) or ngram (prompt lookup).", phases=_SPEC,
+        flags=(Flag("--draft"),))
+    draft_tokens: tuple[int, ...] = setting(
+        (1, 2, 4, 8), _ints(1), "speculative: tokens drafted per round; a list is a sweep [{draft_tokens}].",
+        unit="tokens", phases=_SPEC, flags=(Flag("--draft-tokens", "ints"),), read=_levels("draft_tokens"))
+    ngram: int = setting(2, POSITIVE_INT, "speculative with --draft ngram: the longest n-gram looked up [{ngram}].",
+                         unit="tokens", phases=_SPEC, flags=(Flag("--ngram", "int"),))
     # the concurrency phase against a server (macprof/run/phases/serving.py): closed-loop client
     # counts, open-loop arrival rates (requests/s), requests and seconds per level (0: automatic),
     # and the SLOs goodput is judged by (seconds; None: not judged)
@@ -458,7 +470,7 @@ def run_flags() -> list[tuple[str, Flag, str, tuple[str, ...]]]:
 RUN_ORDER = ("--engine", "--config", "--models", "--phases", "--prompt-tokens", "--gen-tokens", "--shape", "--depth",
              "--batch", "--prefix-tokens", "--reps", "--cold-trials", "--threads", "--kv-type", "--timeout", "--delay",
              "--drop-cache", "--force", "--log", "--resume", "--force-overwrite", "--hosts", "--backend", "--parallel",
-             "--link-gbs", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
+             "--link-gbs", "--draft", "--draft-tokens", "--ngram", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
              "--serve", "--in-process", "--concurrency", "--rate", "--slo", "--load-requests", "--load-seconds",
              "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--chat-template",
              "--tasks", "--attempts", "--temperature", "--seed")

@@ -58,6 +58,8 @@ CAPABILITIES = {
     "top2": "the two best next tokens after a sequence (the output checks' near-tie diagnosis)",
     "sample": "sampled decoding at a temperature from a seed (the tasks phase's --temperature retries); "
               "generation is greedy everywhere else",
+    "verify": "tokens appended to the cache and the greedy choice after every one, in one forward pass (the "
+              "speculative phase's verification; truncate rewinds it)",
 }
 CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI tools field, the server applying its "
                         "model's template (the tasks phase through a server)")
@@ -167,6 +169,11 @@ class Engine(Protocol):
         """Capability "score": the model's logits at every position of ``ids``, one forward
         pass from an empty cache, as float32 [len(ids), vocab_size] (a numpy array). The cache
         is emptied after it."""
+
+    def verify(self, ids: Sequence[int]) -> list[int]:
+        """Capability "verify": append ``ids`` to what the cache holds (the history is then
+        exactly the cache's tokens) and return the greedy choice after each appended position,
+        ``len(ids)`` of them, from one forward pass; ``truncate`` cuts the rejected ones off."""
 
     def kv_cache_bytes(self) -> int | None:
         """Bytes the KV cache holds now, where the engine exposes it; else None."""

@@ -59,7 +59,7 @@ class FakeEngine(PrefixReuse):
     separate_tokenizer = False  # the vocabulary comes with the model file
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": GREEDY_ONLY,
-                                           "chat": RENDERS_ITSELF}
+                                           "chat": RENDERS_ITSELF, "verify": None}
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
     def __init__(self) -> None:
@@ -181,6 +181,12 @@ class FakeEngine(PrefixReuse):
             yield token
             if i + 1 < n:
                 _feed(self._states, [token], self.n_ctx)
+
+    def verify(self, ids: Sequence[int]) -> list[int]:
+        held = len(self._states)
+        self._history = self._history[:held] + list(ids)
+        _feed(self._states, ids, self.n_ctx)
+        return [self._next(state) for state in self._states[held:]]
 
     # -- batched generation ----------------------------------------------------------------
     def open_batch(self, size: int, tokens_per_seq: int) -> None:

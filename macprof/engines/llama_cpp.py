@@ -45,7 +45,7 @@ class LlamaCppEngine(PrefixReuse):
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": GREEDY_ONLY,
-                                           "chat": RENDERS_ITSELF}
+                                           "chat": RENDERS_ITSELF, "verify": None}
 
     def __init__(self) -> None:
         self.model = None
@@ -297,6 +297,22 @@ class LlamaCppEngine(PrefixReuse):
             lc.llama_batch_free(batch)
             self.reset()
         return out
+
+    def verify(self, ids: Sequence[int]) -> list[int]:
+        """One llama_batch of ``ids`` at the positions after the cache's, logits requested at
+        every entry (as score() asks for them), one llama_decode; the argmax of each row."""
+        held = self.cached_tokens()
+        if len(ids) > self.n_batch:
+            raise MacprofError(f"verify of {len(ids)} tokens: more than one batch of {self.n_batch}")
+        self._history = self._history[:held] + list(ids)
+        batch = lc.llama_batch_init(max(1, len(ids)), 0, 1)
+        try:
+            _fill(batch, [(_SEQ, held + k, t) for k, t in enumerate(ids)], None)
+            _decode_batch(self.ctx, batch, f"verifying {len(ids)} tokens after {held}")
+            rows = np.ctypeslib.as_array(lc.llama_get_logits(self.ctx), shape=(len(ids), self.vocab_size))
+            return [int(t) for t in rows.argmax(axis=1)]
+        finally:
+            lc.llama_batch_free(batch)
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
         self.reset()

@@ -103,7 +103,7 @@ class MlxEngine(PrefixReuse):
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": GREEDY_ONLY,
-                                           "chat": RENDERS_ITSELF}
+                                           "chat": RENDERS_ITSELF, "verify": None}
 
     def __init__(self) -> None:
         self.model: Any = None
@@ -296,6 +296,17 @@ class MlxEngine(PrefixReuse):
             values = np.array(logits.astype(mx.float32))
         self.reset()
         return values
+
+    def verify(self, ids: Sequence[int]) -> list[int]:
+        """One forward pass of ``ids`` over the cache (as mlx-lm's speculative step verifies):
+        model(inputs[None], cache=cache), then the argmax at every position."""
+        if self._cache is None:
+            self.reset()
+        self._history = self._history[:self.cached_tokens()] + list(ids)
+        with mx.stream(self._stream):
+            logits = self.model(mx.array(list(ids), dtype=mx.uint32)[None], cache=self._cache)[0]
+            choices = mx.argmax(logits, axis=-1)
+            return [int(t) for t in choices.tolist()]  # type: ignore[union-attr, arg-type]  # a 1-d array: a list of ints
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
         self.reset()

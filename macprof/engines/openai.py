@@ -89,6 +89,8 @@ class OpenAIEngine:
         "top2": NO_LOGITS,
         "sample": "macprof's requests to a server are greedy (temperature 0)",
         "chat": None,
+        "verify": "a server's API gives no greedy choice at every appended position, nor a cache to rewind "
+                  "(its own speculative decoding is measured as the server's speed)",
     }
 
     def __init__(self) -> None:
@@ -440,6 +442,9 @@ class OpenAIEngine:
 
     def score(self, ids: Sequence[int]) -> Any:
         raise MacprofError(self.capabilities["score"] or "")
+
+    def verify(self, ids: Sequence[int]) -> list[int]:
+        raise MacprofError(self.capabilities["verify"] or "")
 
     def kv_cache_bytes(self) -> int | None:
         return None

@@ -41,6 +41,7 @@ from typing import Any
 
 from macprof.model.conversation import ConversationPhase, ConversationSummary, Turn
 from macprof.model.distributed import DistributedSettings, GroupResult
+from macprof.model.speculative import SpeculativeCase, SpeculativePhase
 from macprof.model.log import (Bandwidth, Identity, KvCache, Machine, MeasuredBandwidth, ModelFile, ModelMemory,
                                ModelResult, ModelSettings, Phases, Redacted, RunLog, RunMemory, Source, SpecBandwidth,
                                SystemMemory)
@@ -80,7 +81,7 @@ FIELDS: dict[type, dict[str, str]] = {
     Source: {"ref": REF, "store": _V, "path": MODEL_PATH},
     ModelFile: {"name": NAME, "sha256": _V},
     ModelSettings: {"phases": _V, "shapes": _V, "kv_type": _V, "reference": NAME, "text": PATH, "app_order": _V,
-                    "chat_template": PATH, "tasks": PATH},
+                    "chat_template": PATH, "tasks": PATH, "draft": REF},
     DistributedSettings: {"hosts": HOST, "backend": _V, "parallel": _V},
     GroupResult: {"backend": _V, "parallel": _V, "hosts": HOST, "ranks": _T, "timelines": _T, "comm_method": _V,
                   "comm": _T, "bytes_per_token": _T, "prediction": _T, "reason": _T},
@@ -118,6 +119,9 @@ FIELDS: dict[type, dict[str, str]] = {
     ConversationPhase: {"template_source": _V, "template_path": PATH, "template_sha256": _V, "app_order": _V,
                         "stopped": _O},
     ConversationSummary: {"stops": _V},
+    # the draft as the command line named it: a path, a hub id, an Ollama name, or "ngram"
+    SpeculativePhase: {"draft": REF, "draft_engine": _V, "draft_status": _V, "draft_reason": _T},
+    SpeculativeCase: {"id": _V},
     Turn: {"reuse_refused": _O, "stop_kind": _V, "stop_reason": _O},
     TaskSetInfo: {"source": PATH, "sha256": _V},
     TaskRefusal: {"task": _T, "reason": _T},

@@ -15,6 +15,7 @@ from macprof.model.distributed import DistributedSettings, GroupResult
 from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPhase
 from macprof.model.quality import QualityPhase
 from macprof.model.tasks import TasksPhase
+from macprof.model.speculative import SpeculativePhase
 from macprof.model.records import ABSENT, Record, record
 from macprof.model.serving import ConcurrencyPhase
 
@@ -151,6 +152,9 @@ class ModelSettings(Record):
     quality_ctx: int | None = ABSENT
     reference: str | None = ABSENT
     text: str | None = ABSENT
+    draft: str | None = ABSENT  # the speculative phase's (absent before it)
+    draft_tokens: tuple[int, ...] | None = ABSENT
+    ngram: int | None = ABSENT
     concurrency: tuple[int, ...] | None = ABSENT  # the concurrency phase's levels (absent before it)
     rates: tuple[float, ...] | None = ABSENT
     load_requests: int | None = ABSENT
@@ -204,6 +208,7 @@ class Phases(Record):
     depth: Sweep | None = ABSENT
     batch: Sweep | None = ABSENT
     quality: QualityPhase | None = ABSENT
+    speculative: SpeculativePhase | None = ABSENT
     concurrency: ConcurrencyPhase | None = ABSENT
     conversation: ConversationPhase | None = ABSENT
     tasks: TasksPhase | None = ABSENT

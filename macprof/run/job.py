@@ -35,6 +35,7 @@ class WorkerJob(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     endpoint: dict | None = None  # the openai engine's server (config/endpoint.py, Endpoint.job)
     idle_baseline_s: float = 0.0  # the idle wait before each phase, where power is read (0: none)
     quality: QualityJob = QualityJob()
+    draft: dict = {}  # the speculative phase's draft, resolved by the parent (orchestrator._draft_job)
 
 
 def encode(job: WorkerJob) -> bytes:

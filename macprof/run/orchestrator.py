@@ -24,6 +24,7 @@ from macprof.phases import REGISTRY
 from macprof.collect import facts, residency, resolve, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
+from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
@@ -199,6 +200,12 @@ class Runner:
         if model.endpoint is not None and "depth" in remaining:
             remaining.remove("depth")
             journal.write(ev.Failure(model=model.name, phase="depth", status="refused", reason=ENDPOINT_DEPTH))
+        if "speculative" in remaining:
+            try:
+                _draft_job(model, 0)
+            except MacprofError as exc:  # no draft, or one that resolves to nothing: the other phases go on
+                remaining.remove("speculative")
+                journal.write(ev.Failure(model=model.name, phase="speculative", status="refused", reason=str(exc)))
         attempts = 0
         while remaining and attempts < len(s.phases) + sum(len(c) for c in plan.values()):
             attempts += 1
@@ -234,7 +241,8 @@ class Runner:
                         cases=cases, done=done or [], endpoint=_endpoint_job(model, s.timeout),
                         # the idle wait before each phase gives the power baseline: only where power is read
                         idle_baseline_s=telemetry.IDLE_BASELINE_S if self._source().has_power else 0.0,
-                        quality=quality)
+                        quality=quality, draft=_draft_job(model, max(need) + macprof.cases.CONTEXT_MARGIN)
+                        if "speculative" in phases else {})
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
         # a cold trial's sampler starts before the spawn: its energy runs from spawn to ready
         sampler = TelemetrySampler(self._source(), from_spawn=phases == ["cold"])
@@ -340,6 +348,29 @@ def _request_line(name: str, e: ev.Request, s) -> str:
     mode = f" {e.mode}" if e.mode else ""
     case = f" {e.case}" if e.case else ""
     return f"{name}: {e.phase}{case}{mode} {what}: {e.status}"
+
+
+def _draft_job(model: ModelSpec, n_ctx: int) -> dict:
+    """The speculative phase's draft, resolved here as a MODEL argument is (an engine reaches no
+    model store): its engine the target's where that reads the draft's format (a fake GGUF target
+    drafts with a fake GGUF), else the format's own (an MLX draft for a GGUF target)."""
+    from macprof import engines
+
+    s = model.settings
+    if not s.draft:
+        raise MacprofError("speculative: no draft given (--draft MODEL or --draft ngram)")
+    if s.draft.strip() == "ngram":
+        return {"kind": "ngram", "ref": "ngram", "n": s.ngram}
+    from macprof.collect import modelinfo
+
+    r = resolve.resolve(s.draft)
+    engine = model.engine if engines.MODEL_FORMAT.get(model.engine) == r.format else resolve.ENGINE_OF[r.format]
+    try:  # the draft's bytes per token, for the round's ceiling (analyse/ceilings.py)
+        shape = modelinfo.inspect(r.path, s.kv_type).to_dict()
+    except MacprofError:
+        shape = None
+    return {"kind": "model", "ref": s.draft, "engine": engine, "path": str(r.path), "n_ctx": n_ctx or None,
+            "target": model.name, "shape": shape}
 
 
 def _endpoint_job(model: ModelSpec, timeout: float) -> dict | None:

@@ -165,7 +165,7 @@ def _phases(job: "WorkerJob", engine, settings, emit, after=None):
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job.cases.get(phase, []),
                                    trial=job.trial, done=done_requests(job.done), quality=job.quality,
-                                   n_ctx=job.n_ctx))
+                                   n_ctx=job.n_ctx, draft=job.draft))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
                          t=time.perf_counter_ns(), **_mac(), **_weights(engine, job.path)))

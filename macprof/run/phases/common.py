@@ -39,6 +39,7 @@ class PhaseContext:
     done: dict[tuple, tuple] = field(default_factory=dict)
     quality: QualityJob = field(default_factory=QualityJob)  # the quality phase's reference and store (run/phases/quality.py)
     n_ctx: int = 0  # the context the worker's engine holds, per sequence (0: not known)
+    draft: dict = field(default_factory=dict)  # the speculative phase's draft, resolved by the parent (orchestrator)
 
 
 def request_key(head: dict) -> tuple:

@@ -1,0 +1,47 @@
+"""Speculative decoding's pure arithmetic: the n-gram (prompt lookup) draft, the accepted
+prefix of a verified draft, each round's draft budget, and the expected tokens per round at an
+acceptance rate (the loop itself is run/phases/speculative.py; the ceiling analyse/ceilings.py)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def ngram_draft(context: Sequence[int], n: int, k: int) -> list[int]:
+    """Prompt lookup: the ``k`` tokens that followed the most recent earlier occurrence of the
+    context's last ``m`` tokens, for the longest ``m`` <= ``n`` that occurs earlier (as
+    llama-cpp-python's LlamaPromptLookupDecoding and llama.cpp's lookup search, longest first);
+    fewer where the match is near the end, none where no suffix recurs."""
+    if k <= 0:
+        return []
+    size = len(context)
+    for m in range(min(n, size - 1), 0, -1):
+        pattern = list(context[size - m:])
+        # the latest start whose window is not the suffix itself, searched back from the end
+        for start in range(size - m - 1, -1, -1):
+            if list(context[start:start + m]) == pattern:
+                return list(context[start + m:start + m + k])
+    return []
+
+
+def accepted_prefix(drafts: Sequence[int], choices: Sequence[int]) -> int:
+    """How many drafted tokens the target accepts: the longest prefix where each draft is the
+    target's greedy choice after the tokens before it (``choices[j]`` follows ``drafts[:j]``)."""
+    a = 0
+    while a < len(drafts) and a < len(choices) and drafts[a] == choices[a]:
+        a += 1
+    return a
+
+
+def draft_budget(k: int, left: int) -> int:
+    """Tokens to draft in a round with ``left`` tokens still to emit: a round emits up to k + 1
+    (the accepted drafts and the target's own), so k is capped at left - 1 to end exactly."""
+    return max(0, min(k, left - 1))
+
+
+def tokens_per_round(alpha: float, k: int) -> float:
+    """Expected tokens a round emits when each drafted token is accepted with probability α
+    independently, up to the first rejection: (1 - α^(k+1)) / (1 - α); k + 1 at α = 1."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)

@@ -1,0 +1,238 @@
+"""speculative: a draft proposes k greedy tokens, the target verifies them all in one forward
+pass, the longest prefix it agrees with is kept with the target's own next token, and both
+caches are rewound past what was rejected; greedy, EOS ignored, exactly ``gen_tokens`` tokens.
+
+Engine-generic: the target needs capabilities "verify" and "cache_cut" (engines/base.py), the
+draft is any engine's generate (so an MLX draft serves a GGUF target) or the n-gram lookup of
+measure/speculative.py. The prompts are the warm phase's; each prompt is also decoded plainly
+on the target, alternately before and after its speculative requests (one per k of
+``draft_tokens``): the baseline of the speed-up and the reference of the output check.
+
+Raw per round (model/speculative.py Round): drafted k, accepted a, the stamps of draft start,
+verify start, verify end and rewind end, and the tokens. A round's tokens are yielded (and so
+stamped by the request's machinery, run/phases/common.py) at its verify end, in a burst.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from macprof.engines.base import EngineSettings, lacks
+from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
+from macprof.model import events as ev
+from macprof.model.speculative import DraftLoaded, Round, SpeculativeCheck, SpeculativeRounds
+from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, _stamped, announced, compare_outputs,
+                                       request_key, timed_request, warm_prompts)
+from macprof.run.prompts import Prompt
+
+PHASE = "speculative"
+NGRAM = "ngram"
+# tokenized by both models: a draft whose ids differ from the target's on it is refused
+PROBE = "The quick brown fox jumps over the lazy dog, 12 times; naïve café 3.14 — done.\n  Ok?"
+
+
+class ModelDraft:
+    """A draft model: ``propose`` is its greedy generate of k tokens after the context, reusing
+    what its cache holds; ``rewind`` cuts its cache back past the rejected drafts."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        return list(self.engine.generate(list(context), k))
+
+    def rewind(self, keep: int) -> None:
+        if self.engine.cached_tokens() > keep:
+            self.engine.truncate(keep)
+
+    def reset(self) -> None:
+        self.engine.reset()
+
+
+class NgramDraft:
+    """Prompt lookup: the continuation of the longest recent n-gram match (no model, no cache)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        return ngram_draft(context, self.n, k)
+
+    def rewind(self, keep: int) -> None:
+        """Nothing cached."""
+
+    def reset(self) -> None:
+        """Nothing cached."""
+
+
+def speculative_tokens(target, draft, ids: Sequence[int], n: int, k: int, rounds: list[Round],
+                       clock: Clock = time.perf_counter_ns) -> Iterator[int]:
+    """Exactly ``n`` tokens of ``target``'s greedy decoding of ``ids``, drafted ``k`` at a time
+    (fewer in the last round, so the count is exact); each round appended to ``rounds``. The
+    first token is the target's prefill, as in plain decoding."""
+    ids = list(ids)
+    emitted = list(target.generate(ids, 1))  # the cache then holds the prompt; emitted[-1] is not in it
+    yield from emitted
+    while len(emitted) < n:
+        context = ids + emitted
+        k_round = draft_budget(k, n - len(emitted))
+        t_draft = clock()
+        drafts = draft.propose(context, k_round)[:k_round] if k_round else []
+        t_verify = clock()
+        held = target.cached_tokens()
+        choices = target.verify([emitted[-1], *drafts])
+        t_verified = clock()
+        a = accepted_prefix(drafts, choices)
+        out = [*drafts[:a], choices[a]]
+        emitted += out
+        yield from out
+        target.truncate(held + 1 + a)  # the last token and the accepted drafts stay; choices[a] is fed next round
+        draft.rewind(len(context) + a)
+        rounds.append(Round(drafted=len(drafts), accepted=a, t_draft_start=t_draft, t_verify_start=t_verify,
+                            t_verify_end=t_verified, t_rewind_end=clock(), drafts=tuple(drafts), tokens=tuple(out)))
+
+
+def speculative_request(target, draft, prompt: Prompt, n: int, k: int, clock: Clock) -> tuple[dict, list[Round]]:
+    """One speculative request, stamped as a plain one is (run/phases/common.py ``_stamped``),
+    both caches emptied first."""
+    rounds: list[Round] = []
+    target.reset()
+    draft.reset()
+    r = _stamped(target, [prompt.text], lambda ids: speculative_tokens(target, draft, ids[0], n, k, rounds, clock), clock)
+    tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
+    if r["status"] == "ok" and len(tokens) != n:
+        r.update(status="error", error=f"the speculative loop yielded {len(tokens)} tokens instead of {n}")
+    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "reused_tokens": 0, "computed_prompt_tokens": len(ids),
+            "cached_tokens_after": target.cached_tokens(), "kv_cache_bytes": target.kv_cache_bytes(),
+            "engine_memory": target.memory() or None}, rounds
+
+
+def tokenizer_mismatch(target, draft, target_name: str, draft_name: str) -> str | None:
+    """Why ``draft`` cannot draft for ``target``: another vocabulary size, or other ids for the
+    probe text; None when they agree."""
+    if draft.vocab_size != target.vocab_size:
+        return (f"draft {draft_name} has a vocabulary of {draft.vocab_size} tokens, target {target_name} one of "
+                f"{target.vocab_size}: another tokenizer, refused")
+    a, b = target.tokenize(PROBE), draft.tokenize(PROBE)
+    if a != b:
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return (f"draft {draft_name} tokenizes the probe text otherwise than target {target_name} (first difference "
+                f"at token {at} of {len(a)}/{len(b)}): another tokenizer, refused")
+    return None
+
+
+def load_draft(ctx: PhaseContext) -> tuple[Any, Any]:
+    """The draft the job names (``ctx.draft``: the parent resolved it), as (drafter, its engine
+    or None), or (None, None) with a draft_loaded event saying why not."""
+    from macprof import engines
+
+    spec, s = ctx.draft or {}, ctx.settings
+    if spec.get("kind") == NGRAM:
+        ctx.emit(DraftLoaded(phase=PHASE, draft=NGRAM))
+        return NgramDraft(int(spec["n"])), None
+    name, engine_name, path = spec.get("ref") or "?", spec.get("engine") or "", spec.get("path") or ""
+    head: dict[str, Any] = {"phase": PHASE, "draft": name, "engine": engine_name, "path": path,
+                            "shape": spec.get("shape")}
+    t0 = time.perf_counter_ns()
+    try:
+        engine = engines.create(engine_name)
+        engine.load_model(Path(path), EngineSettings(n_ctx=spec.get("n_ctx") or 4096, threads=s.threads,
+                                                     kv_type=s.kv_type))
+        engine.load_tokenizer()
+    except Exception as exc:  # noqa: BLE001 - a draft that cannot load is a recorded failure; the target goes on
+        ctx.emit(DraftLoaded(**head, status="error", reason=f"draft {name} could not be loaded: {type(exc).__name__}: "
+                                                             f"{exc}", t_load_start=t0, t_load_end=time.perf_counter_ns()))
+        return None, None
+    t1 = time.perf_counter_ns()
+    from macprof.run.worker import _rss
+
+    why = tokenizer_mismatch(ctx.engine, engine, spec.get("target") or "the target", name)
+    ctx.emit(DraftLoaded(**head, status="refused" if why else "ok", reason=why, t_load_start=t0, t_load_end=t1,
+                         rss_bytes=_rss(), engine_memory=engine.memory() or None, vocab_size=engine.vocab_size,
+                         versions=engine.versions()))
+    if why:
+        engine.close()
+        return None, None
+    return ModelDraft(engine), engine
+
+
+def heads_of(i: int, ks: Sequence[int]) -> dict[str, dict]:
+    """The requests of prompt ``i``: the plain one and one speculative per k (case "k<k>")."""
+    base = {"phase": PHASE, "index": i - 1, "kind": _kind(i)}
+    return {"plain": {**base, "mode": "plain"},
+            **{f"k{k}": {**base, "mode": "speculative", "case": f"k{k}"} for k in ks}}
+
+
+def run_speculative(ctx: PhaseContext) -> None:
+    target, s = ctx.engine, ctx.settings
+    why = lacks(target, "verify") or lacks(target, "cache_cut")
+    if why:
+        ctx.emit(DraftLoaded(phase=PHASE, draft=(ctx.draft or {}).get("ref") or NGRAM, status="refused",
+                             reason=f"the target cannot verify drafts: {why}"))
+        return
+    prompts = warm_prompts(ctx.builder, "warm", s.prompt_tokens, s.reps)  # the warm phase's prompts
+    heads = [heads_of(i, s.draft_tokens) for i in range(s.reps + 1)]
+    left = [any(request_key(h) not in ctx.done for h in group.values()) for group in heads]
+    if not any(left):
+        return
+    drafter, draft_engine = load_draft(ctx)
+    if drafter is None:
+        return
+    target.reset_peak_memory()
+    try:
+        for i, prompt in enumerate(prompts):
+            if left[i] or i == 0:
+                _prompt(ctx, drafter, prompt, i, heads[i], record=left[i])
+    finally:
+        ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory={**target.memory(), **{
+            f"draft_{k}": v for k, v in (draft_engine.memory() if draft_engine else {}).items()}}))
+        if draft_engine is not None:
+            draft_engine.close()
+
+
+def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str, dict], record: bool) -> None:
+    """One prompt: plain and every k, the plain one first on even prompts and last on odd ones
+    (the first prompt warms every path up and is discarded); then each speculative output
+    checked against the plain one, token by token."""
+    target, s, clock = ctx.engine, ctx.settings, ctx.clock
+    order = ["plain", *(f"k{k}" for k in s.draft_tokens)]
+    if i % 2:
+        order = order[1:] + order[:1]
+    outputs: dict[str, tuple[int, ...]] = {}
+    for key in order:
+        head = heads[key]
+        if record and request_key(head) in ctx.done:
+            outputs[key] = ctx.done[request_key(head)]
+            continue
+        _pause(s)
+        if key == "plain":
+            target.reset()
+            rec = announced(ctx.emit, head, lambda: timed_request(target, prompt, s.gen_tokens, clock), record=record)
+        else:
+            k = int(key[1:])
+            got: list[list[Round]] = []
+
+            def measure(k: int = k) -> dict:
+                r, rounds = speculative_request(target, drafter, prompt, s.gen_tokens, k, clock)
+                got.append(rounds)
+                return r
+
+            rec = announced(ctx.emit, head, measure, record=record)
+            if record:
+                ctx.emit(SpeculativeRounds(phase=PHASE, index=head["index"], kind=head["kind"], case=key, k=k,
+                                           rounds=tuple(got[0] if got else ())))
+        outputs[key] = tuple(rec.tokens)
+    if not record:
+        return
+    plain = outputs.get("plain", ())
+    for key in order:
+        if key == "plain" or not plain:
+            continue
+        if len(outputs[key]) == 0:
+            continue  # a failed request: its failure is the record
+        check = compare_outputs(target, prompt, plain, outputs[key])
+        ctx.emit(SpeculativeCheck(phase=PHASE, index=heads[key]["index"], kind=heads[key]["kind"], case=key,
+                                  **check.to_json()))
+

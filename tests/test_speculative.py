@@ -1,0 +1,259 @@
+"""Speculative decoding (issue #25): the engines' "verify" capability (one forward pass of
+appended tokens, the greedy choice after each), the loop (draft, verify, rewind) and the
+n-gram draft, on the fake engine and on the demo models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from macprof.engines.base import CAPABILITIES, EngineSettings, lacks
+
+
+def _fake(tmp_path: Path, name: str = "m", **shape):
+    from macprof.engines.fake import FakeEngine, write_model
+
+    engine = FakeEngine()
+    engine.load_model(write_model(tmp_path / f"{name}.gguf", **shape), EngineSettings(n_ctx=512))
+    return engine
+
+
+def _real(engine_name: str, path: Path):
+    from macprof import engines
+
+    engine = engines.create(engine_name)
+    engine.load_model(path, EngineSettings(n_ctx=256))
+    engine.load_tokenizer()
+    engine.reset()
+    return engine
+
+
+def _verify_matches_generate(engine, prompt: list[int], n: int = 8) -> None:
+    engine.reset()
+    plain = list(engine.generate(prompt, n + 1))
+    engine.reset()
+    first = list(engine.generate(prompt, 1))
+    assert first == plain[:1] and engine.cached_tokens() == len(prompt)
+    # all of the plain tokens but the last appended at once: the choice after each is the next one
+    assert engine.verify(plain[:n]) == plain[1:n + 1]
+    assert engine.cached_tokens() == len(prompt) + n
+    # rewound past the last four, and verified again from there: the same choices
+    engine.truncate(len(prompt) + n - 4)
+    assert engine.cached_tokens() == len(prompt) + n - 4
+    assert engine.verify(plain[n - 4:n]) == plain[n - 3:n + 1]
+    # a wrong token's choices differ after it, and the cache rewinds to before it
+    engine.truncate(len(prompt) + 2)
+    wrong = (plain[2] + 7) % engine.vocab_size
+    engine.verify([wrong])
+    engine.truncate(len(prompt) + 2)
+    assert engine.verify([plain[2]]) == [plain[3]]
+    # generate after a verify reuses what the cache holds (the history is the cache's tokens)
+    again = list(engine.generate(prompt + plain[:3], 3))
+    assert again == plain[3:6] and engine.reused_tokens == len(prompt) + 2
+
+
+def test_verify_is_declared():
+    assert "verify" in CAPABILITIES
+
+
+def test_fake_verify_equals_generate(tmp_path):
+    engine = _fake(tmp_path)
+    assert lacks(engine, "verify") is None
+    _verify_matches_generate(engine, engine.tokenize("a prompt of a few words"), 12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine_name, rel", [("llama.cpp", "gguf/demo-tiny-f16.gguf"), ("mlx", "mlx/demo-tiny-f16")])
+def test_real_verify_equals_generate(tiny_dir, engine_name, rel):
+    engine = _real(engine_name, tiny_dir / rel)
+    try:
+        assert lacks(engine, "verify") is None
+        _verify_matches_generate(engine, engine.tokenize("the quick brown fox jumps over the lazy dog"), 8)
+    finally:
+        engine.close()
+
+
+# -- pure helpers ---------------------------------------------------------------------------------
+def test_ngram_draft_continues_the_most_recent_longest_match():
+    from macprof.measure.speculative import ngram_draft
+
+    ctx = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7, 3, 4, 5, 6]
+    # suffix [5, 6] last seen at 7..8 (followed by 7, 3, 4), before that at 0..1
+    assert ngram_draft(ctx, 2, 3) == [7, 3, 4]
+    assert ngram_draft(ctx, 2, 10) == [7, 3, 4, 5, 6]  # up to the end of the context
+    assert ngram_draft([1, 2, 3, 9, 2, 3], 3, 2) == [9, 2]  # [9,2,3] and [2,3]... the longest that recurs: [2, 3]
+    assert ngram_draft([1, 2, 3, 4], 3, 4) == []  # nothing recurs
+    assert ngram_draft([1, 2, 1], 2, 0) == []
+    assert ngram_draft([4, 4, 4, 4], 2, 3) == [4]  # [4, 4] last seen at 1..2, one token after it
+
+
+def test_accepted_prefix_budget_and_expected_tokens_per_round():
+    from macprof.measure.speculative import accepted_prefix, draft_budget, tokens_per_round
+
+    assert accepted_prefix([1, 2, 3], [1, 2, 9, 4]) == 2
+    assert accepted_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert accepted_prefix([], [7]) == 0
+    assert accepted_prefix([5], [1, 2]) == 0
+    assert draft_budget(4, 10) == 4 and draft_budget(4, 3) == 2 and draft_budget(4, 1) == 0
+    assert tokens_per_round(1.0, 4) == 5.0
+    assert tokens_per_round(0.0, 4) == 1.0
+    assert tokens_per_round(0.5, 1) == pytest.approx(1.5)
+    assert tokens_per_round(0.8, 3) == pytest.approx(1 + 0.8 + 0.64 + 0.512)
+
+
+# -- the loop, on the fake engine -------------------------------------------------------------------
+class _WrongDraft:
+    """Proposes tokens the target never picks (its own choice + 1): every draft rejected."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+
+    def propose(self, context, k):
+        return [3] * k  # one byte token throughout: rejected wherever the target picks another
+
+    def rewind(self, keep):
+        pass
+
+    def reset(self):
+        pass
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_self_draft_accepts_everything_and_ends_exactly(tmp_path, k):
+    from macprof.run.phases.speculative import ModelDraft, speculative_tokens
+
+    target, draft = _fake(tmp_path, "t"), _fake(tmp_path, "d")
+    prompt = target.tokenize("a prompt of a few words")
+    n = 21
+    target.reset()
+    plain = list(target.generate(prompt, n))
+    target.reset()
+    rounds: list = []
+    out = list(speculative_tokens(target, ModelDraft(draft), prompt, n, k, rounds))
+    assert out == plain and len(out) == n
+    assert all(r.accepted == r.drafted for r in rounds)
+    full = [r for r in rounds if r.drafted == k]
+    assert full and all(len(r.tokens) == k + 1 for r in full)
+    assert sum(len(r.tokens) for r in rounds) == n - 1  # the first token is the prefill's
+    assert all(r.t_draft_start <= r.t_verify_start <= r.t_verify_end <= r.t_rewind_end for r in rounds)
+    assert target.cached_tokens() == len(prompt) + n - 1  # as after plain decoding: the last token not fed
+
+
+def test_rejected_drafts_still_give_the_plain_output(tmp_path):
+    from macprof.run.phases.speculative import speculative_tokens
+
+    target = _fake(tmp_path, "t")
+    prompt = target.tokenize("another prompt here")
+    plain = list(target.generate(prompt, 17))
+    target.reset()
+    rounds: list = []
+    out = list(speculative_tokens(target, _WrongDraft(target), prompt, 17, 4, rounds))
+    assert out == plain
+    rejected = [r for r in rounds if r.accepted < r.drafted]
+    assert rejected and all(len(r.tokens) == r.accepted + 1 for r in rounds)
+
+
+def test_ngram_loop_on_a_prompt_that_repeats_itself(tmp_path):
+    from macprof.run.phases.speculative import NgramDraft, speculative_tokens
+
+    # a small vocabulary, every id of it in the prompt (twice): whatever the target picks has
+    # occurred before, so every round drafts; the fake's choices depend on the whole context, so
+    # the drafts are mostly rejected, and the output is the plain one all the same
+    target = _fake(tmp_path, "t", vocab_size=300)
+    prompt = [0, *range(2, 300), *range(2, 100)]
+    plain = list(target.generate(prompt, 12))
+    target.reset()
+    rounds: list = []
+    out = list(speculative_tokens(target, NgramDraft(3), prompt, 12, 4, rounds))
+    assert out == plain
+    assert all(r.drafted > 0 for r in rounds[:-1])
+
+
+def test_tokenizer_mismatch_is_one_line_naming_both(tmp_path):
+    from macprof.run.phases.speculative import tokenizer_mismatch
+
+    a, b, c = _fake(tmp_path, "a"), _fake(tmp_path, "b", hidden=64), _fake(tmp_path, "c", vocab_size=3000)
+    assert tokenizer_mismatch(a, b, "A", "B") is None
+    why = tokenizer_mismatch(a, c, "A", "C")
+    assert why and "C" in why and "A" in why and "\n" not in why and "3000" in why and "4096" in why
+
+
+# -- the phase, end to end on the fake engine ------------------------------------------------------
+SPEC_ARGS = ["--phases", "warm,speculative", "--prompt-tokens", "24", "--gen-tokens", "12", "--reps", "2",
+             "--draft-tokens", "1,3"]
+
+
+@pytest.fixture
+def fakes(tmp_path):
+    from macprof.engines.fake import write_model
+
+    write_model(tmp_path / "t.gguf", hidden=64)
+    write_model(tmp_path / "d.gguf", hidden=32)  # same vocabulary: the fake's tokens are the target's
+    write_model(tmp_path / "other.gguf", vocab_size=3000)
+    (tmp_path / "models.toml").write_text('[[models]]\nname = "t"\nengine = "fake"\npath = "t.gguf"\n')
+    return tmp_path
+
+
+def _spec_run(folder, *args, env=None):
+    import json
+
+    from tests.test_run import macprof
+
+    log = folder / "run.json"
+    proc = macprof("run", "--config", str(folder / "models.toml"), *SPEC_ARGS, *args, "--log", str(log),
+                   "--force-overwrite", env=env)
+    return json.loads(log.read_text()), proc
+
+
+def test_phase_with_a_same_tokenizer_draft(fakes):
+    log, proc = _spec_run(fakes, "--draft", str(fakes / "d.gguf"))
+    model = log["models"][0]
+    spec = model["phases"]["speculative"]
+    assert spec["draft_status"] == "ok" and spec["draft_engine"] == "fake"
+    assert [c["k"] for c in spec["cases"]] == [1, 3]
+    assert len([r for r in spec["plain"] if r["kind"] == "measured"]) == 2
+    for case in spec["cases"]:
+        assert case["acceptance"] == 1.0 and case["tokens_per_round"] == case["k"] + 1
+        assert case["checks"] == {"n": 2, "identical": 2, "near_ties": 0, "failed": 0}
+        for r in case["requests"]:
+            assert r["request"]["n_tokens"] == 12 and r["rounds"]
+        assert case["speedup"]["value"] is not None and case["speedup"]["low"] is not None
+    # the same prompts as the warm phase: the plain requests' tokens are the warm ones
+    warm = [r["tokens"] for r in model["phases"]["warm"]["requests"]]
+    assert [r["tokens"] for r in spec["plain"]] == warm
+
+
+def test_a_draft_with_another_tokenizer_is_refused_and_the_rest_kept(fakes):
+    log, proc = _spec_run(fakes, "--draft", str(fakes / "other.gguf"))
+    model = log["models"][0]
+    spec = model["phases"]["speculative"]
+    assert spec["draft_status"] == "refused" and "another tokenizer" in spec["draft_reason"]
+    assert "other.gguf" in spec["draft_reason"] and "t" in spec["draft_reason"]
+    assert spec["cases"] == [] and len(model["phases"]["warm"]["requests"]) == 3
+
+
+def test_no_draft_is_a_refusal_of_the_phase(fakes):
+    log, proc = _spec_run(fakes)
+    fails = [f for f in log["models"][0]["failures"] + log["models"][0]["phases"]["speculative"]["failures"]
+             if f.get("phase") == "speculative"]
+    assert fails and "no draft given" in fails[0]["reason"]
+    assert len(log["models"][0]["phases"]["warm"]["requests"]) == 3
+
+
+def test_ngram_phase(fakes):
+    log, proc = _spec_run(fakes, "--draft", "ngram", "--ngram", "2")
+    spec = log["models"][0]["phases"]["speculative"]
+    assert spec["draft"] == "ngram" and spec["draft_status"] == "ok"
+    assert all(c["checks"]["failed"] == 0 for c in spec["cases"])
+
+
+def test_a_draft_killed_mid_run_is_a_recorded_failure(fakes):
+    import json
+
+    fault = {"kind": "oom", "phase": "speculative", "after_requests": 4 + 3}  # the warm phase's 3, then 3 more
+    log, proc = _spec_run(fakes, "--draft", str(fakes / "d.gguf"), env={"MACPROF_TEST_FAULT": json.dumps(fault)})
+    model = log["models"][0]
+    fails = [f for f in model["phases"]["speculative"]["failures"] if f.get("status") == "crashed"]
+    assert fails and fails[0]["signal"] == "SIGKILL"
+    assert len(model["phases"]["warm"]["requests"]) == 3 and model["phases"]["warm"]["summary"]["decode_tok_s"]["n"] == 2
