@@ -328,6 +328,5 @@ def test_llama_cpp_recurrent_memory(tiny_dir, tmp_path):
     # ((4 - 1) x 128 + 8 x 128) x 4 B = 11,264 B, the same at the prefix's context and at depth 24
     assert [g["kind"] for g in m["shape"]["kv_layout"]["groups"]] == ["state"]
     assert d24["roofline"]["kv_bytes_read"] == m["phases"]["prefix"]["roofline"]["kv_bytes_read"] == 2 * (3 * 128 + 8 * 128) * 4
-    for side in ("spec", "measured"):  # where a bandwidth is known here, the case stays under its ceiling
-        eff = (d24["roofline"].get(side) or {}).get("efficiency")
-        assert eff is None or eff <= 1.0
+    # (no efficiency <= 1 here: a 2.4 MB model decodes from the CPU's caches, and its share of a
+    # bandwidth probed on a busy machine is a timing, which no test asserts; the bytes above are the check)
