@@ -17,7 +17,7 @@ from macprof.engines.base import EngineSettings
 from macprof.engines.fake import FakeEngine, write_model
 from macprof.errors import MacprofError
 from macprof.model.events import parse_event
-from macprof.run.chat import FALLBACK, Template, chat_ids, template_for
+from macprof.run.chat import FALLBACK, Template, template_for
 from macprof.run.phases import PhaseContext
 from macprof.run.phases.conversation import run_conversation, schedule, why_stopped
 from macprof.run.prompts import PromptBuilder
@@ -82,7 +82,7 @@ def test_templates_render_as_apps_render_them(tmp_path):
     refusing = Template("file", "{{ raise_exception('roles must alternate') }}", str(path))
     with pytest.raises(MacprofError, match=f"chat template \\(file: {path}\\).*roles must alternate"):
         refusing.render(messages)
-    assert chat_ids(engine, "x")[0] == engine.tokenize("")[0]  # the tokenizer's own BOS, once
+    assert engine.tokenize_chat("x")[0] == engine.tokenize("")[0]  # the tokenizer's own BOS, once
 
 
 def test_slope():

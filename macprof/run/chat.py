@@ -21,6 +21,7 @@ form are described in a system turn of macprof's (TOOL_INSTRUCTION).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,7 @@ def render(template: ChatTemplate | None, messages: Sequence[dict], tools: Seque
     native = takes_tools(template)
     if tools and not native:
         msgs = with_tool_turn(msgs, tools)
-    text = _environment().from_string(template.text).render(
+    text = _jinja(template.text).render(
         messages=msgs, tools=list(tools) if tools and native else None, add_generation_prompt=True,
         bos_token=template.bos_token, eos_token=template.eos_token)
     return Rendered(text, tool_format(template) if tools else "json")
@@ -176,20 +177,17 @@ def template_for(engine, path: str | None) -> Template:
     return template
 
 
-def chat_ids(engine, text: str) -> list[int]:
-    """A rendered prompt's ids, special tokens read as such (``tokenize_chat``)."""
-    return list(engine.tokenize_chat(text))
-
-
-_cache: dict[str, Any] = {}
+@functools.lru_cache(maxsize=None)
+def _jinja(text: str):
+    """A template's compiled form, compiled once per text (every task attempt and conversation
+    turn renders the same one); jinja2's TemplateError where it does not compile."""
+    return _environment().from_string(text)
 
 
 def _compiled(text: str):
-    if text not in _cache:
-        from jinja2.exceptions import TemplateError
+    from jinja2.exceptions import TemplateError
 
-        try:
-            _cache[text] = _environment().from_string(text)
-        except TemplateError as exc:
-            raise MacprofError(f"the chat template does not compile: {exc}") from None
-    return _cache[text]
+    try:
+        return _jinja(text)
+    except TemplateError as exc:
+        raise MacprofError(f"the chat template does not compile: {exc}") from None

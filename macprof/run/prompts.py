@@ -22,7 +22,7 @@ _SCAN = 6000  # vocabulary ids examined for word tokens (seeded sample)
 class Prompt:
     text: str
     ids: tuple[int, ...]
-    # a rendered chat prompt: its special-token texts read as those tokens (run/chat.py chat_ids),
+    # a rendered chat prompt: its special-token texts read as those tokens (the engine's tokenize_chat),
     # as the request's own tokenization must read them
     chat: bool = False
 

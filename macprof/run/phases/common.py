@@ -53,7 +53,7 @@ def done_requests(items: list[dict]) -> dict[tuple, tuple]:
 
 
 def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) -> dict:
-    """Tokenize ``texts`` and run ``generate(ids)``, timestamping each item it yields; an
+    """Tokenize ``texts`` (``tokenize``: the engine's plain one unless given) and run ``generate(ids)``, timestamping each item it yields; an
     engine error becomes a recorded failure with whatever timestamps it had."""
     engine.reset_peak_memory()
     times: list[int] = []
@@ -81,12 +81,7 @@ def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_count
         from macprof.run.phases.server_request import server_request
 
         return server_request(engine, prompt, n, clock)
-    tokenize = None
-    if prompt.chat:  # special tokens parsed, as the prompt was built (the import is the conversation phase's only)
-        from macprof.run.chat import chat_ids
-
-        def tokenize(text: str) -> list[int]:
-            return chat_ids(engine, text)
+    tokenize = engine.tokenize_chat if prompt.chat else engine.tokenize  # a chat prompt: as it was built
     r = _stamped(engine, [prompt.text], lambda ids: engine.generate(ids[0], n), clock, tokenize)
     tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
     if r["status"] == "ok" and len(tokens) != n:

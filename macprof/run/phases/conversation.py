@@ -23,11 +23,11 @@ from __future__ import annotations
 import hashlib
 import random
 
-from macprof.engines.base import common_prefix, lacks
+from macprof.engines.base import common_prefix, lacks, reusable_prefix
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.conversation import ConversationStart, ConversationTurn
-from macprof.run.chat import chat_ids, template_for
+from macprof.run.chat import template_for
 from macprof.run.phases.common import PhaseContext, _pause, announced, compare_outputs, request_key, timed_request
 from macprof.run.prompts import Prompt
 
@@ -123,7 +123,7 @@ def run_conversation(ctx: PhaseContext) -> None:
     # a warm-up, discarded: a worker's first request pays one-off costs (the same prompt as app 0's first turn)
     first = messages[0] + [{"role": "user", "content": builder.words_text("conversation:user:0:0", s.turn_tokens)}]
     warm_text = template.render(first)
-    warm_ids = chat_ids(engine, warm_text)
+    warm_ids = engine.tokenize_chat(warm_text)
     engine.reset()
     announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
               lambda: timed_request(engine, Prompt(warm_text, tuple(warm_ids), chat=True), s.gen_tokens, ctx.clock), record=False)
@@ -138,7 +138,7 @@ def run_conversation(ctx: PhaseContext) -> None:
             messages[a].append({"role": "tool", "content": builder.words_text(f"conversation:tool:{a}:{t}", s.tool_tokens)})
         messages[a].append({"role": "user", "content": builder.words_text(f"conversation:user:{a}:{t}", s.turn_tokens)})
         text = template.render(messages[a])
-        ids = chat_ids(engine, text)
+        ids = engine.tokenize_chat(text)
         if ctx.n_ctx and len(ids) + s.gen_tokens > ctx.n_ctx:
             ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), fits=False,
                                       stop_kind="empty", stop_reason=f"{len(ids)} prompt + {s.gen_tokens} generated "
@@ -182,14 +182,16 @@ def _turn(ctx: PhaseContext, cache: _Cache, pair: dict, i: int, a: int, t: int, 
                                f"the rendered prompt has {len(ids)}")
     reply = list(out["natural"])
     check = compare_outputs(engine, prompt, out["emptied"], reply)
-    cache.ids = None  # the check's diagnosis (top2) may have emptied the cache
+    if check.first_divergence is not None:  # its diagnosis (top2) empties the cache
+        cache.ids = None
     d, kind, reason = why_stopped(held, held_by, a, ids, text, previous, refused)
-    own = (previous[0] + previous[2][:-1]) if previous else []
     prev_ids, _, prev_reply = previous if previous else ([], "", [])
     equal = (ids[len(prev_ids):len(prev_ids) + len(prev_reply)] == list(prev_reply)) if previous and \
         ids[:len(prev_ids)] == list(prev_ids) else None
     ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), held_tokens=len(held), held_by=held_by,
-                              common_prefix=d, expected_reuse=max(0, min(d, len(ids) - 1)), reused_tokens=reused,
-                              reuse_refused=refused, ideal_reuse=max(0, min(common_prefix(own, ids), len(ids) - 1)),
+                              common_prefix=d, expected_reuse=reusable_prefix(held, ids), reused_tokens=reused,
+                              reuse_refused=refused,
+                              # what a cache of this app's own last prompt and reply would serve
+                              ideal_reuse=reusable_prefix(prev_ids + prev_reply[:-1], ids),
                               stop_kind=kind, stop_reason=reason, reply_text_ids_equal=equal, check=check))
     return reply
