@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from macprof.analyse.build import _counts, _phase_memory
 from macprof.analyse.requests import phase_failures, request_record, summarized
 from macprof.measure import stats
 from macprof.model import events as ev
@@ -17,8 +18,6 @@ PHASE = "conversation"
 
 
 def build_conversation_phase(ctx, name: str) -> ConversationPhase:
-    from macprof.analyse.build import _phase_memory
-
     return build(ctx.events, phase_failures(ctx.failures, name), ctx.head.settings.app_order, _phase_memory(ctx.events, name))
 
 
@@ -63,7 +62,7 @@ def summarize(turns: Sequence[Turn]) -> ConversationSummary:
     reused = sum(t.reused_tokens or 0 for t in later)
     natural = [(t.prompt_tokens, t.natural.ttft_s) for t in turns if t.natural and t.natural.ttft_s is not None]
     emptied = [(t.prompt_tokens, t.emptied.ttft_s) for t in turns if t.emptied and t.emptied.ttft_s is not None]
-    checks = [t.check for t in turns if t.check]
+    checks = _counts([t.check for t in turns if t.check])  # as the prefix and batch checks are counted
     rates = sorted(t.reuse_rate for t in later if t.reuse_rate is not None)
     return ConversationSummary(
         reuse_rate=summarized(rates), reuse_rate_p10=stats.percentile(rates, 10) if rates else None,
@@ -73,8 +72,7 @@ def summarize(turns: Sequence[Turn]) -> ConversationSummary:
         ttft_saved_s=summarized([t.ttft_saved_s for t in later]),
         ttft_growth_natural_s_per_kt=slope_per_kt(natural), ttft_growth_emptied_s_per_kt=slope_per_kt(emptied),
         stops={k: n for k in STOP_KINDS if (n := sum(1 for t in turns if t.stop_kind == k))},
-        identical=sum(1 for c in checks if c.first_divergence is None),
-        near_ties=sum(1 for c in checks if c.near_tie), failed_checks=sum(1 for c in checks if not c.passed),
+        identical=checks["identical"], near_ties=checks["near_ties"], failed_checks=checks["failed"],
         unchecked_reports=sum(1 for t in turns if t.reuse_checked is False))
 
 
