@@ -301,7 +301,7 @@ def test_many_logs_give_a_bar_per_model_at_the_median_with_each_log_a_dot(tmp_pa
 
     paths = _copies(tmp_path, MANY_LOGS + 1)
     rows = [row for p in paths for row in rows_from(runlog.load(p), p.stem)]
-    bars, ceilings = _across_logs(rows, [(1.0, 2.0 + i) for i in range(len(rows))], None)
+    bars, ceilings = _across_logs(rows, [(1.0, 2.0 + i) for i in range(len(rows))])
     models = [m["identity"]["name"] for m in json.loads(OTHER.read_text())["models"]]
     assert [b["model"] for b in bars] == models and all(b["source"] == f"{len(paths)} logs" for b in bars)
     for k, bar in enumerate(bars):

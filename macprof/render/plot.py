@@ -67,7 +67,7 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     if not rows:
         raise MacprofError("plot: the run logs hold no models")
     models = list(_models(logs))
-    bars, bar_ceilings = (_across_logs(rows, ceilings, logs) if len(logs) > MANY_LOGS else (rows, ceilings))
+    bars, bar_ceilings = (_across_logs(rows, ceilings) if len(logs) > MANY_LOGS else (rows, ceilings))
     panels = []
     if any(r[k] for r in rows for k in ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s")):
         panels += [lambda ax: _decode_bars(ax, bars, bar_ceilings, len(logs) > 1),
@@ -110,11 +110,11 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     return out
 
 
-def _across_logs(rows: list[dict], ceilings: list[tuple], logs) -> tuple[list[dict], list[tuple]]:
+def _across_logs(rows: list[dict], ceilings: list[tuple]) -> tuple[list[dict], list[tuple]]:
     """One bar row per model (per machine, where the logs come from several): each figure of
     BAR_KEYS the median of the logs that have it, their values kept under ``spread`` for the dots;
     efficiency and the ceilings the median likewise. The label's source says how many logs."""
-    import statistics
+    from macprof.measure import stats
 
     groups: dict[tuple, list[int]] = {}
     for i, row in enumerate(rows):
@@ -123,7 +123,7 @@ def _across_logs(rows: list[dict], ceilings: list[tuple], logs) -> tuple[list[di
 
     def median(values):
         values = [v for v in values if v is not None]
-        return statistics.median(values) if values else None
+        return stats.median(values) if values else None  # the median every figure uses
 
     out, out_ceilings = [], []
     for (model, machine), members in groups.items():
