@@ -75,10 +75,11 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
     Phase("quality", "macprof.run.phases.quality:run_quality", "macprof.analyse.build:build_quality_phase",
           context=lambda s, cases: s.quality_ctx, figures="macprof.analyse.quality:quality_figures",
           report="macprof.render.quality:REPORT"),
-    # a plain request and one per draft length for each prompt; a verify of k + 1 tokens past the plain context
+    # a plain request and one per draft length (and implementation: macprof's, the engine's own, or
+    # both) for each prompt; a verify of k + 1 tokens past the plain context
     Phase("speculative", "macprof.run.phases.speculative:run_speculative",
           "macprof.analyse.speculative:build_speculative_phase",
-          requests=lambda s, cases: (s.reps + 1) * (1 + len(s.draft_tokens)),
+          requests=lambda s, cases: (s.reps + 1) * (1 + len(s.draft_tokens) * (2 if s.speculative_impl == "both" else 1)),
           context=lambda s, cases: s.prompt_tokens + s.gen_tokens + max(s.draft_tokens, default=0) + 1),
     Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
           "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases)),

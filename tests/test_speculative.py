@@ -257,3 +257,89 @@ def test_a_draft_killed_mid_run_is_a_recorded_failure(fakes):
     fails = [f for f in model["phases"]["speculative"]["failures"] if f.get("status") == "crashed"]
     assert fails and fails[0]["signal"] == "SIGKILL"
     assert len(model["phases"]["warm"]["requests"]) == 3 and model["phases"]["warm"]["summary"]["decode_tok_s"]["n"] == 2
+
+
+# -- the engine's own speculative decoding (--speculative-impl), on the fake engine -------------------
+def test_flag_and_proposal_rounds():
+    from macprof.measure.speculative import flag_rounds, proposal_rounds
+
+    # mlx-lm's shape: every round ends with one target token (False), the first token included
+    assert flag_rounds([True, True, False, False, True, False, True]) == [2, 0, 1, 1]
+    assert flag_rounds([]) == []
+    # llama-cpp-python's: proposals (index of the token they draft for, tokens) against the output
+    emitted = [5, 6, 7, 8, 9, 10]
+    assert proposal_rounds([(1, [6, 7, 1]), (3, []), (4, [9, 10, 11]), (9, [1])], emitted) == ([3, 0, 3], [2, 0, 2])
+
+
+@pytest.mark.parametrize("draft_kind", ["model", "ngram"])
+def test_fake_native_path_gives_the_plain_output_and_tells_its_rounds(tmp_path, draft_kind):
+    from macprof.measure.speculative import flag_rounds
+
+    target = _fake(tmp_path, "t", vocab_size=300)
+    draft = _fake(tmp_path, "d", vocab_size=300) if draft_kind == "model" else None
+    prompt = [0, *range(2, 300), *range(2, 100)]
+    assert lacks(target, "native_draft") is None and target.native_refusal(draft) is None
+    plain = list(target.generate(prompt, 13))
+    target.open_native(draft, 3)
+    out = list(target.native_generate(prompt, 13, 4))
+    told = target.native_report()
+    assert out == plain and len(told.from_draft) == 13
+    if draft_kind == "model":  # the same model drafting: all accepted, k per round, told only by flags
+        assert told.drafted is None and told.unknown
+        assert flag_rounds(told.from_draft) == [4, 4, 3]  # 5 + 5 + 3 tokens, the last round ended at 13
+    else:
+        assert told.drafted is not None and sum(told.accepted) == sum(told.from_draft)
+
+
+NATIVE_ARGS = ["--speculative-impl", "both"]
+
+
+def test_phase_with_both_implementations(fakes):
+    log, proc = _spec_run(fakes, "--draft", str(fakes / "d.gguf"), *NATIVE_ARGS)
+    spec = log["models"][0]["phases"]["speculative"]
+    assert log["models"][0]["settings"]["speculative_impl"] == "both"
+    assert [c["k"] for c in spec["cases"]] == [1, 3] and [c["k"] for c in spec["native"]] == [1, 3]
+    assert spec["native_reason"] is None
+    for case in spec["native"]:
+        assert case["impl"].startswith("fake draft-model loop") and "not what it drafted" in case["unknown"]
+        assert case["acceptance"] is None and case["drafted"] == 0  # untold
+        assert case["tokens_per_round"] == case["k"] + 1 and case["rounds"] > 0
+        assert case["checks"] == {"n": 2, "identical": 2, "near_ties": 0, "failed": 0}
+        assert case["speedup"]["value"] is not None and case["speedup"]["low"] is not None
+        for r in case["requests"]:
+            assert r["request"]["n_tokens"] == 12 and len(r["from_draft"]) == 12 and r["drafted_per_round"] is None
+            assert sum(r["accepted_per_round"]) == sum(r["from_draft"])
+    # macprof's loop measured alongside, unchanged
+    assert all(c["acceptance"] == 1.0 for c in spec["cases"])
+
+
+def test_native_only_with_ngram_tells_acceptance(fakes):
+    log, proc = _spec_run(fakes, "--draft", "ngram", "--speculative-impl", "native")
+    spec = log["models"][0]["phases"]["speculative"]
+    assert spec["cases"] == [] and [c["k"] for c in spec["native"]] == [1, 3]
+    for case in spec["native"]:
+        assert case["drafted"] >= case["accepted"] >= 0 and case["checks"]["failed"] == 0
+        assert all(len(r["drafted_per_round"]) == len(r["accepted_per_round"]) for r in case["requests"])
+
+
+def test_a_native_path_the_engine_refuses_is_recorded_and_the_loop_kept(fakes, tmp_path):
+    """The fake's own path drafts with a fake model only: an MLX-format draft would be refused;
+    here the refusal comes through the engine's native_refusal for a draft of another kind, and
+    without one (capability absent) through lacks: both land in native_reason."""
+    from macprof.engines.fake import FakeEngine
+    from macprof.run.phases.speculative import open_native
+
+    emitted: list = []
+
+    class Ctx:
+        engine = FakeEngine()
+        settings = type("S", (), {"ngram": 2})()
+        emit = emitted.append
+
+    class Other:
+        name = "llama.cpp"
+
+    assert open_native(Ctx(), Other()) is False
+    assert "fake model, not a llama.cpp one" in emitted[0].reason
+    Ctx.engine.capabilities = {**Ctx.engine.capabilities, "native_draft": "not here"}
+    assert open_native(Ctx(), None) is False and emitted[1].reason == "not here"

@@ -13,8 +13,9 @@ from macprof.measure import stats
 from macprof.measure.significance import median_ratio_intervals
 from macprof.model import events as ev
 from macprof.model.phases import Checks, OutputCheck, Request
-from macprof.model.speculative import (DraftLoaded, Interval, Round, SpeculativeCase, SpeculativeCheck,
-                                       SpeculativePhase, SpeculativeRequest, SpeculativeRounds)
+from macprof.model.records import ABSENT
+from macprof.model.speculative import (DraftLoaded, Interval, NativeRefused, Round, SpeculativeCase, SpeculativeCheck,
+                                       SpeculativeNative, SpeculativePhase, SpeculativeRequest, SpeculativeRounds)
 
 PHASE = "speculative"
 NS = 1e9
@@ -27,10 +28,18 @@ def build_speculative_phase(ctx, name: str) -> SpeculativePhase:
     spec: dict[str, list[Request]] = {}
     rounds: dict[tuple, tuple[Round, ...]] = {}
     checks: dict[tuple, OutputCheck] = {}
+    native: dict[str, list[Request]] = {}  # the engine's own path (analyse/speculative_native.py)
+    told: dict[tuple, SpeculativeNative] = {}
+    refused = next((e.reason for e in events if isinstance(e, NativeRefused) and e.phase == name), None)
     for e in events:
         if isinstance(e, ev.Request) and e.phase == name:
             r = request_record(e)
-            (plain if e.mode == "plain" else spec.setdefault(e.case or "", [])).append(r)
+            if e.mode == "plain":
+                plain.append(r)
+            else:
+                (native if e.mode == "native" else spec).setdefault(e.case or "", []).append(r)
+        elif isinstance(e, SpeculativeNative) and e.phase == name:
+            told[(e.case, e.index)] = e
         elif isinstance(e, SpeculativeRounds) and e.phase == name:
             rounds[(e.case, e.index)] = e.rounds
         elif isinstance(e, SpeculativeCheck) and e.phase == name:
@@ -47,13 +56,19 @@ def build_speculative_phase(ctx, name: str) -> SpeculativePhase:
     for (k, c), interval in zip(ks, intervals):
         cases.append(_case(k, c, spec[c], rounds, checks, interval, base, ctx.head.shape,
                            loaded.shape if loaded else None, context, ctx.bw, ngram))
+    from macprof.analyse.speculative_native import native_cases
+
+    asked = getattr(s, "speculative_impl", None) in ("native", "both")  # absent from logs before the native paths
     return SpeculativePhase(
         draft=loaded.draft if loaded else s.draft, draft_engine=loaded.engine if loaded else None,
         draft_status=loaded.status if loaded else None, draft_reason=loaded.reason if loaded else None,
         draft_load_s=(loaded.t_load_end - loaded.t_load_start) / NS
         if loaded and loaded.t_load_end and loaded.t_load_start else None,
         plain=tuple(plain), plain_decode_tok_s=stats.median(base) if base else None, cases=tuple(cases),
-        failures=tuple(phase_failures(ctx.failures, name)))
+        failures=tuple(phase_failures(ctx.failures, name)),
+        native=native_cases(native, told, checks, base, ctx.head.shape, loaded.shape if loaded else None, context,
+                            ctx.bw, ngram) if asked else ABSENT,
+        native_reason=refused if asked else ABSENT)
 
 
 def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict, interval: dict, base: list[float],

@@ -186,6 +186,7 @@ _CHAT = ("conversation",)
 APP_ORDERS = ("round-robin", "random")
 _TASKS = ("tasks",)
 _SPEC = ("speculative",)
+SPECULATIVE_IMPLS = ("macprof", "native", "both")
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,12 @@ class Settings:
         unit="tokens", phases=_SPEC, flags=(Flag("--draft-tokens", "ints"),), read=_levels("draft_tokens"))
     ngram: int = setting(2, POSITIVE_INT, "speculative with --draft ngram: the longest n-gram looked up [{ngram}].",
                          unit="tokens", phases=_SPEC, flags=(Flag("--ngram", "int"),))
+    # whose speculative decoding: macprof's loop, the engine's own (mlx-lm's draft model,
+    # llama-cpp-python's prompt lookup; refused with the engine's reason elsewhere), or both side by side
+    speculative_impl: str = setting(
+        "macprof", _one_of(SPECULATIVE_IMPLS), "speculative: macprof's loop, the engine's own (native: mlx-lm's "
+        "draft model, llama-cpp-python's prompt lookup) or both, alternated on the same prompts [{speculative_impl}].",
+        phases=_SPEC, flags=(Flag("--speculative-impl", "choice"),))
     # the concurrency phase against a server (macprof/run/phases/serving.py): closed-loop client
     # counts, open-loop arrival rates (requests/s), requests and seconds per level (0: automatic),
     # and the SLOs goodput is judged by (seconds; None: not judged)
@@ -470,7 +477,7 @@ def run_flags() -> list[tuple[str, Flag, str, tuple[str, ...]]]:
 RUN_ORDER = ("--engine", "--config", "--models", "--phases", "--prompt-tokens", "--gen-tokens", "--shape", "--depth",
              "--batch", "--prefix-tokens", "--reps", "--cold-trials", "--threads", "--kv-type", "--timeout", "--delay",
              "--drop-cache", "--force", "--log", "--resume", "--force-overwrite", "--hosts", "--backend", "--parallel",
-             "--link-gbs", "--draft", "--draft-tokens", "--ngram", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
+             "--link-gbs", "--draft", "--draft-tokens", "--ngram", "--speculative-impl", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
              "--serve", "--in-process", "--concurrency", "--rate", "--slo", "--load-requests", "--load-seconds",
              "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--chat-template",
              "--tasks", "--attempts", "--temperature", "--seed")

@@ -60,6 +60,9 @@ CAPABILITIES = {
               "generation is greedy everywhere else",
     "verify": "tokens appended to the cache and the greedy choice after every one, in one forward pass (the "
               "speculative phase's verification; truncate rewinds it)",
+    "native_draft": "the engine's own speculative decoding (mlx-lm's stream_generate with a draft model, "
+                    "llama-cpp-python's prompt lookup), measured beside macprof's loop (--speculative-impl); "
+                    "native_refusal says which drafts it takes",
 }
 CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI tools field, the server applying its "
                         "model's template (the tasks phase through a server)")
@@ -88,6 +91,19 @@ def lacks(engine, capability: str) -> str | None:
     if capability not in CAPABILITIES:
         raise KeyError(f"no capability {capability!r} (known: {', '.join(CAPABILITIES)})")
     return engine.capabilities[capability]
+
+
+@dataclass(frozen=True)
+class NativeReport:
+    """What an engine's own speculative decoding told of its last request (``native_generate``),
+    as far as it tells it; None where it does not, with the reason in ``unknown``. Never timed:
+    the request's token stamps are the caller's, as for every generate."""
+
+    impl: str  # the call, as the engine's library names it: "mlx_lm.stream_generate(draft_model=..., ...)"
+    from_draft: tuple[bool, ...] | None = None  # per emitted token: an accepted draft token
+    drafted: tuple[int, ...] | None = None  # per round: tokens drafted
+    accepted: tuple[int, ...] | None = None  # per round: drafted tokens accepted
+    unknown: str | None = None  # why a figure above is None
 
 
 class Engine(Protocol):
@@ -174,6 +190,22 @@ class Engine(Protocol):
         """Capability "verify": append ``ids`` to what the cache holds (the history is then
         exactly the cache's tokens) and return the greedy choice after each appended position,
         ``len(ids)`` of them, from one forward pass; ``truncate`` cuts the rejected ones off."""
+
+    # The engine's own speculative decoding (capability "native_draft").
+    def native_refusal(self, draft: Any) -> str | None:
+        """Why the engine's own speculative decoding cannot draft with ``draft`` (a loaded engine, or
+        None: n-gram prompt lookup); None when it can."""
+
+    def open_native(self, draft: Any, ngram: int) -> None:
+        """Untimed preparation of ``native_generate`` with ``draft`` (None: prompt lookup of n-grams up
+        to ``ngram`` tokens), refused as ``native_refusal`` says."""
+
+    def native_generate(self, ids: Sequence[int], n: int, k: int) -> Iterator[int]:
+        """Exactly ``n`` greedy tokens after ``ids`` from the engine's own speculative decoding, ``k``
+        drafted per round, EOS ignored, from empty caches (its own and the draft's); what it told of
+        its rounds is ``native_report()`` after the last token."""
+
+    def native_report(self) -> NativeReport: ...
 
     def kv_cache_bytes(self) -> int | None:
         """Bytes the KV cache holds now, where the engine exposes it; else None."""

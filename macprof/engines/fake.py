@@ -28,7 +28,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from macprof.engines.base import GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse, TopTwo
+from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings,
+                                  NativeReport, PrefixReuse, TopTwo)
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -59,7 +60,7 @@ class FakeEngine(PrefixReuse):
     separate_tokenizer = False  # the vocabulary comes with the model file
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": GREEDY_ONLY,
-                                           "chat": RENDERS_ITSELF, "verify": None}
+                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None}
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
     def __init__(self) -> None:
@@ -75,6 +76,8 @@ class FakeEngine(PrefixReuse):
         self._refused: str | None = None
         self.cache_kind = "full"  # or "window:N" / "recurrent" (the header's macprof-fake.cache)
         self._batch = (0, 0)  # (sequences, tokens per sequence) of the open batch
+        self._native: tuple[Any, int] | None = None  # (draft engine or None: n-gram lookup, n-gram size)
+        self._report = NativeReport(impl="fake", unknown="no native request yet")
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -187,6 +190,63 @@ class FakeEngine(PrefixReuse):
         self._history = self._history[:held] + list(ids)
         _feed(self._states, ids, self.n_ctx)
         return [self._next(state) for state in self._states[held:]]
+
+    # -- "its own" speculative decoding, for the fast tier's tests of the phase's native path ----
+    def native_refusal(self, draft: Any) -> str | None:
+        if draft is not None and not isinstance(draft, FakeEngine):
+            return f"the fake engine's own speculative decoding drafts with a fake model, not a {draft.name} one"
+        return None
+
+    def open_native(self, draft: Any, ngram: int) -> None:
+        why = self.native_refusal(draft)
+        if why:
+            raise MacprofError(why)
+        self._native = (draft, ngram)
+
+    def native_generate(self, ids: Sequence[int], n: int, k: int) -> Iterator[int]:
+        """A plain speculative loop of its own, shaped and reporting as the real engines': as
+        mlx-lm's, every round drafts (the first from the prompt on) and ends with one target
+        token, at most k drafted and no more than the tokens left; with a draft model it tells
+        per-token flags only (mlx-lm's from_draft), with n-gram lookup every round's drafted and
+        accepted counts too (as the llama.cpp adapter records them)."""
+        from macprof.measure.speculative import accepted_prefix, ngram_draft
+
+        if self._native is None:
+            raise MacprofError("native_generate before open_native")
+        draft, ngram = self._native
+        self.reset()
+        if draft is not None:
+            draft.reset()
+        out: list[int] = []
+        flags: list[bool] = []
+        drafted: list[int] = []
+        accepted: list[int] = []
+        while len(out) < n:
+            history = list(ids) + out
+            budget = min(k, n - len(out))
+            proposal = (list(draft.generate(history, budget)) if draft is not None else ngram_draft(history, ngram, budget))
+            fed = list(ids) if not out else [out[-1]]
+            held = self.cached_tokens()
+            choices = self.verify(fed + proposal)[len(fed) - 1:]
+            a = accepted_prefix(proposal, choices)
+            drafted.append(len(proposal))
+            accepted.append(a)
+            self.truncate(held + len(fed) + a)
+            if draft is not None:
+                draft.truncate(len(history) + a)
+            for j, token in enumerate([*proposal[:a], choices[a]][:n - len(out)]):
+                out.append(token)
+                flags.append(j < a)
+                yield token
+        if draft is not None:
+            self._report = NativeReport(impl=f"fake draft-model loop (k={k})", from_draft=tuple(flags),
+                                        unknown="as mlx-lm, it tells per token whether it was a draft, not what it drafted")
+        else:
+            self._report = NativeReport(impl=f"fake prompt lookup (ngram={ngram}, k={k})", from_draft=tuple(flags),
+                                        drafted=tuple(drafted), accepted=tuple(accepted))
+
+    def native_report(self) -> NativeReport:
+        return self._report
 
     # -- batched generation ----------------------------------------------------------------
     def open_batch(self, size: int, tokens_per_seq: int) -> None:

@@ -28,10 +28,11 @@ from typing import Any, Iterator, Sequence
 import llama_cpp as lc
 import numpy as np
 from llama_cpp import _logger as _lc_logger
+from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
-from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
-                                  TopTwo, top_two)
+from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings,
+                                  NativeReport, PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 
 _SEQ = 0
@@ -45,10 +46,15 @@ class LlamaCppEngine(PrefixReuse):
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": GREEDY_ONLY,
-                                           "chat": RENDERS_ITSELF, "verify": None}
+                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None}
 
     def __init__(self) -> None:
         self.model = None
+        self._path: Path | None = None
+        self._n_ctx = 0
+        self._native: Any = None  # llama_cpp.Llama over the same file, for its own speculative decoding
+        self._lookup: Any = None  # its draft_model: LlamaPromptLookupDecoding, its proposals recorded
+        self._report: Any = None
         self.ctx = None
         self.vocab = None
         self._logits_t: Any = None  # ctypes pointer type to the logits row, set by load_model
@@ -78,6 +84,7 @@ class LlamaCppEngine(PrefixReuse):
             raise MacprofError(f"{path}: llama.cpp could not load this model (its own message, if it printed one, "
                                f"is the failure's stderr_tail in the run log; MACPROF_ENGINE_VERBOSE=1 logs more)")
         self.model = model
+        self._path, self._n_ctx = Path(path), settings.n_ctx
         self.vocab = lc.llama_model_get_vocab(model)
         self.threads, self.threads_source = ((settings.threads, "settings") if settings.threads else default_threads())
         self.kv_type = settings.kv_type
@@ -322,6 +329,74 @@ class LlamaCppEngine(PrefixReuse):
         self.reset()
         return top_two(values)
 
+    # -- llama-cpp-python's own speculative decoding ---------------------------------------
+    def native_refusal(self, draft: Any) -> str | None:
+        if draft is not None:
+            return ("llama-cpp-python's own speculative decoding is prompt lookup only (Llama(draft_model="
+                    "LlamaPromptLookupDecoding)); a draft model needs the low-level API, which is macprof's own loop")
+        return None
+
+    def open_native(self, draft: Any, ngram: int) -> None:
+        """A ``llama_cpp.Llama`` over the same file (its pages mapped once more: the OS shares
+        them), with this context's size, threads and K/V type. Flash attention as this engine's
+        own context resolves it: llama.cpp's default (auto) enables it on a device that has it,
+        where Llama() would disable it unless asked. Its draft_model is prompt lookup
+        (``logits_all`` forced on, as Llama does with any draft)."""
+        why = self.native_refusal(draft)
+        if why:
+            raise MacprofError(why)
+        from llama_cpp import Llama
+
+        if self._native is None:
+            kv = {"type_k": _GGML_KV_TYPES[self.kv_type], "type_v": _GGML_KV_TYPES[self.kv_type]} \
+                if self.kv_type != "f16" else {}
+            fa = self.kv_type != "f16" or lc.llama_context_default_params().flash_attn_type != \
+                lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            self._native = Llama(str(self._path), n_ctx=self._n_ctx, n_batch=min(self.n_batch, self._n_ctx),
+                                 n_ubatch=min(512, self.n_batch, self._n_ctx), n_threads=self.threads,
+                                 n_threads_batch=self.threads, flash_attn=fa, verbose=False, logits_all=True, **kv)
+        self._lookup = _RecordedLookup(ngram)
+        self._native.draft_model = self._lookup
+
+    def native_generate(self, ids: Sequence[int], n: int, k: int) -> Iterator[int]:
+        """``Llama.generate`` greedy (temp 0: llama.cpp's greedy sampler; its penalty stage is a
+        no-op at repeat_penalty 1), from an empty cache (``reset`` first, or generate would keep
+        the prefix the last request shared). generate never stops at EOS (create_completion
+        does), so exactly ``n`` tokens are taken from it; its last round may have verified drafts
+        past the n-th, which are not the request's."""
+        if self._native is None or self._lookup is None:
+            raise MacprofError("native_generate before open_native")
+        llm, lookup = self._native, self._lookup
+        lookup.num_pred_tokens = k
+        lookup.calls = []
+        llm.reset()
+        prompt = len(ids)
+        emitted: list[int] = []
+        self._report = None
+        if n > 0:
+            for token in llm.generate(list(ids), temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
+                emitted.append(int(token))
+                yield int(token)
+                if len(emitted) == n:
+                    break
+        from macprof.measure.speculative import proposal_rounds
+
+        # a proposal continues a context of length L: it drafts for emitted[L - prompt]
+        drafted, accepted = proposal_rounds([(length - prompt, tokens) for length, tokens in lookup.calls], emitted)
+        flags = [False] * len(emitted)
+        for (length, _), a in zip(lookup.calls, accepted):
+            for j in range(length - prompt, length - prompt + a):
+                flags[j] = True
+        self._report = NativeReport(
+            impl=f"llama_cpp.Llama.generate(temp=0), draft_model=LlamaPromptLookupDecoding(max_ngram_size="
+                 f"{lookup.max_ngram_size}, num_pred_tokens={k})",
+            from_draft=tuple(flags), drafted=tuple(drafted), accepted=tuple(accepted),
+            unknown="llama-cpp-python tells no acceptance: each round's proposals are recorded from its draft_model "
+                    "call, and its accepted count is the prefix of them the target emitted (greedy verification)")
+
+    def native_report(self) -> NativeReport:
+        return self._report or NativeReport(impl="llama_cpp.Llama.generate", unknown="no native request yet")
+
     # -- memory and facts ----------------------------------------------------------------
     def kv_cache_bytes(self) -> int | None:
         # Size of the sequence's serialised state: the K and V cells in use (plus a small header).
@@ -345,11 +420,30 @@ class LlamaCppEngine(PrefixReuse):
 
     def close(self) -> None:
         self.close_batch()
+        if self._native is not None:
+            self._native.close()
+            self._native = None
         if self.ctx:
             lc.llama_free(self.ctx)
         if self.model:
             lc.llama_model_free(self.model)
         self.ctx = self.model = None
+
+
+class _RecordedLookup(LlamaPromptLookupDecoding):
+    """llama-cpp-python's LlamaPromptLookupDecoding, each call's proposals recorded (the length of
+    the context it was given and what it drafted): llama-cpp-python reports no acceptance, and
+    the accepted counts follow from what it drafted (measure/speculative.py proposal_rounds). The
+    lookup is its own code, called unchanged."""
+
+    def __init__(self, max_ngram_size: int) -> None:
+        super().__init__(max_ngram_size=max_ngram_size, num_pred_tokens=1)
+        self.calls: list[tuple[int, list[int]]] = []
+
+    def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
+        out = super().__call__(input_ids, **kwargs)
+        self.calls.append((int(input_ids.shape[0]), [int(t) for t in out]))
+        return out
 
 
 def _fill(batch, entries, last: dict | None) -> list[tuple[int, int]]:

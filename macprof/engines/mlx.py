@@ -27,8 +27,8 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
-                                  TopTwo, top_two)
+from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings,
+                                  NativeReport, PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -103,7 +103,7 @@ class MlxEngine(PrefixReuse):
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": GREEDY_ONLY,
-                                           "chat": RENDERS_ITSELF, "verify": None}
+                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None}
 
     def __init__(self) -> None:
         self.model: Any = None
@@ -119,6 +119,8 @@ class MlxEngine(PrefixReuse):
         self._old_wired: int | None = None
         self._wired: dict = {}
         self._kv_bits: int | None = None
+        self._native_draft: Any = None  # the draft MlxEngine of open_native
+        self._report = NativeReport(impl="mlx_lm.stream_generate", unknown="no native request yet")
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
@@ -316,6 +318,55 @@ class MlxEngine(PrefixReuse):
             values = np.array(logits.astype(mx.float32))
         self.reset()
         return top_two(values)
+
+    # -- mlx-lm's own speculative decoding ----------------------------------------------------
+    def native_refusal(self, draft: Any) -> str | None:
+        if draft is None:
+            return "mlx-lm's speculative decoding takes a draft model (stream_generate(draft_model=...)): no prompt lookup"
+        if not isinstance(draft, MlxEngine):
+            return f"mlx-lm's stream_generate drafts with an MLX model; the draft is a {draft.name} model"
+        caches = [c for c in make_prompt_cache(self.model) if not c.is_trimmable()]
+        if caches:  # speculative_generate_step raises on it, and its draft's cache is trimmed the same way
+            return (f"mlx-lm's speculative decoding needs a trimmable prompt cache; this model's has "
+                    f"{', '.join(sorted({type(c).__name__ for c in caches}))} layers")
+        return None
+
+    def open_native(self, draft: Any, ngram: int) -> None:
+        why = self.native_refusal(draft)
+        if why:
+            raise MacprofError(why)
+        self._native_draft = draft
+
+    def native_generate(self, ids: Sequence[int], n: int, k: int) -> Iterator[int]:
+        """``mlx_lm.stream_generate(model, tokenizer, ids, max_tokens=n, draft_model=...,
+        num_draft_tokens=k)``, greedy (its default sampler: the argmax of the log-probabilities),
+        fresh prompt caches for both models (none passed), the K/V quantized from the first token
+        as this engine's own (``kv_bits``, quantized_kv_start 0), its prefill chunks this engine's.
+        stream_generate stops at an id of its tokenizer's eos_token_ids: it is given a copy of
+        the tokenizer with none, as mlx_lm.benchmark empties them, so it yields exactly n."""
+        import copy
+
+        from mlx_lm import stream_generate
+
+        if self._native_draft is None:
+            raise MacprofError("native_generate before open_native")
+        tokenizer = copy.copy(self.tokenizer)  # the wrapper's own set replaced; this engine's eos_ids are kept
+        tokenizer.eos_token_ids = ()
+        kv = {"kv_bits": self._kv_bits, "kv_group_size": MLX_KV_GROUP, "quantized_kv_start": 0} if self._kv_bits else {}
+        flags: list[bool] = []
+        self._report = NativeReport(impl="mlx_lm.stream_generate", unknown="the request did not end")
+        for response in stream_generate(self.model, tokenizer, mx.array(list(ids), dtype=mx.uint32), max_tokens=n,
+                                        draft_model=self._native_draft.model, num_draft_tokens=k,
+                                        prefill_step_size=self._prefill_step, **kv):
+            flags.append(bool(response.from_draft))
+            yield int(response.token)
+        self._report = NativeReport(
+            impl=f"mlx_lm.stream_generate(draft_model=..., num_draft_tokens={k}) (speculative_generate_step)",
+            from_draft=tuple(flags),
+            unknown="mlx-lm tells per token whether it was an accepted draft (from_draft), not how many it drafted")
+
+    def native_report(self) -> NativeReport:
+        return self._report
 
     # -- memory and facts ----------------------------------------------------------------
     def kv_cache_bytes(self) -> int | None:

@@ -62,7 +62,9 @@ class ShardedMlxEngine(MlxEngine):
         self._old_wired, self._wired = wire()
         self.capabilities = {**self.capabilities, "batch": "batch unsupported: a sharded model is measured one sequence at a time",
                              "verify": "speculative decoding of a sharded model is not measured: the draft would "
-                                       "run on every rank"}
+                                       "run on every rank",
+                             "native_draft": "speculative decoding of a sharded model is not measured: the draft "
+                                             "would run on every rank"}
 
     def versions(self) -> dict:
         return {**super().versions(), "parallel": self.parallel, "ranks": self.group.size()}

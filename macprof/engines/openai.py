@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from macprof.engines import counting, wire
-from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, TopTwo
+from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, NativeReport, TopTwo
 from macprof.errors import MacprofError
 
 NO_CACHE_API = "a server's cache is not addressable over its API (it cannot be cut back or inspected)"
@@ -91,6 +91,8 @@ class OpenAIEngine:
         "chat": None,
         "verify": "a server's API gives no greedy choice at every appended position, nor a cache to rewind "
                   "(its own speculative decoding is measured as the server's speed)",
+        "native_draft": "a server's own speculative decoding is configured where it starts (--model-draft, "
+                        "--draft-model) and measured as its speed: its API neither takes a draft nor tells rounds",
     }
 
     def __init__(self) -> None:
@@ -445,6 +447,18 @@ class OpenAIEngine:
 
     def verify(self, ids: Sequence[int]) -> list[int]:
         raise MacprofError(self.capabilities["verify"] or "")
+
+    def native_refusal(self, draft: Any) -> str | None:
+        return self.capabilities["native_draft"]
+
+    def open_native(self, draft: Any, ngram: int) -> None:
+        raise MacprofError(self.capabilities["native_draft"] or "")
+
+    def native_generate(self, ids: Sequence[int], n: int, k: int) -> Iterator[int]:
+        raise MacprofError(self.capabilities["native_draft"] or "")
+
+    def native_report(self) -> NativeReport:
+        return NativeReport(impl="none", unknown=self.capabilities["native_draft"])
 
     def kv_cache_bytes(self) -> int | None:
         return None

@@ -45,3 +45,35 @@ def tokens_per_round(alpha: float, k: int) -> float:
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def proposal_rounds(proposals: Sequence[tuple[int, Sequence[int]]], emitted: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(drafted, accepted) per round of a speculative decoding that told its proposals but not
+    what it accepted (llama-cpp-python's draft_model is called once a round): each proposal is
+    (the index into ``emitted`` of the first token it drafts for, its tokens). Greedy
+    verification accepts the longest prefix that equals what was emitted there, so that prefix
+    is the round's accepted count; a round past the last emitted token is none of the request's."""
+    drafted, accepted = [], []
+    for start, tokens in proposals:
+        if start >= len(emitted):
+            break
+        drafted.append(len(tokens))
+        accepted.append(accepted_prefix(tokens, emitted[start:]))
+    return drafted, accepted
+
+
+def flag_rounds(from_draft: Sequence[bool]) -> list[int]:
+    """Accepted drafts per round from per-token flags, where every round ends with one target
+    token (mlx-lm's from_draft: speculative_generate_step drafts from the prompt on, so its first
+    token already belongs to a round): the runs of True before each False. A last run of True
+    with no target token after it (the request ended mid-round) is a round of its own."""
+    accepted, run = [], 0
+    for flag in from_draft:
+        if flag:
+            run += 1
+        else:
+            accepted.append(run)
+            run = 0
+    if run:
+        accepted.append(run)
+    return accepted

@@ -155,6 +155,7 @@ class ModelSettings(Record):
     draft: str | None = ABSENT  # the speculative phase's (absent before it)
     draft_tokens: tuple[int, ...] | None = ABSENT
     ngram: int | None = ABSENT
+    speculative_impl: str | None = ABSENT  # absent before the native paths: macprof's loop
     concurrency: tuple[int, ...] | None = ABSENT  # the concurrency phase's levels (absent before it)
     rates: tuple[float, ...] | None = ABSENT
     load_requests: int | None = ABSENT

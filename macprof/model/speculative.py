@@ -60,6 +60,35 @@ class SpeculativeRounds(Event):
 
 
 @record
+class SpeculativeNative(Event):
+    """A request of the engine's own speculative decoding (engines/base.py NativeReport),
+    journaled after its request event: what the engine told of it, None where it told nothing
+    (``unknown`` says why)."""
+
+    KIND = "speculative_native"
+    phase: str
+    index: int
+    kind: str
+    case: str
+    k: int
+    impl: str
+    from_draft: tuple[bool, ...] | None = None
+    drafted: tuple[int, ...] | None = None
+    accepted: tuple[int, ...] | None = None
+    unknown: str | None = None
+
+
+@record
+class NativeRefused(Event):
+    """The engine's own speculative decoding refused (the engine lacks it, or not with this
+    draft) or failed to open: macprof's loop is measured all the same."""
+
+    KIND = "speculative_native_refused"
+    phase: str
+    reason: str
+
+
+@record
 class SpeculativeCheck(Event, OutputCheck):
     """A speculative request's output against the plain greedy one of the same prompt."""
 
@@ -78,6 +107,10 @@ class SpeculativeRequest(Record):
     request: Request
     rounds: tuple[Round, ...] = ()
     check: OutputCheck | None = None
+    # the engine's own path (SpeculativePhase.native): what it told, per token and per round
+    from_draft: tuple[bool, ...] | None = ABSENT
+    drafted_per_round: tuple[int, ...] | None = ABSENT
+    accepted_per_round: tuple[int, ...] | None = ABSENT
 
 
 @record
@@ -107,6 +140,8 @@ class SpeculativeCase(Record):
     predicted_speedup: float | None = None  # the roofline's at the measured α (analyse/ceilings.py)
     predicted_round_s: float | None = None
     checks: Checks | None = None
+    impl: str | None = ABSENT  # the engine's own path: its call, as its library names it
+    unknown: str | None = ABSENT  # why a figure of the engine's own path is unknown (what it does not tell)
 
 
 @record
@@ -121,3 +156,4 @@ class SpeculativePhase(Record):
     cases: tuple[SpeculativeCase, ...] = ()
     failures: tuple[Failure, ...] = ()
     native: tuple[SpeculativeCase, ...] | None = ABSENT  # the engine's own speculative path, measured the same way
+    native_reason: str | None = ABSENT  # why it was not measured (asked for, refused or failed)

@@ -8,6 +8,11 @@ measure/speculative.py. The prompts are the warm phase's; each prompt is also de
 on the target, alternately before and after its speculative requests (one per k of
 ``draft_tokens``): the baseline of the speed-up and the reference of the output check.
 
+With --speculative-impl native or both, the engine's own speculative decoding runs too (capability
+"native_draft": mlx-lm's stream_generate with a draft model, llama-cpp-python's prompt lookup),
+on the same prompts, k and token count, stamped the same way, its output checked against the
+same plain request; what it tells of its rounds is journaled as it tells it (SpeculativeNative).
+
 Raw per round (model/speculative.py Round): drafted k, accepted a, the stamps of draft start,
 verify start, verify end and rewind end, and the tokens. A round's tokens are yielded (and so
 stamped by the request's machinery, run/phases/common.py) at its verify end, in a burst.
@@ -22,7 +27,8 @@ from typing import Any, Iterator, Sequence
 from macprof.engines.base import EngineSettings, lacks
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
 from macprof.model import events as ev
-from macprof.model.speculative import DraftLoaded, Round, SpeculativeCheck, SpeculativeRounds
+from macprof.model.speculative import (DraftLoaded, NativeRefused, Round, SpeculativeCheck, SpeculativeNative,
+                                       SpeculativeRounds)
 from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, _stamped, announced, compare_outputs,
                                        request_key, timed_request, warm_prompts)
 from macprof.run.prompts import Prompt
@@ -109,6 +115,17 @@ def speculative_request(target, draft, prompt: Prompt, n: int, k: int, clock: Cl
             "engine_memory": target.memory() or None}, rounds
 
 
+def native_request(target, prompt: Prompt, n: int, k: int, clock: Clock) -> dict:
+    """One request of the engine's own speculative decoding (it empties its caches itself),
+    stamped as a plain one is."""
+    r = _stamped(target, [prompt.text], lambda ids: target.native_generate(ids[0], n, k), clock)
+    tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
+    if r["status"] == "ok" and len(tokens) != n:
+        r.update(status="error", error=f"the engine's own speculative decoding yielded {len(tokens)} tokens instead of {n}")
+    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "reused_tokens": 0, "computed_prompt_tokens": len(ids),
+            "engine_memory": target.memory() or None}
+
+
 def tokenizer_mismatch(target, draft, target_name: str, draft_name: str) -> str | None:
     """Why ``draft`` cannot draft for ``target``: another vocabulary size, or other ids for the
     probe text; None when they agree."""
@@ -158,11 +175,31 @@ def load_draft(ctx: PhaseContext) -> tuple[Any, Any]:
     return ModelDraft(engine), engine
 
 
-def heads_of(i: int, ks: Sequence[int]) -> dict[str, dict]:
-    """The requests of prompt ``i``: the plain one and one speculative per k (case "k<k>")."""
+IMPLS = {"macprof": ("speculative",), "native": ("native",), "both": ("speculative", "native")}
+
+
+def heads_of(i: int, ks: Sequence[int], modes: Sequence[str] = ("speculative",)) -> dict[str, dict]:
+    """The requests of prompt ``i``: the plain one and, per k (case "k<k>"), one of macprof's loop
+    (mode speculative, key "k<k>") and one of the engine's own (mode native, key "n<k>") as asked."""
     base = {"phase": PHASE, "index": i - 1, "kind": _kind(i)}
+    key = {"speculative": "k", "native": "n"}
     return {"plain": {**base, "mode": "plain"},
-            **{f"k{k}": {**base, "mode": "speculative", "case": f"k{k}"} for k in ks}}
+            **{f"{key[m]}{k}": {**base, "mode": m, "case": f"k{k}"} for m in modes for k in ks}}
+
+
+def open_native(ctx: PhaseContext, draft_engine) -> bool:
+    """Whether the engine's own speculative decoding can run with this draft (opened untimed);
+    a native_refused event with the reason where it cannot."""
+    target = ctx.engine
+    why = lacks(target, "native_draft") or target.native_refusal(draft_engine)
+    if not why:
+        try:
+            target.open_native(draft_engine, ctx.settings.ngram)
+        except Exception as exc:  # noqa: BLE001 - a native path that fails to open is recorded; macprof's loop goes on
+            why = f"the engine's own speculative decoding could not be opened: {type(exc).__name__}: {exc}"
+    if why:
+        ctx.emit(NativeRefused(phase=PHASE, reason=why))
+    return not why
 
 
 def run_speculative(ctx: PhaseContext) -> None:
@@ -173,13 +210,21 @@ def run_speculative(ctx: PhaseContext) -> None:
                              reason=f"the target cannot verify drafts: {why}"))
         return
     prompts = warm_prompts(ctx.builder, "warm", s.prompt_tokens, s.reps)  # the warm phase's prompts
-    heads = [heads_of(i, s.draft_tokens) for i in range(s.reps + 1)]
+    modes = IMPLS[s.speculative_impl]
+    heads = [heads_of(i, s.draft_tokens, modes) for i in range(s.reps + 1)]
     left = [any(request_key(h) not in ctx.done for h in group.values()) for group in heads]
     if not any(left):
         return
     drafter, draft_engine = load_draft(ctx)
     if drafter is None:
         return
+    if "native" in modes and not open_native(ctx, draft_engine):
+        modes = tuple(m for m in modes if m != "native")
+        heads = [{key: h for key, h in group.items() if h["mode"] != "native"} for group in heads]
+        if modes == ():
+            if draft_engine is not None:
+                draft_engine.close()
+            return
     target.reset_peak_memory()
     try:
         for i, prompt in enumerate(prompts):
@@ -197,7 +242,7 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
     (the first prompt warms every path up and is discarded); then each speculative output
     checked against the plain one, token by token."""
     target, s, clock = ctx.engine, ctx.settings, ctx.clock
-    order = ["plain", *(f"k{k}" for k in s.draft_tokens)]
+    order = list(heads)  # plain, then macprof's loop and the engine's own per k
     if i % 2:
         order = order[1:] + order[:1]
     outputs: dict[str, tuple[int, ...]] = {}
@@ -210,6 +255,15 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
         if key == "plain":
             target.reset()
             rec = announced(ctx.emit, head, lambda: timed_request(target, prompt, s.gen_tokens, clock), record=record)
+        elif head["mode"] == "native":
+            k = int(key[1:])
+            rec = announced(ctx.emit, head, lambda k=k: native_request(target, prompt, s.gen_tokens, k, clock),
+                            record=record)
+            if record and rec.status == "ok":
+                told = target.native_report()
+                ctx.emit(SpeculativeNative(phase=PHASE, index=head["index"], kind=head["kind"], case=head["case"], k=k,
+                                           impl=told.impl, from_draft=told.from_draft, drafted=told.drafted,
+                                           accepted=told.accepted, unknown=told.unknown))
         else:
             k = int(key[1:])
             got: list[list[Round]] = []
@@ -233,6 +287,7 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
         if len(outputs[key]) == 0:
             continue  # a failed request: its failure is the record
         check = compare_outputs(target, prompt, plain, outputs[key])
-        ctx.emit(SpeculativeCheck(phase=PHASE, index=heads[key]["index"], kind=heads[key]["kind"], case=key,
+        head = heads[key]
+        ctx.emit(SpeculativeCheck(phase=PHASE, index=head["index"], kind=head["kind"], case=key,
                                   **check.to_json()))
 

@@ -1,0 +1,79 @@
+"""The engine's own speculative decoding in the speculative phase's record (SpeculativePhase.native):
+per k, its requests with what the engine told of them, figured as macprof's loop is where the
+engine tells enough, unknown with the reason where it does not (pure).
+
+mlx-lm tells, per token, whether it was an accepted draft (from_draft); each round ends with one
+target token, so its accepted counts per round follow, but not what it drafted: α is unknown.
+llama-cpp-python tells nothing: the engine adapter records what its draft_model proposed each
+round, from which drafted and accepted follow (measure/speculative.py proposal_rounds). Neither
+exposes a round's draft / verify / rewind split: those stay unknown."""
+
+from __future__ import annotations
+
+from macprof.analyse.ceilings import speculative_prediction
+from macprof.measure import stats
+from macprof.measure.significance import median_ratio_intervals
+from macprof.measure.speculative import flag_rounds
+from macprof.model.phases import Checks, OutputCheck, Request
+from macprof.model.speculative import Interval, SpeculativeCase, SpeculativeNative, SpeculativeRequest
+
+NO_SPLIT = "the engine's own loop times no round of its own: the draft / verify / rewind split is unknown"
+
+
+def native_cases(requests: dict[str, list[Request]], told: dict[tuple, SpeculativeNative], checks: dict[tuple, OutputCheck],
+                 base: list[float], target_shape, draft_shape, context: float, bw, ngram: bool) -> tuple[SpeculativeCase, ...]:
+    """``requests`` by case ("k<k>", mode native), ``told`` by (case, index), ``checks`` by
+    ("n<k>", index) (the check's case is the request's key), ``base`` the plain decode rates."""
+    ks = sorted((int(c[1:]), c) for c in requests if c.startswith("k") and c[1:].isdigit())
+    measured = {c: [r for r in requests[c] if r.kind == "measured" and r.status == "ok" and r.decode_tok_s] for _, c in ks}
+    intervals = median_ratio_intervals([(base, [float(r.decode_tok_s or 0) for r in measured[c]]) for _, c in ks]) if ks else []
+    return tuple(_case(k, c, requests[c], told, checks, interval, base, target_shape, draft_shape, context, bw, ngram)
+                 for (k, c), interval in zip(ks, intervals))
+
+
+def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, interval: dict, base: list[float],
+          target_shape, draft_shape, context: float, bw, ngram: bool) -> SpeculativeCase:
+    built = []
+    for r in requests:
+        e = told.get((case, r.index))
+        accepted = (e.accepted if e.accepted is not None else flag_rounds(e.from_draft) if e.from_draft is not None
+                    else None) if e else None
+        built.append(SpeculativeRequest(request=r, check=checks.get((f"n{k}", r.index)),
+                                        from_draft=e.from_draft if e else None,
+                                        drafted_per_round=e.drafted if e else None,
+                                        accepted_per_round=tuple(accepted) if accepted is not None else None))
+    ok = [b for b in built if b.request.kind == "measured" and b.request.status == "ok"]
+    events = [told[(case, b.request.index)] for b in ok if (case, b.request.index) in told]
+    rounds_known = bool(ok) and all(b.accepted_per_round is not None for b in ok)
+    drafted_known = rounds_known and all(b.drafted_per_round is not None for b in ok)
+    n_rounds = sum(len(b.accepted_per_round or ()) for b in ok) if rounds_known else 0
+    accepted = sum(sum(b.accepted_per_round or ()) for b in ok) if rounds_known else 0
+    drafted = sum(sum(b.drafted_per_round or ()) for b in ok) if drafted_known else 0
+    alpha = accepted / drafted if drafted_known and drafted else None
+    # tokens per round over whole rounds: a request's last one may end at gen_tokens mid-round,
+    # and where drafted is told, only the rounds that drafted k (as macprof's loop counts them)
+    emitted = whole = 0
+    for b in ok if rounds_known else ():
+        acc = list(b.accepted_per_round or ())[:-1]
+        kept = [a for a, d in zip(acc, b.drafted_per_round or ()) if d == k] if drafted_known else acc
+        emitted += sum(a + 1 for a in kept)
+        whole += len(kept)
+    decode = [b.request.decode_tok_s for b in ok if b.request.decode_tok_s]
+    median = stats.median(decode) if decode else None
+    prediction = speculative_prediction(target_shape, draft_shape, k, alpha, context, bw, ngram)
+    unknown = [e.unknown for e in events[:1] if e.unknown]
+    if not rounds_known:
+        unknown.append("the engine told no rounds for some requests: rounds and tokens per round unknown")
+    elif not drafted_known:
+        unknown.append("α unknown: the engine does not tell how many tokens it drafted")
+    cs = [b.check for b in ok if b.check]
+    return SpeculativeCase(
+        id=case, k=k, requests=tuple(built), rounds=n_rounds, drafted=drafted, accepted=accepted, acceptance=alpha,
+        tokens_per_round=emitted / whole if whole else None, decode_tok_s=median,
+        speedup=Interval(value=stats.ratio(median, stats.median(base) if base else None), low=interval.get("low"),
+                         high=interval.get("high")),
+        predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),
+        checks=Checks(n=len(cs), identical=sum(1 for x in cs if x.first_divergence is None),
+                      near_ties=sum(1 for x in cs if x.first_divergence is not None and x.passed),
+                      failed=sum(1 for x in cs if not x.passed)),
+        impl=events[0].impl if events else None, unknown="; ".join([*unknown, NO_SPLIT]))
