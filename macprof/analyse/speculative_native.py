@@ -6,14 +6,19 @@ mlx-lm tells, per token, whether it was an accepted draft (from_draft); each rou
 target token, so its accepted counts per round follow, but not what it drafted: α is unknown.
 llama-cpp-python tells nothing: the engine adapter records what its draft_model proposed each
 round, from which drafted and accepted follow (measure/speculative.py proposal_rounds). Neither
-exposes a round's draft / verify / rewind split: those stay unknown."""
+exposes a round's draft / verify / rewind split: those stay unknown.
+
+A native case's decode tok/s (and so its speed-up) is counted after the request's first burst,
+(n - m) / (t_n - t_m), m the tokens that came out with the first target token
+(measure/speculative.py decode_rate): 1 for llama-cpp-python, whose first token is the prefill's
+as in plain decoding and macprof's loop, a whole round for mlx-lm, which drafts from the prompt on."""
 
 from __future__ import annotations
 
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.measure import stats
 from macprof.measure.significance import median_ratio_intervals
-from macprof.measure.speculative import flag_rounds
+from macprof.measure.speculative import decode_rate, flag_rounds
 from macprof.model.phases import Checks, OutputCheck, Request
 from macprof.model.speculative import Interval, SpeculativeCase, SpeculativeNative, SpeculativeRequest
 
@@ -25,10 +30,22 @@ def native_cases(requests: dict[str, list[Request]], told: dict[tuple, Speculati
     """``requests`` by case ("k<k>", mode native), ``told`` by (case, index), ``checks`` by
     ("n<k>", index) (the check's case is the request's key), ``base`` the plain decode rates."""
     ks = sorted((int(c[1:]), c) for c in requests if c.startswith("k") and c[1:].isdigit())
-    measured = {c: [r for r in requests[c] if r.kind == "measured" and r.status == "ok" and r.decode_tok_s] for _, c in ks}
-    intervals = median_ratio_intervals([(base, [float(r.decode_tok_s or 0) for r in measured[c]]) for _, c in ks]) if ks else []
+    rates = {c: _rates(requests[c], told, c) for _, c in ks}
+    intervals = median_ratio_intervals([(base, rates[c]) for _, c in ks]) if ks else []
     return tuple(_case(k, c, requests[c], told, checks, interval, base, target_shape, draft_shape, context, bw, ngram)
                  for (k, c), interval in zip(ks, intervals))
+
+
+def _rate(r: Request, e: SpeculativeNative | None) -> float | None:
+    """The request's decode rate counted after its first burst (measure/speculative.py
+    decode_rate): mlx-lm's first round drafts from the prompt on, so its first token comes with
+    a whole round's."""
+    return decode_rate(r.token_times, e.from_draft if e else None)
+
+
+def _rates(requests: list[Request], told: dict, case: str) -> list[float]:
+    out = [_rate(r, told.get((case, r.index))) for r in requests if r.kind == "measured" and r.status == "ok"]
+    return [x for x in out if x]
 
 
 def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, interval: dict, base: list[float],
@@ -58,7 +75,7 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
         kept = [a for a, d in zip(acc, b.drafted_per_round or ()) if d == k] if drafted_known else acc
         emitted += sum(a + 1 for a in kept)
         whole += len(kept)
-    decode = [b.request.decode_tok_s for b in ok if b.request.decode_tok_s]
+    decode = _rates(requests, told, case)
     median = stats.median(decode) if decode else None
     prediction = speculative_prediction(target_shape, draft_shape, k, alpha, context, bw, ngram)
     unknown = [e.unknown for e in events[:1] if e.unknown]

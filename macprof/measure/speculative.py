@@ -77,3 +77,26 @@ def flag_rounds(from_draft: Sequence[bool]) -> list[int]:
     if run:
         accepted.append(run)
     return accepted
+
+
+def first_round_tokens(from_draft: Sequence[bool] | None) -> int:
+    """How many tokens come out together with the first one: up to and including the first target
+    token (from_draft False). 1 where the first token is the prefill's own (macprof's loop,
+    llama-cpp-python's); a whole round where the first round drafts from the prompt on
+    (mlx-lm's); 1 where nothing is told."""
+    if not from_draft:
+        return 1
+    return next((i + 1 for i, flag in enumerate(from_draft) if not flag), len(from_draft))
+
+
+def decode_rate(token_times: Sequence[int], from_draft: Sequence[bool] | None = None) -> float | None:
+    """Decode tokens/s after the first emission, as plain decoding's (n - 1) / (t_n - t_1) is: the
+    tokens after the first burst over the time after it, (n - m) / (t_n - t_m), m the first
+    burst's tokens (first_round_tokens). Counting from the first token alone would credit a
+    speculative path that drafts from the prompt on (mlx-lm's) with m - 1 tokens that took no
+    time of the span. None with fewer than two emissions."""
+    m = first_round_tokens(from_draft)
+    n = len(token_times)
+    if n <= m or token_times[-1] <= token_times[m - 1]:
+        return None
+    return (n - m) * 1e9 / (token_times[-1] - token_times[m - 1])
