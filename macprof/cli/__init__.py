@@ -263,9 +263,16 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml", show_default=True)
 @click.option("--models", "names", default="demo-small-q4_k_m,demo-small-mlx-f16", show_default=True,
               help="Comma-separated model names from the config (without MODEL arguments).")
-@click.option("--path", "which", type=click.Choice(["loop", "run", "both"]), default="both", show_default=True,
+@click.option("--path", "which", type=click.Choice(["loop", "run", "both", "speculative"]), default="both",
+              show_default=True,
               help="loop: the decode loop in-process; run: the whole `macprof run` path against the engine's "
-                   "own benchmark in its own process (llama.cpp: needs --llama-bench).")
+                   "own benchmark in its own process (llama.cpp: needs --llama-bench); speculative: macprof's "
+                   "speculative loop against the engine's own (needs --draft).")
+@click.option("--draft", help="With --path speculative: the draft (any reference MODEL takes) or ngram.")
+@click.option("--draft-tokens", "draft_tokens", type=int, default=4, show_default=True,
+              help="With --path speculative: tokens drafted per round (k).")
+@click.option("--ngram", type=int, default=2, show_default=True,
+              help="With --draft ngram: the longest n-gram looked up (both sides).")
 @click.option("--gen-tokens", type=int, default=128, show_default=True)
 @click.option("--depth", type=int, default=256, show_default=True, help="KV depth (prompt tokens) before decoding.")
 @click.option("--pairs", type=int, default=7, show_default=True, help="Alternating macprof/reference pairs.")
@@ -283,8 +290,8 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
               help="Start that server on MODEL (as `macprof run --serve`), then measure it as --endpoint does.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
-def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pairs, reps, threads, llama_bench,
-             endpoint, served_model, api, serve, as_json) -> None:
+def overhead(ctx, refs, engine, config_path, names, which, draft, draft_tokens, ngram, gen_tokens, depth, pairs, reps,
+             threads, llama_bench, endpoint, served_model, api, serve, as_json) -> None:
     """Benchmark: does macprof slow what it measures? Median of paired ratios against each engine's own loop."""
     import json as _json
 
@@ -309,7 +316,14 @@ def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pa
     ensure_demo_models(selected)
     say = lambda s: click.echo(s, err=True)  # noqa: E731
     results = []
-    for m in selected:
+    if which == "speculative":
+        from macprof.bench.speculative import speculative_overhead
+
+        results = [speculative_overhead(m, draft, draft_tokens, ngram, gen_tokens, depth, pairs, threads, say)
+                   for m in selected]
+    elif draft:
+        raise MacprofError("overhead: --draft applies to --path speculative")
+    for m in selected if which != "speculative" else ():
         if which in ("loop", "both"):
             results.append(loop.measure(m.engine, m.path, gen_tokens, depth, pairs, threads, llama_bench, progress=say))
         if which in ("run", "both"):
@@ -322,6 +336,11 @@ def overhead(ctx, refs, engine, config_path, names, which, gen_tokens, depth, pa
         click.echo(_json.dumps(results, indent=1))
         return
     click.echo(bench_table(results))
+    if which == "speculative":
+        from macprof.bench.speculative import notes
+
+        for line in notes(results):
+            click.echo(line)
 
 
 def _add_model_commands() -> None:
