@@ -223,14 +223,24 @@ def write_gguf_f16(path: Path, spec: DemoSpec, weights: dict[str, np.ndarray], t
     w.close()
 
 
-def quantize_gguf(src: Path, dst: Path, quant: str) -> None:
+GGUF_QUANTS = ("Q8_0", "Q4_K_M", "Q4_0")
+
+
+def quantize_gguf(src: Path, dst: Path, quant: str, requantize: bool = False) -> None:
+    """llama.cpp's quantizer (llama_model_quantize) from ``src`` to ``dst`` as ``quant`` (one of
+    GGUF_QUANTS); ``requantize``: ``src`` is quantized already (a draft made from a published
+    Q4_1 model, as tests/test_speculative_real.py makes one), which llama.cpp refuses unless told."""
     from macprof.engines import require
 
     llama_cpp = require("llama.cpp")
     import macprof.engines.llama_cpp  # noqa: F401  (quiets llama.cpp's per-tensor log)
-    ftype = {"Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}[quant]
+    if quant not in GGUF_QUANTS:
+        raise MacprofError(f"{dst}: no GGUF quantization {quant!r} here (one of {', '.join(GGUF_QUANTS)})")
+    ftype = {"Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+             "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}[quant]
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
+    params.allow_requantize = requantize
     params.nthread = os.cpu_count() or 1
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
     if rc != 0:
