@@ -111,20 +111,27 @@ def test_prompt_lookup_on_a_prompt_that_repeats_itself(smollm2):
 
 def test_smollm2_with_a_requantized_draft(smollm2, tmp_path):
     """The real SmolLM2 (Q4_1) drafted by a Q4_0 requantized from it by llama.cpp's quantizer:
-    the phase end to end, outputs plain greedy's (or a recorded near-tie), drafts accepted; the
-    n-gram path through the engine's own prompt lookup in the same run's log."""
+    the phase end to end, outputs plain greedy's (or a recorded near-tie), drafts accepted."""
     from macprof.demo.build import quantize_gguf
 
     draft = tmp_path / "smollm2-q4_0.gguf"
     quantize_gguf(smollm2, draft, "Q4_0", requantize=True)
-    spec = _run(tmp_path, "llama.cpp", smollm2, "--draft", str(draft))
-    assert spec["draft_status"] == "ok"
+    spec = _run(tmp_path, "llama.cpp", smollm2, "--draft", str(draft), "--draft-tokens", "3")
+    assert spec["draft_status"] == "ok" and [c["k"] for c in spec["cases"]] == [3]
     for case in spec["cases"]:
         assert case["checks"]["failed"] == 0 and case["checks"]["n"] == 2
         assert 0 < case["acceptance"] <= 1 and case["predicted_speedup"] is not None
-    lookup = _run(tmp_path / "ngram", "llama.cpp", smollm2, "--draft", "ngram", "--speculative-impl", "both") \
-        if (tmp_path / "ngram").mkdir() is None else {}
-    assert lookup["native_reason"] is None and [c["k"] for c in lookup["native"]] == [1, 4]
-    for case in lookup["native"]:
-        assert case["checks"]["failed"] == 0 and case["impl"].startswith("llama_cpp.Llama.generate")
-        assert case["drafted"] >= case["accepted"] and case["acceptance"] is not None
+
+
+def test_smollm2_prompt_lookup_in_the_phase_with_llama_cpp_pythons_own(smollm2, tmp_path):
+    """--draft ngram --speculative-impl both: macprof's lookup and llama-cpp-python's
+    LlamaPromptLookupDecoding side by side in one log, each checked against plain greedy, the
+    engine's own with the drafted and accepted counts recorded from its draft_model."""
+    spec = _run(tmp_path, "llama.cpp", smollm2, "--draft", "ngram", "--speculative-impl", "both", "--draft-tokens", "4")
+    assert spec["native_reason"] is None and [c["k"] for c in spec["native"]] == [4] == [c["k"] for c in spec["cases"]]
+    for case in [*spec["cases"], *spec["native"]]:
+        assert case["checks"]["failed"] == 0 and case["checks"]["n"] == 2
+    native = spec["native"][0]
+    assert native["impl"].startswith("llama_cpp.Llama.generate") and native["drafted"] >= native["accepted"]
+    for r in native["requests"]:
+        assert len(r["drafted_per_round"]) == len(r["accepted_per_round"]) and len(r["from_draft"]) == 16
