@@ -348,13 +348,13 @@ class LlamaCppEngine(PrefixReuse):
         from llama_cpp import Llama
 
         if self._native is None:
-            kv = {"type_k": _GGML_KV_TYPES[self.kv_type], "type_v": _GGML_KV_TYPES[self.kv_type]} \
-                if self.kv_type != "f16" else {}
+            kv_type = _GGML_KV_TYPES.get(self.kv_type)  # None: f16, llama.cpp's default
             fa = self.kv_type != "f16" or lc.llama_context_default_params().flash_attn_type != \
                 lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
             self._native = Llama(str(self._path), n_ctx=self._n_ctx, n_batch=min(self.n_batch, self._n_ctx),
                                  n_ubatch=min(512, self.n_batch, self._n_ctx), n_threads=self.threads,
-                                 n_threads_batch=self.threads, flash_attn=fa, verbose=False, logits_all=True, **kv)
+                                 n_threads_batch=self.threads, flash_attn=fa, verbose=False, logits_all=True,
+                                 type_k=kv_type, type_v=kv_type)
         self._lookup = _RecordedLookup(ngram)
         self._native.draft_model = self._lookup
 

@@ -352,7 +352,8 @@ class MlxEngine(PrefixReuse):
             raise MacprofError("native_generate before open_native")
         tokenizer = copy.copy(self.tokenizer)  # the wrapper's own set replaced; this engine's eos_ids are kept
         tokenizer.eos_token_ids = ()
-        kv = {"kv_bits": self._kv_bits, "kv_group_size": MLX_KV_GROUP, "quantized_kv_start": 0} if self._kv_bits else {}
+        kv: dict[str, Any] = {"kv_bits": self._kv_bits, "kv_group_size": MLX_KV_GROUP, "quantized_kv_start": 0} \
+            if self._kv_bits else {}
         flags: list[bool] = []
         self._report = NativeReport(impl="mlx_lm.stream_generate", unknown="the request did not end")
         for response in stream_generate(self.model, tokenizer, mx.array(list(ids), dtype=mx.uint32), max_tokens=n,

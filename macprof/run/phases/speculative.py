@@ -257,8 +257,11 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
             rec = announced(ctx.emit, head, lambda: timed_request(target, prompt, s.gen_tokens, clock), record=record)
         elif head["mode"] == "native":
             k = int(key[1:])
-            rec = announced(ctx.emit, head, lambda k=k: native_request(target, prompt, s.gen_tokens, k, clock),
-                            record=record)
+
+            def run_native(k: int = k) -> dict:
+                return native_request(target, prompt, s.gen_tokens, k, clock)
+
+            rec = announced(ctx.emit, head, run_native, record=record)
             if record and rec.status == "ok":
                 told = target.native_report()
                 ctx.emit(SpeculativeNative(phase=PHASE, index=head["index"], kind=head["kind"], case=head["case"], k=k,
