@@ -35,7 +35,7 @@ def draft_arguments(spec_draft=None, spec_acceptance=None, spec_draft_tokens=Non
         try:
             draft = model_path(draft)
         except MacprofError as exc:
-            raise MacprofError(f"estimate: --draft {spec_draft}: {exc}") from None
+            raise MacprofError(f"estimate --draft: {exc}") from None
     elif draft is not None:
         draft = NGRAM
     return {"draft": draft, "acceptance": spec_acceptance, "draft_tokens": spec_draft_tokens}

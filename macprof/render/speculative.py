@@ -94,31 +94,32 @@ TABLE_COLUMNS = (
     Column("outputs", cell("outputs")))
 
 
-def draft_line(m: ModelResult) -> str | None:
-    """The draft's load and memory, and the cold start it adds to: one line."""
+def draft_lines(m: ModelResult) -> list[str]:
+    """The draft's load and what it adds to memory, and the cold start it adds to."""
     ph = m.phases.speculative
     if ph is None:
-        return None
+        return []
     name = f"{m.identity.name} + {ph.draft or '?'}"
     if ph.draft_status not in (None, "ok"):
-        return f"{name}: draft {ph.draft_status}: {ph.draft_reason}"
+        return [f"{name}: draft {ph.draft_status}: {ph.draft_reason}"]
     if ph.draft == "ngram":
-        return f"{name}: prompt lookup, no draft model to load"
+        return [f"{name}: prompt lookup, no draft model to load"]
     dm = ph.draft_memory
-    parts = [f"draft ({ph.draft_engine or '?'}) loaded in {fmt_s(ph.draft_load_s)}"]
+    memory = f"{name}: draft ({ph.draft_engine or '?'}) loaded in {fmt_s(ph.draft_load_s)}"
     if dm:
-        grew = dm.load_footprint_bytes if dm.has("load_footprint_bytes") and dm.load_footprint_bytes else dm.load_rss_bytes
-        what = "footprint" if dm.has("load_footprint_bytes") and dm.load_footprint_bytes else "RSS"
-        parts.append(f"+{fmt_bytes(grew)} {what} ({fmt_bytes(dm.file_bytes)} file, weights {dm.weights_held or '?'})")
-        parts.append(f"K/V {fmt_bytes(dm.kv_cache_bytes)} measured at the end ({fmt_bytes(dm.kv_computed_bytes)} computed)")
+        foot = dm.has("load_footprint_bytes") and dm.load_footprint_bytes
+        memory += (f", +{fmt_bytes(dm.load_footprint_bytes if foot else dm.load_rss_bytes)} {'footprint' if foot else 'RSS'} "
+                   f"({fmt_bytes(dm.file_bytes)} file, weights {dm.weights_held or '?'}), K/V {fmt_bytes(dm.kv_cache_bytes)} "
+                   f"measured at the end ({fmt_bytes(dm.kv_computed_bytes)} computed)")
+    if ph.memory and ph.memory.peak_rss_bytes:
+        memory += f"; phase peak RSS {fmt_bytes(ph.memory.peak_rss_bytes)}, both models"
+    lines = [memory]
     cold = m.phases.cold.summary.ready_s.median if m.phases.cold else None
     if cold is not None and ph.draft_load_s is not None:
-        parts.append(f"cold start with it: ready {fmt_s(cold)} + draft load {fmt_s(ph.draft_load_s)} = "
-                     f"{fmt_s(cold + ph.draft_load_s)} (the draft's load measured in the phase's worker, its file's "
+        lines.append(f"{name}: cold start with the draft: ready {fmt_s(cold)} + draft load {fmt_s(ph.draft_load_s)} = "
+                     f"{fmt_s(cold + ph.draft_load_s)} (the draft's load as timed in the phase's worker, its file's "
                      f"residency as it was)")
-    if ph.memory and ph.memory.peak_rss_bytes:
-        parts.append(f"phase peak RSS {fmt_bytes(ph.memory.peak_rss_bytes)} (both models)")
-    return f"{name}: " + "; ".join(parts)
+    return lines
 
 
 def speculative_table(log: RunLog) -> str | None:
@@ -129,7 +130,7 @@ def speculative_table(log: RunLog) -> str | None:
     parts = ["Speculative decoding (draft k tokens, verify in one pass):"]
     if rows:
         parts.append(to_text(Table("speculative", TABLE_COLUMNS, rows, (), (), {})))
-    lines = [line for m in models for line in [draft_line(m)] if line]
+    lines = [line for m in models for line in draft_lines(m)]
     reasons = sorted({f"{r['model']} k={r['k']}: no prediction: {r['reason']}" for r in rows if r["reason"]})
     parts += [f"  {clean(line)}" for line in lines + reasons]
     if rows:
