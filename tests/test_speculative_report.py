@@ -103,11 +103,11 @@ def test_self_draft_gives_alpha_one_and_k_plus_one_tokens_per_round_predicted_ex
         assert c.tokens_per_round == c.k + 1 and c.predicted_tokens_per_round == c.k + 1
         assert c.predicted_speedup is not None and c.prediction_reason is None
         assert c.checks.n == 2 and c.checks.identical == 2
-        # the stamps split each round: one clock step drafting, one verifying; the rewind's span
-        # holds the stamps of the round's tokens (yielded at verify end) and its own read
+        # the stamps split each round: one clock step drafting, one verifying, the rest rewinding
+        # (and stamping the round's tokens, yielded at verify end); a round is the three together
         assert c.draft_s_per_round == c.verify_s_per_round == 1e-6
-        assert c.rewind_s_per_round == pytest.approx((c.k + 2) * 1e-6)
-        assert c.round_s_per_round == pytest.approx((c.k + 4) * 1e-6)
+        assert c.rewind_s_per_round >= 1e-6
+        assert c.round_s_per_round == pytest.approx(2e-6 + c.rewind_s_per_round)
 
 
 class _Rejected:
