@@ -352,3 +352,21 @@ def test_demo_pair_end_to_end(tmp_path, small_build):
     assert shown.exit_code == 0 and "speculative k=2:" in shown.output and "per round: draft" in shown.output
     compared = cli("compare", log)
     assert compared.exit_code == 0 and "speculative best" in compared.output
+
+
+def test_a_refused_draft_is_one_line_in_the_summary_and_in_compare(tmp_path):
+    from macprof.engines.fake import write_model
+    from tests.test_run import macprof
+
+    write_model(tmp_path / "t.gguf", hidden=64)
+    write_model(tmp_path / "other.gguf", vocab_size=3000)  # another tokenizer
+    (tmp_path / "models.toml").write_text('[[models]]\nname = "t"\nengine = "fake"\npath = "t.gguf"\n')
+    log = tmp_path / "run.json"
+    proc = macprof("run", "--config", str(tmp_path / "models.toml"), "--phases", "warm,speculative", "--prompt-tokens",
+                   "24", "--gen-tokens", "8", "--reps", "2", "--draft", str(tmp_path / "other.gguf"), "--log", str(log),
+                   "--force-overwrite")
+    refused = [line for line in proc.stdout.splitlines() if "draft refused:" in line]
+    assert len(refused) == 1 and "another tokenizer" in refused[0] and "other.gguf" in refused[0]
+    row = json.loads(cli("compare", log, "--format", "json").output)["rows"][0]
+    assert row["speculative_status"] == "refused" and row["speculative_speedup"] is None
+    assert "refused" in cli("compare", log).output
