@@ -222,3 +222,26 @@ def test_sampled_retries_on_the_demo_models(tiny_dir, tmp_path):
         assert all(a[(t["id"], 1)].tokens == greedy[(t["id"], 1)].tokens for t in TASKS[:2])  # the first: greedy
         assert any(a[key].tokens != greedy[key].tokens for key in a if key[1] == 2)
         assert all(len(x.tokens) == len(x.token_times) for x in a.values())
+
+
+def test_a_resumed_run_goes_on_after_the_settled_tasks(fake_dir, tmp_path):
+    """A journal cut after the first task (the parent killed there) is resumed: the settled
+    task is not asked again, the others are, and the replies are the uninterrupted run's,
+    sampled retries included (their seeds name the task and the attempt, not the run)."""
+    tasks = _task_file(tmp_path)
+    args = ("--tasks", str(tasks), "--attempts", "2", "--temperature", "1.5", "--seed", "2")
+    proc, full = _run(tmp_path, fake_dir, "full", *args)
+    assert proc.returncode == 0, proc.stderr
+    lines = full.with_name("full.journal.jsonl").read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if '"event":"task_attempt"' in line and '"task":"word"' in line)
+    journal = tmp_path / "cut.journal.jsonl"
+    journal.write_text("\n".join(lines[:cut]) + "\n")
+    log = tmp_path / "cut.json"
+    proc = macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "tasks", *args,
+                   "--resume", str(journal), check=False)
+    assert proc.returncode == 0, proc.stderr
+    (_, whole), (ph, resumed) = _attempts(full), _attempts(log)
+    assert [r.task for r in ph.results] == [t["id"] for t in TASKS] and set(resumed) == set(whole)
+    assert all(resumed[key].tokens == whole[key].tokens for key in whole)
+    journaled = [json.loads(x) for x in journal.read_text().splitlines()]
+    assert sum(e["event"] == "task_attempt" and e["task"] == "add" for e in journaled) == 2  # asked once
