@@ -34,6 +34,11 @@ class Phase:
     # them) and its render.report.PhaseReport (compare columns, summary section, show's lines)
     figures: str | None = None
     report: str | None = None
+    # "module:function", or None where a phase ends at a request the parent cut (a timeout, a
+    # crash), as sweeps end a case: the parent's record of that request ((settings, the failure,
+    # its request_start, the cut's perf_counter_ns stamp) -> an event to journal, or None), after
+    # which a new worker goes on with the phase, skipping what the journal settled (run/resume.py)
+    cut: str | None = None
 
 
 # the tasks phase's context: a task whose prompt and max_tokens do not fit is refused alone, in one line
@@ -80,7 +85,8 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
     Phase("speculative", "macprof.run.phases.speculative:run_speculative",
           "macprof.analyse.speculative:build_speculative_phase",
           requests=lambda s, cases: (s.reps + 1) * (1 + len(s.draft_tokens) * (2 if s.speculative_impl == "both" else 1)),
-          context=lambda s, cases: s.prompt_tokens + s.gen_tokens + max(s.draft_tokens, default=0) + 1),
+          context=lambda s, cases: s.prompt_tokens + s.gen_tokens + max(s.draft_tokens, default=0) + 1,
+          figures="macprof.analyse.speculative:figures", report="macprof.render.speculative:REPORT"),
     Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
           "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases)),
     # a natural and an emptied request per turn of each app
@@ -90,7 +96,8 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           report="macprof.render.conversation:REPORT"),
     # right answers: one task_attempt per attempt, none of them a request event (an app's generation: EOS ends it)
     Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
-          context=lambda s, cases: TASKS_CONTEXT, report="macprof.render.tasks:REPORT"),
+          context=lambda s, cases: TASKS_CONTEXT, report="macprof.render.tasks:REPORT",
+          cut="macprof.run.phases.tasks:cut_attempt"),
 )}
 NAMES = tuple(REGISTRY)
 SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)

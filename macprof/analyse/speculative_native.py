@@ -18,7 +18,7 @@ from __future__ import annotations
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.measure import stats
 from macprof.measure.significance import median_ratio_intervals
-from macprof.measure.speculative import decode_rate, flag_rounds
+from macprof.measure.speculative import acceptance_per_token, decode_rate, flag_rounds
 from macprof.model.phases import Checks, OutputCheck, Request
 from macprof.model.speculative import Interval, SpeculativeCase, SpeculativeNative, SpeculativeRequest
 
@@ -67,6 +67,10 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
     accepted = sum(sum(b.accepted_per_round or ()) for b in ok) if rounds_known else 0
     drafted = sum(sum(b.drafted_per_round or ()) for b in ok) if drafted_known else 0
     alpha = accepted / drafted if drafted_known and drafted else None
+    # the per-token acceptance (measure/speculative.py), the prediction's, as macprof's loop's cases
+    per_token = acceptance_per_token([(d, a) for b in ok for d, a in zip(b.drafted_per_round or (),
+                                                                         b.accepted_per_round or ())]) \
+        if drafted_known else None
     # tokens per round over whole rounds: a request's last one may end at gen_tokens mid-round,
     # and where drafted is told, only the rounds that drafted k (as macprof's loop counts them)
     emitted = whole = 0
@@ -77,7 +81,7 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
         whole += len(kept)
     decode = _rates(requests, told, case)
     median = stats.median(decode) if decode else None
-    prediction = speculative_prediction(target_shape, draft_shape, k, alpha, context, bw, ngram)
+    prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram)
     unknown = [e.unknown for e in events[:1] if e.unknown]
     if not rounds_known:
         unknown.append("the engine told no rounds for some requests: rounds and tokens per round unknown")
@@ -86,10 +90,12 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
     cs = [b.check for b in ok if b.check]
     return SpeculativeCase(
         id=case, k=k, requests=tuple(built), rounds=n_rounds, drafted=drafted, accepted=accepted, acceptance=alpha,
+        acceptance_per_token=per_token,
         tokens_per_round=emitted / whole if whole else None, decode_tok_s=median,
         speedup=Interval(value=stats.ratio(median, stats.median(base) if base else None), low=interval.get("low"),
                          high=interval.get("high")),
         predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),
+        predicted_tokens_per_round=prediction.get("tokens_per_round"), prediction_reason=prediction.get("reason"),
         checks=Checks(n=len(cs), identical=sum(1 for x in cs if x.first_divergence is None),
                       near_ties=sum(1 for x in cs if x.first_divergence is not None and x.passed),
                       failed=sum(1 for x in cs if not x.passed)),

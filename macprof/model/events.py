@@ -16,7 +16,8 @@ from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScor
                                         RankTimeline)
 from macprof.model.records import ABSENT, record
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
-from macprof.model.speculative import DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative, SpeculativeRounds
+from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
+                                       SpeculativeRounds)
 from macprof.model.telemetry import TelemetryRaw
 
 
@@ -205,6 +206,7 @@ class RequestStart(_RequestHead):
 
     KIND = "request_start"
     DURABLE = False
+    t0: int | None = ABSENT  # a task attempt's start stamp: the wall time of an attempt the parent cuts
 
 
 @record
@@ -302,7 +304,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
     ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
     QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskRefused,
-    DraftLoaded, SpeculativeRounds, SpeculativeCheck, SpeculativeNative, NativeRefused)}
+    DraftLoaded, DraftEnd, SpeculativeRounds, SpeculativeCheck, SpeculativeNative, NativeRefused)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:
