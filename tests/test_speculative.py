@@ -343,3 +343,29 @@ def test_a_native_path_the_engine_refuses_is_recorded_and_the_loop_kept(fakes, t
     assert "fake model, not a llama.cpp one" in emitted[0].reason
     Ctx.engine.capabilities = {**Ctx.engine.capabilities, "native_draft": "not here"}
     assert open_native(Ctx(), None) is False and emitted[1].reason == "not here"
+
+
+@pytest.mark.parametrize("draft", ["model", "ngram"])
+def test_overhead_of_the_speculative_loop_against_the_engines_own(tmp_path, draft):
+    """`macprof overhead --path speculative` on the fake engine: alternated pairs, every output the
+    plain one, a ratio per pair and its interval; no timing is asserted."""
+    from macprof.bench.speculative import measure, notes
+    from macprof.engines.fake import write_model
+
+    target = write_model(tmp_path / "t.gguf", hidden=64)
+    d = write_model(tmp_path / "d.gguf", hidden=32) if draft == "model" else None
+    r = measure("fake", target, "ngram" if d is None else "d", None if d is None else "fake", d, 3, 12, 32, 3, None)
+    assert r["pairs"] == 3 and len(r["ratios"]) == 3 and r["ratio_ci95"][0] is not None
+    assert r["macprof"]["identical"] == r["native"]["identical"] == 3
+    if draft == "model":
+        assert r["macprof"]["acceptance"] == 1.0 and r["native"]["acceptance"] is None  # the fake tells flags only
+    assert any("k=3" in line for line in notes([r]))
+
+
+def test_overhead_draft_outside_the_speculative_path_is_one_line(fake_dir):
+    from tests.conftest import cli
+
+    result = cli("overhead", "--config", fake_dir / "models.toml", "--models", "fake-a", "--draft", "ngram",
+                 "--path", "loop")
+    assert result.exit_code != 0 and "--draft applies to --path speculative" in result.output
+    assert "Traceback" not in result.output
