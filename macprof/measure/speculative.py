@@ -13,9 +13,11 @@ from macprof.measure.roofline import Roofline
 
 def ngram_draft(context: Sequence[int], n: int, k: int) -> list[int]:
     """Prompt lookup: the ``k`` tokens that followed the most recent earlier occurrence of the
-    context's last ``m`` tokens, for the longest ``m`` <= ``n`` that occurs earlier (as
-    llama-cpp-python's LlamaPromptLookupDecoding and llama.cpp's lookup search, longest first);
-    fewer where the match is near the end, none where no suffix recurs."""
+    context's last ``m`` tokens, for the longest ``m`` <= ``n`` that occurs earlier (longest
+    first, as llama-cpp-python's LlamaPromptLookupDecoding searches; it takes the earliest
+    occurrence with a continuation instead, so the two can draft differently on the same context:
+    `macprof run --speculative-impl both` measures both side by side); fewer where the match is
+    near the end, none where no suffix recurs."""
     if k <= 0:
         return []
     size = len(context)
