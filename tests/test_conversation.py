@@ -224,3 +224,80 @@ def test_a_published_model_s_own_template_with_its_special_tokens(smollm2, tmp_p
     assert ph.turns[0].prompt_tokens < 16 + 16 + 20
     for t in ph.turns[1:]:
         assert t.reuse_checked and t.reused_tokens == t.expected_reuse > 0 and t.check.passed
+
+
+# -- through a server (a fake one here; the real ones below, slow) -----------------------------
+def _served(loopback, tmp_path, name: str, *args, **options):
+    from macprof.bench import fake_server as fakes
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=True, **options)
+    url = loopback(fakes.handler(state)) + "/v1"
+    log = tmp_path / f"{name}.json"
+    out = macprof("run", "--endpoint", url, "--phases", "conversation", "--turns", "3", "--gen-tokens", "4",
+                  "--turn-tokens", "10", "--system-tokens", "12", "--timeout", "30", *args, "--log", str(log)).stdout
+    return runlog.load(log).models[0].phases.conversation, state, out, log
+
+
+def test_through_a_server_reuse_is_what_it_reports_and_never_past_the_first_difference(loopback, tmp_path):
+    ph, state, out, log = _served(loopback, tmp_path, "two", "--apps", "2")
+    assert len(ph.turns) == 6 and ph.template_source == "fallback"  # no model file known here
+    assert "how many conversations the server holds at once is not known" in ph.holds  # --endpoint: said, not assumed
+    for t in ph.turns:
+        assert t.reused_tokens == t.natural.server.cached_tokens  # the server's own report, kept raw per request
+        assert t.reuse_checked and t.reused_tokens <= t.reuse_bound
+        assert t.emptied.reused_tokens <= 1  # after the displacing request: its BOS at most
+    for t in ph.turns[1:]:  # another app's system prompt: nothing past the first difference
+        assert t.stop_kind == "evicted" and t.reused_tokens <= t.common_prefix == t.reuse_bound
+    assert ph.summary.hit_rate < 0.1 < ph.summary.ideal_hit_rate
+    assert "evict each other" not in out and "not known" in out  # the end-of-run table says it
+    one, _, _, _ = _served(loopback, tmp_path, "one")
+    for prev, t in zip(one.turns, one.turns[1:]):  # one app: its own last prompt and reply (all of it held), reused
+        assert t.stop_kind == "none_lost" and t.reused_tokens == t.reuse_bound == prev.prompt_tokens + 4
+        assert t.reuse_checked and t.check.passed and t.natural.ttft_s and t.emptied.ttft_s
+
+
+def test_a_server_that_reports_no_reuse_leaves_it_unknown(loopback, tmp_path):
+    ph, _, out, log = _served(loopback, tmp_path, "silent", usage=False)
+    assert all(t.reused_tokens is None and t.reuse_rate is None and t.reuse_checked is None for t in ph.turns)
+    assert all(t.stop_kind == "unreported" and "no reused-token count" in t.reuse_unreported for t in ph.turns[1:])
+    assert ph.summary.hit_rate is None and ph.summary.unreported == 3  # never taken for 0
+    assert ph.summary.ttft_natural_s.median and ph.summary.ttft_emptied_s.median  # TTFT is measured all the same
+    assert "reused unknown" in macprof("show", str(log)).stdout and "reuse unknown in 3 turns" in out
+
+
+def test_plot_draws_a_conversation_s_ttft_per_turn_and_its_reuse(loopback, tmp_path):
+    """The conversation panel: TTFT natural and emptied per turn in the order run, the reuse rate
+    on a second axis; what it draws is the log's figures (an unreported reuse: a gap, not 0)."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from macprof.render.plot import _conversation, conversation_series
+
+    _, _, _, log = _served(loopback, tmp_path, "two", "--apps", "2")
+    m = runlog.load(log).models[0]
+    series = conversation_series(m)
+    turns = m.phases.conversation.turns
+    assert series["turns"] == [f"app {t.app} turn {t.turn}" for t in turns]
+    assert series["natural"] == [t.natural.ttft_s for t in turns] and series["emptied"] == [t.emptied.ttft_s for t in turns]
+    assert series["reuse"] == [t.reuse_rate for t in turns] and series["unreported"] == 0
+    fig, ax = plt.subplots()
+    _conversation(ax, [("m", m)])
+    natural, emptied = ax.lines
+    (rate,) = [a for a in fig.axes if a is not ax][0].lines
+    assert list(natural.get_ydata()) == series["natural"] and list(emptied.get_ydata()) == series["emptied"]
+    assert list(rate.get_ydata()) == [100 * v for v in series["reuse"]]
+    plt.close(fig)
+    _, _, _, silent = _served(loopback, tmp_path, "silent", usage=False)
+    quiet = runlog.load(silent).models[0]
+    assert conversation_series(quiet)["unreported"] == 3
+    fig, ax = plt.subplots()
+    _conversation(ax, [("q", quiet)])
+    (rate,) = [a for a in fig.axes if a is not ax][0].lines
+    assert all(math.isnan(v) for v in rate.get_ydata()) and "not reported in 3 turns" in ax.get_title()
+    plt.close(fig)
+    out = tmp_path / "c.png"
+    assert macprof("plot", str(log), "-o", str(out)).returncode == 0 and out.stat().st_size > 10_000

@@ -235,14 +235,26 @@ class OpenAIEngine:
                 "tools_refused": refused}
 
     def tokenize_chat(self, text: str) -> list[int]:
-        return self.tokenize(text)
+        """A rendered chat prompt's ids as the server reads its text: its special tokens parsed,
+        BOS added as the model adds it (llama-cpp-python's and mlx_lm.server's completions do),
+        by the model's own tokenizer where it is loaded here; else as ``tokenize``."""
+        if self._local is None:
+            return self.tokenize(text)
+        ids = self._local.tokenize_chat(text)
+        self._texts[tuple(ids)] = text
+        return ids
 
     @property
     def eos_ids(self) -> set[int]:
         return set(self._eos_ids)
 
     def chat_template(self) -> ChatTemplate | None:
-        return None  # the server applies its model's template (a chat request), not macprof
+        """The model's own template where its file is known here and requests send text
+        (completions): macprof renders the prompt as an app that sends text would. None where the
+        server applies its model's template (a chat request), or no file is known."""
+        if self._local is None or self.api == "chat":
+            return None
+        return self._local.chat_template()
 
     @property
     def vocab_size(self) -> int:
@@ -427,6 +439,33 @@ class OpenAIEngine:
     @property
     def reuse_refused(self) -> str | None:
         return None
+
+    @property
+    def reuse_unreported(self) -> str | None:
+        """Why the last request's reused tokens are unknown (the server's reply said none); None
+        where it said. Never guessed from TTFT."""
+        f = self.last_final
+        if f is not None and f.cached_tokens is not None:
+            return None
+        if self.server == "llama-cpp-python":
+            return ("llama-cpp-python's server reports prompt and completion tokens only: the prefix it kept "
+                    "is printed to its --verbose log, not returned")
+        return ("the server's reply carried no reused-token count (usage.prompt_tokens_details.cached_tokens, "
+                "timings.cache_n)")
+
+    def displacing_ids(self) -> list[int]:
+        """The ids of ``reset``'s request, which the server's cache holds after it (with the one
+        token it generates): what an "emptied" cache may still share with a prompt (its BOS)."""
+        return self.tokenize(DISPLACE)
+
+    def cache_holds(self) -> tuple[int | None, str]:
+        """How many conversations the server's cache holds at once (its slots, or the prompts its
+        prompt cache keeps), and how that is known; None where it is not (a server started by hand)."""
+        slots = self._served_info.get("prompt_slots")
+        how = str(self._served_info.get("prompt_slots_how") or "")
+        if isinstance(slots, int) and not isinstance(slots, bool):
+            return slots, how
+        return None, how or "not known: a server started outside macprof says nothing of its slots or prompt cache"
 
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
         raise MacprofError(self.capabilities["batch"] or "")

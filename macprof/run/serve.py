@@ -37,6 +37,14 @@ STOP_GRACE_S = 10.0
 # where each answers once its model is loaded (mlx_lm.server's /v1/models lists the Hugging
 # Face cache and fails without one, so its /health; llama-server's /health answers 503 until loaded)
 READY_PATH = {"mlx": "/health", "llama.cpp": "/v1/models", "llama-server": "/health"}
+# how many conversations each holds in its cache as macprof starts it, and why (the conversation
+# phase says where --apps is more): read from each server's code for the versions macprof runs
+HOLDS: dict[str, tuple[int | None, str]] = {
+    "mlx": (1, "mlx_lm.server's prompt cache, started with --prompt-cache-size 1: one prompt and its reply"),
+    "llama.cpp": (1, "llama-cpp-python's server: one Llama, no prompt cache (--cache off, its default): it "
+                     "keeps the tokens it last evaluated and reuses their longest common prefix"),
+    "llama-server": (None, "llama-server's slots (--parallel), as its defaults set them: not read here"),
+}
 LOG_TAIL = 1500  # characters of the server's log kept with a failure to start
 
 
@@ -144,8 +152,10 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
             break
         time.sleep(0.1)
     server.startup_s = time.monotonic() - t0
+    slots, how = HOLDS[kind]
     server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
-                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), **_cold_request(server, t0)}
+                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), "prompt_slots": slots,
+                   "prompt_slots_how": how, **_cold_request(server, t0)}
     return server
 
 

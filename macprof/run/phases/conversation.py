@@ -16,6 +16,19 @@ phase, so the replies are the same length whatever the model says. Between the t
 natural state is put back, untimed, by computing the held ids again where the other half (or
 the output check's diagnosis) emptied the cache. A turn whose prompt no longer fits the context
 stops that app's conversation; the turns before are kept.
+
+Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
+completions request, as an app that sends text does; the model's own template where its file is
+known here, engines/openai.py ``chat_template``), and what it reused is what the server reports
+(``usage.prompt_tokens_details.cached_tokens``, llama.cpp's ``timings.cache_n``), raw in each
+request's ``server`` record; where it reports none the reuse is unknown, with the reason, never
+guessed from TTFT. Its cache is not addressable: it is emptied by a short unrelated request (the
+engine's ``reset``: it displaces a one-prompt cache, which is how macprof starts both servers), and
+the natural state is put back, untimed, by sending the request that left it again (greedy: the
+same reply). The server does not return the ids it generated, so what its cache held is known
+exactly up to the previous prompt, and by its count beyond: a turn's ``reuse_bound`` is the most
+the server may have reused, and a report above it fails the check. How many conversations the
+server holds at once (``cache_holds``) is said where ``--apps`` is more (``holds``).
 """
 
 from __future__ import annotations
@@ -49,6 +62,39 @@ def schedule(apps: int, turns: int, order: str, seed: int = 0) -> list[tuple[int
         if next_turn[a] == turns:
             del next_turn[a]
     return out
+
+
+def server_stop(held: list[int], n_reply: int, held_by: int | None, app: int, ids: list[int], text: str,
+                previous: tuple[list[int], str, list[int]] | None, reported: int | None,
+                unreported: str | None) -> tuple[int, int, str, str]:
+    """Through a server: (the prompt's ids shared with the previous prompt's, from the start; the
+    most the server may have reused: those, and where the prompt extends all of them the reply's
+    ``n_reply`` tokens too, the prompt's last token recomputed; the stop kind; the reason). The
+    server's generated ids are not known here: inside the reply, where reuse stopped is where the
+    server says (``reported``)."""
+    d = common_prefix(held, ids)
+    bound = min(d + (n_reply if held and d == len(held) else 0), len(ids) - 1)
+    if held_by is None:  # the cache held the displacing request of ``reset`` (a server's is not addressable)
+        return d, bound, "empty", (f"the cache held only the {len(held)} tokens of the request that displaced what "
+                                   f"it held: they share the first {d}")
+    if held_by != app or d < len(held):
+        kind, reason = _divergence(d, held, held_by, app, ids, text, previous)
+        if held and held_by == app and reported is not None and reported < bound:
+            return d, bound, "kept_less", (f"{reason}; the server reused {reported} of the {bound} tokens "
+                                           f"the ids it held allow (its own cache policy)")
+        return d, bound, kind, reason
+    if reported is None:
+        return d, bound, "unreported", (f"the prompt extends all {len(held)} tokens of the previous prompt; "
+                                        f"where reuse stopped in its {n_reply}-token reply is not known: {unreported}")
+    if reported >= bound - 1:  # a server may or may not hold the reply's last token
+        return d, bound, "none_lost", (f"the server reused {reported}: the prompt extends the previous prompt "
+                                       f"and reply it held")
+    if reported >= len(held):
+        return d, bound, "reply_retokenized", (
+            f"at token {reported}, {reported - len(held)} tokens into the previous reply (where the server says): "
+            f"its text tokenizes to other ids than the {n_reply} the server generated")
+    return d, bound, "kept_less", (f"the server reused {reported} though the prompt extends all {len(held)} "
+                                   f"tokens of the previous prompt (its own cache policy)")
 
 
 def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
@@ -92,7 +138,7 @@ class _Cache:
         self.engine = engine
         self.ids: list[int] | None = None  # None: not known (emptied by a diagnosis, or before the first request)
 
-    def hold(self, ids: list[int]) -> None:
+    def hold(self, ids: list[int], text: str | None) -> None:
         if self.ids == ids:
             return
         self.engine.reset()
@@ -101,24 +147,75 @@ class _Cache:
                 pass
         self.ids = list(ids)
 
+    def sent(self, ids: list[int], reply, text: str) -> None:
+        self.ids = ids + list(reply[:-1])
+
+    def forget(self) -> None:
+        self.ids = None
+
+
+class _ServerCache:
+    """A server's cache as this protocol knows it: the text of the last request it served (it
+    then holds that prompt and its reply); the untimed way back to a state is that request sent
+    again, greedy, for as many tokens (the same reply), or the displacing request of ``reset``
+    where nothing is to be held."""
+
+    def __init__(self, engine, n: int) -> None:
+        self.engine, self.n = engine, n
+        self.text: str | None = None  # None: nothing of this phase's (the displacing request's, or unknown)
+
+    def hold(self, ids: list[int], text: str | None) -> None:
+        from macprof.engines import wire
+
+        if text is not None and self.text == text:
+            return
+        self.engine.reset()
+        if text is not None:
+            try:
+                for _ in self.engine.generate(self.engine.tokenize_chat(text), self.n):
+                    pass
+            except wire.ServerError as exc:
+                raise MacprofError(f"conversation: the natural cache could not be put back (an untimed request "
+                                   f"of the previous prompt again): {exc}") from None
+        self.text = text
+
+    def sent(self, ids: list[int], reply, text: str) -> None:
+        self.text = text
+
+    def forget(self) -> None:
+        self.text = None
+
+
+def holds(engine, server: bool, apps: int) -> str | None:
+    """What the log says where ``--apps`` is more than the cache holds at once: the apps then evict
+    each other, measured so (never truncated to what fits); None where it holds them all."""
+    if not server:
+        slots, how = 1, "an in-process engine's one cache holds one sequence"
+    else:
+        slots, how = engine.cache_holds()
+    if slots is not None and apps <= slots:
+        return None
+    if slots is None:
+        return f"--apps {apps}: how many conversations the server holds at once is {how}"
+    return (f"--apps {apps} is more than the {slots} conversation(s) the cache holds at once ({how}): the apps "
+            f"evict each other, and each turn is measured as it finds the cache")
+
 
 def run_conversation(ctx: PhaseContext) -> None:
     engine, s, builder = ctx.engine, ctx.settings, ctx.builder
-    if not lacks(engine, "stream"):
-        raise MacprofError("the conversation phase is measured in process (llama.cpp, MLX): what a server reuses is "
-                           "decided by its slots and prompt cache, which this phase does not read yet")
+    server = not lacks(engine, "stream")  # requests go to a server (engines/openai.py)
     template = template_for(engine, s.chat_template)
     order = schedule(s.apps, s.turns, s.app_order)
     ctx.emit(ConversationStart(phase=PHASE, template_source=template.source, template_path=template.path,
                                template_sha256=hashlib.sha256(template.text.encode()).hexdigest(), apps=s.apps,
-                               turns=s.turns, order=tuple(order)))
+                               turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps)))
     messages = {a: [{"role": "system", "content": builder.words_text(f"conversation:system:{a}", s.system_tokens)}]
                 for a in range(s.apps)}
     heads = {(a, t): {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
                       for mode in ("natural", "emptied")} for a, t in order}
     if all(request_key(h) in ctx.done for pair in heads.values() for h in pair.values()):
         return
-    cache = _Cache(engine)
+    cache = _ServerCache(engine, s.gen_tokens) if server else _Cache(engine)
     engine.reset_peak_memory()
     # a warm-up, discarded: a worker's first request pays one-off costs (the same prompt as app 0's first turn)
     first = messages[0] + [{"role": "user", "content": builder.words_text("conversation:user:0:0", s.turn_tokens)}]
@@ -127,9 +224,10 @@ def run_conversation(ctx: PhaseContext) -> None:
     engine.reset()
     announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
               lambda: timed_request(engine, Prompt(warm_text, tuple(warm_ids), chat=True), s.gen_tokens, ctx.clock), record=False)
-    held: list[int] = []
+    held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
+    held_text: str | None = None  # the text of the request that left the cache as it is
     held_by: int | None = None
-    last: dict[int, tuple[list[int], str, list[int]]] = {}
+    last: dict[int, tuple[list[int], str, list]] = {}
     stopped: set[int] = set()
     for i, (a, t) in enumerate(order):
         if a in stopped:
@@ -150,31 +248,36 @@ def run_conversation(ctx: PhaseContext) -> None:
         if all(v is not None for v in recorded.values()):  # measured before a resume: its reply is the recorded one
             reply = list(recorded["natural"] or ())
         else:
-            reply = _turn(ctx, cache, pair, i, a, t, ids, text, held, held_by, last.get(a))
+            reply = _turn(ctx, cache, pair, i, a, t, ids, text, (held, held_text, held_by), last.get(a), server)
         last[a] = (ids, text, reply)
-        held, held_by = ids + reply[:-1], a  # what the app's request leaves in the cache
-        messages[a].append({"role": "assistant", "content": engine.detokenize(reply)})
+        # what the app's request leaves in the cache (a server's: this prompt and a reply of its own ids)
+        held, held_text, held_by = (list(ids) if server else ids + reply[:-1]), text, a
+        # a server's reply is its chunks' texts
+        messages[a].append({"role": "assistant", "content": "".join(reply) if server else engine.detokenize(reply)})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
 
 
-def _turn(ctx: PhaseContext, cache: _Cache, pair: dict, i: int, a: int, t: int, ids: list[int], text: str,
-          held: list[int], held_by: int | None, previous) -> list[int]:
+def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, ids: list[int], text: str,
+          state: tuple[list[int], str | None, int | None], previous, server: bool) -> list:
     """One turn measured both ways (the natural cache first on even turns); returns the reply."""
     engine, s = ctx.engine, ctx.settings
+    held, held_text, held_by = state
     prompt = Prompt(text, tuple(ids), chat=True)
     out: dict[str, tuple] = {}
-    reused, refused = None, None
+    reused, refused, unreported, n_reply = None, None, None, 0
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
         _pause(s)
         if mode == "natural":
-            cache.hold(held)
+            cache.hold(held, held_text)
         else:
             engine.reset()
         rec = announced(ctx.emit, pair[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock))
         out[mode] = rec.tokens
-        cache.ids = ids + list(rec.tokens[:-1])
+        cache.sent(ids, rec.tokens, text)
         if mode == "natural":
             reused, refused = rec.reused_tokens, engine.reuse_refused
+            if server:
+                unreported = engine.reuse_unreported
         if rec.status != "ok":
             raise MacprofError(f"conversation: app {a} turn {t} ({mode}): {rec.error}")
         if rec.prompt_tokens != len(ids):  # the request tokenizes its text again, timed: it must read the same ids
@@ -182,16 +285,28 @@ def _turn(ctx: PhaseContext, cache: _Cache, pair: dict, i: int, a: int, t: int, 
                                f"the rendered prompt has {len(ids)}")
     reply = list(out["natural"])
     check = compare_outputs(engine, prompt, out["emptied"], reply)
-    if check.first_divergence is not None:  # its diagnosis (top2) empties the cache
-        cache.ids = None
-    d, kind, reason = why_stopped(held, held_by, a, ids, text, previous, refused)
+    if check.first_divergence is not None and not lacks(engine, "top2"):  # its diagnosis (top2) empties the cache
+        cache.forget()
     prev_ids, _, prev_reply = previous if previous else ([], "", [])
-    equal = (ids[len(prev_ids):len(prev_ids) + len(prev_reply)] == list(prev_reply)) if previous and \
-        ids[:len(prev_ids)] == list(prev_ids) else None
-    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), held_tokens=len(held), held_by=held_by,
-                              common_prefix=d, expected_reuse=reusable_prefix(held, ids), reused_tokens=reused,
-                              reuse_refused=refused,
-                              # what a cache of this app's own last prompt and reply would serve
-                              ideal_reuse=reusable_prefix(prev_ids + prev_reply[:-1], ids),
-                              stop_kind=kind, stop_reason=reason, reply_text_ids_equal=equal, check=check))
+    if server:
+        # the reply's ids are the server's, known by their count: as many as asked (EOS is held off;
+        # a request that got fewer says so in its server record)
+        n_reply = s.gen_tokens if held_by is not None else 1
+        if held_by is None:  # nothing of this phase's: what the displacing request left
+            held = engine.displacing_ids()
+        d, bound, kind, reason = server_stop(held, n_reply, held_by, a, ids, text, previous, reused, unreported)
+        ideal = server_stop(prev_ids, s.gen_tokens, a, a, ids, text, previous, None, None)[1] if previous else 0
+        equal = None
+    else:
+        d, kind, reason = why_stopped(held, held_by, a, ids, text, previous, refused)
+        bound = None
+        # what a cache of this app's own last prompt and reply would serve
+        ideal = reusable_prefix(prev_ids + prev_reply[:-1], ids)
+        equal = (ids[len(prev_ids):len(prev_ids) + len(prev_reply)] == list(prev_reply)) if previous and \
+            ids[:len(prev_ids)] == list(prev_ids) else None
+    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), held_tokens=len(held) + n_reply,
+                              held_by=held_by, common_prefix=d, expected_reuse=reusable_prefix(held, ids),
+                              reused_tokens=reused, reuse_refused=refused, reuse_bound=bound,
+                              reuse_unreported=unreported, ideal_reuse=ideal, stop_kind=kind, stop_reason=reason,
+                              reply_text_ids_equal=equal, check=check))
     return reply

@@ -28,7 +28,7 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     from macprof.engines import wire
 
     counted = engine.server_prompt_tokens(prompt.text)  # untimed: before t0
-    ids = engine.tokenize(prompt.text)
+    ids = (engine.tokenize_chat if prompt.chat else engine.tokenize)(prompt.text)  # a chat prompt: as it was built
     times: list[int] = []
     t0 = clock()
     try:
