@@ -301,3 +301,34 @@ def test_plot_draws_a_conversation_s_ttft_per_turn_and_its_reuse(loopback, tmp_p
     plt.close(fig)
     out = tmp_path / "c.png"
     assert macprof("plot", str(log), "-o", str(out)).returncode == 0 and out.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,model", [("llama.cpp", "gguf/demo-tiny-f16.gguf"), ("mlx", "mlx/demo-tiny-f16")])
+def test_real_servers_report_what_they_reuse_and_another_app_evicts_it(tiny_dir, tmp_path, kind, model):
+    """Through llama-cpp-python's server (its reuse read from its log) and mlx_lm.server (its
+    usage's cached tokens), as macprof starts them (one conversation held): one app reuses its
+    last prompt and reply, as far as the server says; two apps round-robin evict each other, and
+    no token past the first difference (their system prompts) is ever reported reused."""
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    common = ["--phases", "conversation", "--turns", "3", "--gen-tokens", "8", "--turn-tokens", "16",
+              "--system-tokens", "16", "--chat-template", str(template), "--threads", "1", "--timeout", "120"]
+    runs = {}
+    for apps in (1, 2):
+        log = tmp_path / f"{apps}.json"
+        out = macprof("run", "--serve", kind, str(tiny_dir / model), *common, "--apps", str(apps), "--log", str(log)).stdout
+        runs[apps] = runlog.load(log).models[0].phases.conversation, out
+    one, _ = runs[1]
+    assert one.holds is None and len(one.turns) == 3
+    for t in one.turns:
+        assert t.reused_tokens is not None and t.natural.server.cached_tokens_source  # reported, and where from
+        assert t.reuse_checked and t.check.passed and t.emptied.reused_tokens <= 1
+    for prev, t in zip(one.turns, one.turns[1:]):
+        assert prev.prompt_tokens <= t.reused_tokens <= t.reuse_bound == prev.prompt_tokens + 8
+        assert t.stop_kind in ("none_lost", "reply_retokenized")
+    two, out = runs[2]
+    assert "more than the 1 conversation(s) the cache holds" in two.holds and "evict each other" in out
+    for t in two.turns[1:]:
+        assert t.stop_kind == "evicted" and t.reuse_checked and t.reused_tokens <= t.common_prefix == t.reuse_bound
+    assert two.summary.hit_rate < 0.2 < two.summary.ideal_hit_rate

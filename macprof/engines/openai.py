@@ -29,6 +29,7 @@ the reason; concurrent requests are the ``concurrency`` phase's (``open_stream``
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -55,6 +56,12 @@ NAMES = {"llama-server": "ids-native", "llama-cpp-python": "offsets", "mlx_lm.se
          "openai-compatible": "ids-logprobs"}
 DISPLACE = " harbor lantern compass"  # the untimed request of ``reset``: a short prompt no measured one starts with
 EOS_BIAS = -100.0  # OpenAI's "ban" (its range is -100..100): greedy never picks a token 100 logits down
+# llama-cpp-python's server says the prefix it kept only in its --verbose log (macprof starts it
+# so, run/serve.py): one of these lines per request, printed before it computes the prompt
+# (llama_cpp/llama.py generate); a request whose log has its timings but none of them kept nothing
+LOG_REUSE = (r"Llama\.generate: (\d+) prefix-match hit", r"Llama\.generate: \d+ prefix-match found but partial kv "
+             r"removal not supported")
+LOG_DONE = "prompt eval time"  # llama.cpp's timings, printed once a request's generation ends
 PROMPT_WORDS = 64  # words enough for varied prompts: each costs a request or two to a server's tokenizer
 
 
@@ -125,6 +132,8 @@ class OpenAIEngine:
         given = endpoint.get("timeout_given")
         self.timeout_given = float(given) if isinstance(given, (int, float)) else None  # --timeout, for messages
         self._served_info = dict(endpoint.get("served") or {})
+        # the log of a server macprof started: a temporary file, not part of what the run log records
+        self._server_log = self._served_info.pop("log_path", None)
         if self.api not in wire.APIS:
             raise MacprofError(f"{self.url}: api {self.api!r} is not one of {', '.join(wire.APIS)}")
         probe = self._root() + "/api/tags" if self.api == "ollama" else self.url.rstrip("/") + "/models"
@@ -333,12 +342,45 @@ class OpenAIEngine:
             text = self.detokenize(ids)
         self.last_final, self.last_chunks = None, []
         self._dirty = True
+        start = self._log_size()
         for item in self.open_stream(text, n):
             if isinstance(item, wire.Final):
                 self.last_final = item
             else:
                 self.last_chunks.append(item)
                 yield item.tokens or 0
+        if self.last_final is not None and self.last_final.cached_tokens is None and start is not None:
+            self._reuse_from_log(start, self.last_final)
+
+    def _log_size(self) -> int | None:
+        """Where the server's log ends now, where it is read (llama-cpp-python's: LOG_REUSE)."""
+        if not self._server_log or self.server != "llama-cpp-python":
+            return None
+        try:
+            return os.path.getsize(self._server_log)
+        except OSError:
+            return None
+
+    def _reuse_from_log(self, start: int, final: wire.Final) -> None:
+        """The request's reuse as the server's log says it, from what it wrote since ``start``
+        (one request at a time: this engine's ``generate``); unknown where the log says neither."""
+        import re
+
+        try:
+            with open(self._server_log or "", "rb") as f:
+                f.seek(start)
+                text = f.read(1 << 20).decode("utf-8", errors="replace")
+        except OSError:
+            return
+        hit = re.search(LOG_REUSE[0], text)
+        if hit:
+            final.cached_tokens, final.cached_source = int(hit.group(1)), f"the server's log: {hit.group(0)!r}"
+            return
+        refused = re.search(LOG_REUSE[1], text)
+        if refused or LOG_DONE in text:  # it computed the whole prompt
+            final.cached_tokens = 0
+            final.cached_source = (f"the server's log: {refused.group(0)!r}" if refused else
+                                   f"the server's log: no prefix-match line before its timings ({LOG_DONE!r})")
 
     # -- counting, after the timed request --------------------------------------------------
     def settle(self, text: str, n: int, chunks: Sequence[wire.Chunk], final: wire.Final,
@@ -449,7 +491,9 @@ class OpenAIEngine:
             return None
         if self.server == "llama-cpp-python":
             return ("llama-cpp-python's server reports prompt and completion tokens only: the prefix it kept "
-                    "is printed to its --verbose log, not returned")
+                    "is printed to its --verbose log, not returned" + (
+                        "; its log said neither" if self._server_log else
+                        " (a server started outside macprof: its log is not read here)"))
         return ("the server's reply carried no reused-token count (usage.prompt_tokens_details.cached_tokens, "
                 "timings.cache_n)")
 

@@ -53,6 +53,7 @@ class Final:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    cached_source: str | None = None  # where cached_tokens came from
     finish_reason: str | None = None
     count_source: str | None = None  # where completion_tokens came from
     timings: dict[str, Any] = field(default_factory=dict)  # normalised seconds + the raw report
@@ -287,13 +288,15 @@ def _openai(obj: dict, final: Final) -> Chunk | None:
         if _int(usage.get("completion_tokens")) is not None:
             final.completion_tokens, final.count_source = _int(usage.get("completion_tokens")), "usage"
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            final.cached_tokens = _int(details.get("cached_tokens"), final.cached_tokens)
+        if isinstance(details, dict) and _int(details.get("cached_tokens")) is not None:
+            final.cached_tokens, final.cached_source = _int(details.get("cached_tokens")), \
+                "usage.prompt_tokens_details.cached_tokens"
     timings = obj.get("timings")
     if isinstance(timings, dict):  # llama.cpp's server (the last one holds the totals)
         final.timings = {"source": "llama.cpp timings", "prompt_s": _ms(timings.get("prompt_ms")),
                          "decode_s": _ms(timings.get("predicted_ms")), "raw": _raw(timings)}
-        final.cached_tokens = _int(timings.get("cache_n"), final.cached_tokens)
+        if _int(timings.get("cache_n")) is not None:
+            final.cached_tokens, final.cached_source = _int(timings.get("cache_n")), "timings.cache_n"
         computed = _int(timings.get("prompt_n"))  # the tokens it computed: the prompt less what it reused
         if computed is not None and usage_prompt(obj) is None:
             final.prompt_tokens = computed + (final.cached_tokens or 0)

@@ -88,9 +88,12 @@ def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -
         if not path.is_file():
             raise MacprofError(f"--serve llama.cpp: {path} is not a GGUF file")
         # interrupt_requests off: by default a new request cuts the one streaming, which would
-        # turn every concurrent level into a cascade of broken streams instead of a queue
+        # turn every concurrent level into a cascade of broken streams instead of a queue.
+        # verbose on: the prefix it kept ("Llama.generate: N prefix-match hit") is said only in its
+        # log (its replies carry no cached-token count), which the engine reads (engines/openai.py
+        # LOG_REUSE); the lines it prints cost nothing inside a request's timed span
         cmd = [py, "-m", "llama_cpp.server", "--model", str(path), "--host", HOST, "--port", str(port),
-               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", f"--model_alias={path.stem}", "--verbose", "False"]
+               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", f"--model_alias={path.stem}", "--verbose", "True"]
         return (cmd + (["--n_threads", str(threads)] if threads else []), path.stem, "llama_cpp_python")
     if kind == "llama-server":
         if not path.is_file():
@@ -133,7 +136,8 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
         if kind == "llama-server":
             raise MacprofError("--serve llama-server: the llama-server on PATH does not run (`llama-server --version`)")
         raise MacprofError(f"--serve {kind}: {dist} is not installed (pip install '{extra}')")
-    log = tempfile.TemporaryFile()
+    # a named file: the worker's engine reads what the server says of each request (its reuse)
+    log = tempfile.NamedTemporaryFile(prefix="macprof-server-", suffix=".log", delete=False)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -155,7 +159,7 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
     slots, how = HOLDS[kind]
     server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
                    "pid": proc.pid, "startup_s": round(server.startup_s, 3), "prompt_slots": slots,
-                   "prompt_slots_how": how, **_cold_request(server, t0)}
+                   "prompt_slots_how": how, "log_path": log.name, **_cold_request(server, t0)}
     return server
 
 
@@ -209,6 +213,10 @@ def stop(server: Server) -> None:
         server.watcher.kill()
         server.watcher.wait()
     server.log.close()
+    try:
+        os.unlink(server.log.name)
+    except OSError:
+        pass
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -116,7 +116,8 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
         chunk_tokens_source=s.chunk_source, unstamped_tokens=s.unstamped,
         prompt_tokens_source="usage" if f.prompt_tokens is not None else ("tokenize endpoint" if counted is not None
                                                                           else None),
-        cached_tokens=cached, finish_reason=f.finish_reason, eos=eos,
+        cached_tokens=cached, cached_tokens_source=f.cached_source if cached is not None else None,
+        finish_reason=f.finish_reason, eos=eos,
         counting=CountingRequest(**s.counting) if s.counting else None, timings=f.timings or None, flags=tuple(flags))
     out: dict[str, Any] = {
         "status": status, "error": error, "t0": t0, "t_tokenized": t0, "token_times": times,
