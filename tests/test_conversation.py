@@ -332,3 +332,21 @@ def test_real_servers_report_what_they_reuse_and_another_app_evicts_it(tiny_dir,
     for t in two.turns[1:]:
         assert t.stop_kind == "evicted" and t.reuse_checked and t.reused_tokens <= t.common_prefix == t.reuse_bound
     assert two.summary.hit_rate < 0.2 < two.summary.ideal_hit_rate
+
+
+def test_through_a_chat_api_the_messages_go_as_they_are_and_the_server_s_counts_bound_its_reuse(loopback, tmp_path):
+    """--api chat: each turn's messages are sent as they are (the server applies its own template):
+    the ids are the server's, so what it reused is bounded by its own counts of what it held."""
+    ph, state, _, _ = _served(loopback, tmp_path, "chat", "--api", "chat", "--apps", "2")
+    assert ph.template_source == "server" and ph.template_sha256 is None and len(ph.turns) == 6
+    timed = [b for b in state["bodies"] if b["path"] == "/v1/chat/completions" and b.get("stream") and b["max_tokens"] == 4]
+    assert [m["role"] for m in timed[-1]["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert all("prompt" not in b for b in timed)
+    for t in ph.turns:
+        assert t.common_prefix is None and t.expected_reuse is None and t.ideal_reuse is None  # the server's ids
+        assert t.reused_tokens == t.natural.server.cached_tokens and t.prompt_tokens > 0
+    assert ph.turns[0].reuse_checked is None  # after the displacing request, whose count the server does not say
+    assert all(t.stop_kind == "evicted" and t.reuse_checked for t in ph.turns[1:]) and ph.summary.ideal_hit_rate is None
+    one, _, _, _ = _served(loopback, tmp_path, "chat1", "--api", "chat")
+    for prev, t in zip(one.turns, one.turns[1:]):
+        assert t.stop_kind == "none_lost" and t.reused_tokens == t.reuse_bound == prev.prompt_tokens + 4

@@ -40,7 +40,7 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
             and emptied.ttft_s is not None else None
         # the engine's report against the ids it held: equal, or zero with the engine's reason; a
         # server's (whose generated ids are not known here) at most what they may allow
-        checked = None if e.reused_tokens is None else (
+        checked = None if e.reused_tokens is None or (e.reuse_bound is None and e.expected_reuse is None) else (
             e.reused_tokens <= e.reuse_bound if e.reuse_bound is not None else
             (e.reused_tokens == e.expected_reuse or (e.reused_tokens == 0 and bool(e.reuse_refused))))
         turns.append(Turn(app=e.app, turn=e.turn, prompt_tokens=e.prompt_tokens, held_tokens=e.held_tokens,
@@ -62,9 +62,9 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
 def summarize(turns: Sequence[Turn]) -> ConversationSummary:
     # the first turn of each app has nothing of its own to reuse: the rates are over the later ones
     later = [t for t in turns if t.turn > 0]
-    prompt = sum(t.prompt_tokens for t in later)
     # the hit rate is over the turns whose reuse was reported: an unreported one is never taken for 0
     told = [t for t in later if t.reused_tokens is not None]
+    ideal = [t for t in later if t.ideal_reuse is not None]  # --api chat: not known (the server's ids)
     reused = sum(t.reused_tokens or 0 for t in told)
     natural = [(t.prompt_tokens, t.natural.ttft_s) for t in turns if t.natural and t.natural.ttft_s is not None]
     emptied = [(t.prompt_tokens, t.emptied.ttft_s) for t in turns if t.emptied and t.emptied.ttft_s is not None]
@@ -73,7 +73,9 @@ def summarize(turns: Sequence[Turn]) -> ConversationSummary:
     return ConversationSummary(
         reuse_rate=summarized(rates), reuse_rate_p10=stats.percentile(rates, 10) if rates else None,
         ideal_rate=summarized([t.ideal_rate for t in later]),
-        hit_rate=stats.ratio(reused, sum(t.prompt_tokens for t in told)) if told else None, ideal_hit_rate=stats.ratio(sum(t.ideal_reuse for t in later), prompt),
+        hit_rate=stats.ratio(reused, sum(t.prompt_tokens for t in told)) if told else None,
+        ideal_hit_rate=stats.ratio(sum(t.ideal_reuse or 0 for t in ideal), sum(t.prompt_tokens for t in ideal))
+        if ideal else None,
         ttft_natural_s=summarized([v for _, v in natural]), ttft_emptied_s=summarized([v for _, v in emptied]),
         ttft_saved_s=summarized([t.ttft_saved_s for t in later]),
         ttft_growth_natural_s_per_kt=slope_per_kt(natural), ttft_growth_emptied_s_per_kt=slope_per_kt(emptied),

@@ -329,21 +329,32 @@ class OpenAIEngine:
     def eos_keys(self, n: int) -> dict:
         return eos_keys(self.server, n, self._eos_ids)[0]
 
-    def open_stream(self, text: str, n: int) -> Iterator[wire.Chunk | wire.Final]:
+    @property
+    def renders_messages(self) -> bool:
+        """Whether the server applies its model's template to a conversation's messages (--api
+        chat): the prompt's text and ids are then the server's, not known here."""
+        return self.api == "chat"
+
+    def open_stream(self, text: str, n: int, messages: Sequence[dict] | None = None) -> Iterator[wire.Chunk | wire.Final]:
         """One streamed timed request (thread-safe: it shares nothing with other calls)."""
-        url, body = wire.request_for(self.api, self.url, self.model, text, n, self.eos_keys(n))
+        url, body = wire.request_for(self.api, self.url, self.model, text, n, self.eos_keys(n),
+                                     list(messages) if messages else None)
         return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama", given_s=self.timeout_given)
 
-    def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
+    def generate(self, ids: Sequence[int], n: int, messages: Sequence[dict] | None = None,
+                 text: str | None = None) -> Iterator[int]:
         """Yields, per chunk with text, the tokens the server says it carries (0: not said);
-        the chunks themselves are ``last_chunks``, the server's report ``last_final``."""
-        text = self._texts.get(tuple(ids))
+        the chunks themselves are ``last_chunks``, the server's report ``last_final``.
+        ``messages`` (and their rendered ``text``): a conversation's, sent as they are where the
+        server renders them (``renders_messages``)."""
+        if text is None:
+            text = self._texts.get(tuple(ids))
         if text is None:
             text = self.detokenize(ids)
         self.last_final, self.last_chunks = None, []
         self._dirty = True
         start = self._log_size()
-        for item in self.open_stream(text, n):
+        for item in self.open_stream(text, n, messages if self.renders_messages else None):
             if isinstance(item, wire.Final):
                 self.last_final = item
             else:
@@ -384,7 +395,7 @@ class OpenAIEngine:
 
     # -- counting, after the timed request --------------------------------------------------
     def settle(self, text: str, n: int, chunks: Sequence[wire.Chunk], final: wire.Final,
-               budget_s: float | None = None) -> counting.Settled:
+               budget_s: float | None = None, messages: Sequence[dict] | None = None) -> counting.Settled:
         """The tokens of a timed request and of each of its chunks: the server's free report
         where it settles them, else an untimed counting request (engines/counting.py); within
         ``budget_s`` seconds (what the request's time limit leaves)."""
@@ -397,10 +408,12 @@ class OpenAIEngine:
         free, source = final.completion_tokens, final.count_source
         if not counting.needs_counting(len(texts), free) or self.api == "ollama":  # Ollama: eval_count is all it gives
             return counting.settle(texts, free, source, None)
-        counted, error = self._count(text, n, texts, budget_s if budget_s is not None else self.timeout)
+        counted, error = self._count(text, n, texts, budget_s if budget_s is not None else self.timeout,
+                                     list(messages) if messages and self.renders_messages else None)
         return counting.settle(texts, free, source, counted, error)
 
-    def _count(self, text: str, n: int, texts: list[str], budget_s: float) -> tuple[counting.Counted | None, str | None]:
+    def _count(self, text: str, n: int, texts: list[str], budget_s: float,
+               messages: list[dict] | None = None) -> tuple[counting.Counted | None, str | None]:
         """The counting request for (``text``, ``n``), made once per prompt while its text is the
         timed request's; after a displacing request, so that it computes the prompt from scratch."""
         joined = "".join(texts)
@@ -413,16 +426,16 @@ class OpenAIEngine:
         names = NAMES.get(self.server)
         try:
             if self.server == "llama-cpp-python":  # its plain count first: logprobs cost it a sort per token
-                got = self._reply(text, n, None, end)
+                got = self._reply(text, n, None, end, messages)
                 if got.completion_tokens != len(texts) and counting.same_text(got.text, joined):
-                    got = self._reply(text, n, names, end)
+                    got = self._reply(text, n, names, end, messages)
             else:
                 try:
-                    got = self._reply(text, n, names, end)
+                    got = self._reply(text, n, names, end, messages)
                 except wire.ServerError:
                     if names is None or self.server != "openai-compatible":
                         raise
-                    got = self._reply(text, n, None, end)  # a server that refuses logprobs: its count only
+                    got = self._reply(text, n, None, end, messages)  # a server that refuses logprobs: its count only
         except wire.ServerError as exc:
             return None, f"the counting request failed: {exc}"
         self._dirty = True
@@ -430,11 +443,12 @@ class OpenAIEngine:
         self._counted[(text, n)] = counted
         return counted, None
 
-    def _reply(self, text: str, n: int, names: str | None, end: float) -> wire.Reply:
+    def _reply(self, text: str, n: int, names: str | None, end: float, messages: list[dict] | None = None) -> wire.Reply:
         left = end - time.monotonic()
         if left <= 0:
             raise wire.ServerError("no time left within the request's limit (--timeout)")
-        url, body = wire.counting_request_for(self.api, self.url, self.model, text, n, self.eos_keys(n), names)
+        url, body = wire.counting_request_for(self.api, self.url, self.model, text, n, self.eos_keys(n), names,
+                                              messages)
         return wire.reply(wire.get_json(url, timeout=left, body=body))
 
     def _counted_from(self, got: wire.Reply) -> counting.Counted:

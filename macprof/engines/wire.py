@@ -69,11 +69,13 @@ COSTLY = ("logprobs", "top_logprobs", "echo", "n_probs", "post_sampling_probs", 
           "timings_per_token", "return_progress")
 
 
-def request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None = None) -> tuple[str, dict]:
+def request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None = None,
+                messages: list[dict] | None = None) -> tuple[str, dict]:
     """The path and JSON body of a timed greedy streamed request for ``n`` tokens after ``text``:
     what an app would send, plus ``eos``, the keys that hold EOS off on this server
     (engines/openai.py ``eos_keys``), and streamed usage (the count, at no cost, where the
-    server has it). Nothing of COSTLY."""
+    server has it). Nothing of COSTLY. ``messages``: a chat request's, as they are (a conversation's
+    turns); else the text is one user message."""
     if api == "ollama":
         root = base.rstrip("/").removesuffix("/api")
         return root + "/api/generate", {"model": model, "prompt": text, "raw": True, "stream": True,
@@ -81,12 +83,13 @@ def request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | 
     body: dict[str, Any] = {"model": model, "max_tokens": n, "stream": True, "temperature": 0,
                             "stream_options": {"include_usage": True}, **(eos or {})}
     if api == "chat":
-        return base.rstrip("/") + "/chat/completions", {**body, "messages": [{"role": "user", "content": text}]}
+        return base.rstrip("/") + "/chat/completions", {
+            **body, "messages": list(messages) if messages else [{"role": "user", "content": text}]}
     return base.rstrip("/") + "/completions", {**body, "prompt": text}
 
 
 def counting_request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None,
-                         names: str | None) -> tuple[str, dict]:
+                         names: str | None, messages: list[dict] | None = None) -> tuple[str, dict]:
     """The untimed counting request of a timed one: the same prompt, greedy settings and EOS
     keys, not streamed, and ``names``, what makes this server name its tokens: "ids-native"
     (llama.cpp's own /completion with return_tokens), "ids-logprobs" (mlx_lm.server's
@@ -96,7 +99,7 @@ def counting_request_for(api: str, base: str, model: str, text: str, n: int, eos
         root = base.rstrip("/").removesuffix("/v1")
         return root + "/completion", {"prompt": text, "n_predict": n, "temperature": 0, "stream": False,
                                       "return_tokens": True, **(eos or {})}
-    url, body = request_for(api, base, model, text, n, eos)
+    url, body = request_for(api, base, model, text, n, eos, messages)
     body = {k: v for k, v in body.items() if k != "stream_options"}
     body["stream"] = False
     if api == "ollama":

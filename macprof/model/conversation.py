@@ -51,15 +51,17 @@ class ConversationTurn(Event):
     prompt_tokens: int = 0
     held_tokens: int = 0  # what the cache held before the natural request
     held_by: int | None = None  # the app whose request left it (None: nothing held)
-    common_prefix: int = 0  # the prompt's ids shared with the held ids, from the start
-    expected_reuse: int = 0  # what the held ids allow (the common prefix, the prompt's last token recomputed)
+    # the prompt's ids shared with the held ids, from the start, and what they allow (the prompt's last
+    # token recomputed); None where the ids are the server's (--api chat: it renders the messages)
+    common_prefix: int | None = 0
+    expected_reuse: int | None = 0
     reused_tokens: int | None = None  # what the engine reported it reused
     reuse_refused: str | None = None  # the engine's reason for keeping nothing (cut_refusal)
     # through a server (its generated ids are not returned): the most it may have reused, and why
     # its reuse is unknown where it reported none
     reuse_bound: int | None = None
     reuse_unreported: str | None = None
-    ideal_reuse: int = 0  # what a cache of this app's own last prompt and reply would allow (a server's: at most)
+    ideal_reuse: int | None = 0  # what a cache of this app's own last prompt and reply would allow (a server's: at most)
     stop_kind: str = "empty"  # one of STOP_KINDS
     stop_reason: str = ""  # in words, with the position
     reply_text_ids_equal: bool | None = None  # the previous reply re-tokenized gives the generated ids
@@ -74,11 +76,11 @@ class Turn(Record):
     prompt_tokens: int = 0
     held_tokens: int = 0
     held_by: int | None = None
-    common_prefix: int = 0
-    expected_reuse: int = 0
+    common_prefix: int | None = 0
+    expected_reuse: int | None = 0
     reused_tokens: int | None = None
     reuse_rate: float | None = None  # reused_tokens / prompt_tokens
-    ideal_reuse: int = 0
+    ideal_reuse: int | None = 0
     ideal_rate: float | None = None
     reuse_refused: str | None = None
     reuse_bound: int | None = None

@@ -84,7 +84,7 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
         reused = "unknown" if t.reused_tokens is None else str(t.reused_tokens)
         bound = f", at most {t.reuse_bound}" if t.reuse_bound is not None else ""
         lines.append(f"   app {t.app} turn {t.turn}: prompt {t.prompt_tokens}, reused {reused} "
-                     f"({fmt_pct(t.reuse_rate)}{bound}; ideal {t.ideal_reuse}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
+                     f"({fmt_pct(t.reuse_rate)}{bound}; ideal {'?' if t.ideal_reuse is None else t.ideal_reuse}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
                      f"{t.stop_kind}: {clean(t.stop_reason)}; output {check}")
     if ph.stopped:
         lines.append(f"   stopped: {clean(ph.stopped)}")

@@ -97,6 +97,30 @@ def server_stop(held: list[int], n_reply: int, held_by: int | None, app: int, id
                                    f"tokens of the previous prompt (its own cache policy)")
 
 
+def counted_stop(held_n: int, n_reply: int, held_by: int | None, app: int, prompt_n: int, reported: int | None,
+                 unreported: str | None) -> tuple[int | None, int | None, str, str]:
+    """Through a server that renders the messages itself (--api chat): its ids are not known here,
+    only its counts. (the common prefix: not known; the most it may have reused: what it held, not
+    known after the displacing request, whose count the server does not say; the stop kind; the reason)."""
+    bound = max(0, min(held_n + n_reply, prompt_n - 1))
+    if held_by is None:
+        return None, None, "empty", "the cache held only the request that displaced what it held"
+    if held_by != app:
+        return None, bound, "evicted", (f"the cache held app {held_by}'s conversation (where the two part is not "
+                                        f"known here: the server renders and tokenizes the messages)")
+    if reported is None:
+        return None, bound, "unreported", f"where reuse stopped is not known: {unreported}"
+    if reported >= bound - 1:
+        return None, bound, "none_lost", f"the server reused {reported} of the {held_n + n_reply} tokens it held"
+    if reported >= held_n:
+        return None, bound, "reply_retokenized", (
+            f"at token {reported}, {reported - held_n} tokens into the previous reply (where the server says): "
+            f"its text tokenizes to other ids than the {n_reply} the server generated")
+    return None, bound, "template_rewrite", (
+        f"at token {reported}, inside the previous prompt of {held_n} tokens as the server rendered it: its template "
+        f"rendered the earlier turns otherwise, or they tokenize otherwise where they join (its ids are not known here)")
+
+
 def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
                 previous: tuple[list[int], str, list[int]] | None, refused: str | None) -> tuple[int, str, str]:
     """(the common prefix of the held ids and the prompt's, the stop kind, the reason in words).
@@ -138,7 +162,7 @@ class _Cache:
         self.engine = engine
         self.ids: list[int] | None = None  # None: not known (emptied by a diagnosis, or before the first request)
 
-    def hold(self, ids: list[int], text: str | None) -> None:
+    def hold(self, ids: list[int], prompt: Prompt | None) -> None:
         if self.ids == ids:
             return
         self.engine.reset()
@@ -147,7 +171,7 @@ class _Cache:
                 pass
         self.ids = list(ids)
 
-    def sent(self, ids: list[int], reply, text: str) -> None:
+    def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
         self.ids = ids + list(reply[:-1])
 
     def forget(self) -> None:
@@ -162,28 +186,30 @@ class _ServerCache:
 
     def __init__(self, engine, n: int) -> None:
         self.engine, self.n = engine, n
-        self.text: str | None = None  # None: nothing of this phase's (the displacing request's, or unknown)
+        self.last: Prompt | None = None  # None: nothing of this phase's (the displacing request's, or unknown)
 
-    def hold(self, ids: list[int], text: str | None) -> None:
+    def hold(self, ids: list[int], prompt: Prompt | None) -> None:
         from macprof.engines import wire
 
-        if text is not None and self.text == text:
+        if prompt is not None and self.last == prompt:
             return
         self.engine.reset()
-        if text is not None:
+        if prompt is not None:
             try:
-                for _ in self.engine.generate(self.engine.tokenize_chat(text), self.n):
+                sent = self.engine.generate(list(prompt.ids), self.n, prompt.messages, prompt.text) \
+                    if prompt.messages else self.engine.generate(list(prompt.ids), self.n)
+                for _ in sent:
                     pass
             except wire.ServerError as exc:
                 raise MacprofError(f"conversation: the natural cache could not be put back (an untimed request "
                                    f"of the previous prompt again): {exc}") from None
-        self.text = text
+        self.last = prompt
 
-    def sent(self, ids: list[int], reply, text: str) -> None:
-        self.text = text
+    def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
+        self.last = prompt
 
     def forget(self) -> None:
-        self.text = None
+        self.last = None
 
 
 def holds(engine, server: bool, apps: int) -> str | None:
@@ -204,11 +230,18 @@ def holds(engine, server: bool, apps: int) -> str | None:
 def run_conversation(ctx: PhaseContext) -> None:
     engine, s, builder = ctx.engine, ctx.settings, ctx.builder
     server = not lacks(engine, "stream")  # requests go to a server (engines/openai.py)
+    # --api chat: the messages go as they are and the server applies its own template; their text
+    # and ids are the server's (the text rendered here only names the request)
+    renders = server and engine.renders_messages
+    if renders and s.chat_template:
+        raise MacprofError(f"--chat-template {s.chat_template}: through --api chat the server applies its model's "
+                           f"own template to the messages (give --api completions to send text rendered here)")
     template = template_for(engine, s.chat_template)
     order = schedule(s.apps, s.turns, s.app_order)
-    ctx.emit(ConversationStart(phase=PHASE, template_source=template.source, template_path=template.path,
-                               template_sha256=hashlib.sha256(template.text.encode()).hexdigest(), apps=s.apps,
-                               turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps)))
+    ctx.emit(ConversationStart(phase=PHASE, template_source="server" if renders else template.source,
+                               template_path=None if renders else template.path,
+                               template_sha256=None if renders else hashlib.sha256(template.text.encode()).hexdigest(),
+                               apps=s.apps, turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps)))
     messages = {a: [{"role": "system", "content": builder.words_text(f"conversation:system:{a}", s.system_tokens)}]
                 for a in range(s.apps)}
     heads = {(a, t): {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
@@ -220,12 +253,14 @@ def run_conversation(ctx: PhaseContext) -> None:
     # a warm-up, discarded: a worker's first request pays one-off costs (the same prompt as app 0's first turn)
     first = messages[0] + [{"role": "user", "content": builder.words_text("conversation:user:0:0", s.turn_tokens)}]
     warm_text = template.render(first)
-    warm_ids = engine.tokenize_chat(warm_text)
+    warm = Prompt(warm_text, tuple(engine.tokenize_chat(warm_text)), chat=True,
+                  messages=tuple(first) if renders else None)
     engine.reset()
     announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
-              lambda: timed_request(engine, Prompt(warm_text, tuple(warm_ids), chat=True), s.gen_tokens, ctx.clock), record=False)
+              lambda: timed_request(engine, warm, s.gen_tokens, ctx.clock), record=False)
     held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
-    held_text: str | None = None  # the text of the request that left the cache as it is
+    held_prompt: Prompt | None = None  # the request that left the cache as it is
+    held_n = 0  # its prompt tokens, as the server counted them (--api chat: its ids are the server's)
     held_by: int | None = None
     last: dict[int, tuple[list[int], str, list]] = {}
     stopped: set[int] = set()
@@ -236,8 +271,9 @@ def run_conversation(ctx: PhaseContext) -> None:
             messages[a].append({"role": "tool", "content": builder.words_text(f"conversation:tool:{a}:{t}", s.tool_tokens)})
         messages[a].append({"role": "user", "content": builder.words_text(f"conversation:user:{a}:{t}", s.turn_tokens)})
         text = template.render(messages[a])
-        ids = engine.tokenize_chat(text)
-        if ctx.n_ctx and len(ids) + s.gen_tokens > ctx.n_ctx:
+        ids = engine.tokenize_chat(text) if not renders else []  # --api chat: the server's, not known here
+        prompt = Prompt(text, tuple(ids), chat=True, messages=tuple(dict(m) for m in messages[a]) if renders else None)
+        if ctx.n_ctx and not renders and len(ids) + s.gen_tokens > ctx.n_ctx:
             ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), fits=False,
                                       stop_kind="empty", stop_reason=f"{len(ids)} prompt + {s.gen_tokens} generated "
                                       f"tokens exceed the context of {ctx.n_ctx}: app {a}'s conversation stops here"))
@@ -246,41 +282,47 @@ def run_conversation(ctx: PhaseContext) -> None:
         pair = heads[(a, t)]
         recorded = {mode: ctx.done.get(request_key(h)) for mode, h in pair.items()}
         if all(v is not None for v in recorded.values()):  # measured before a resume: its reply is the recorded one
-            reply = list(recorded["natural"] or ())
+            reply, counted = list(recorded["natural"] or ()), len(ids)
         else:
-            reply = _turn(ctx, cache, pair, i, a, t, ids, text, (held, held_text, held_by), last.get(a), server)
+            reply, counted = _turn(ctx, cache, pair, i, a, t, prompt, (held, held_prompt, held_by, held_n),
+                                   last.get(a), server)
         last[a] = (ids, text, reply)
         # what the app's request leaves in the cache (a server's: this prompt and a reply of its own ids)
-        held, held_text, held_by = (list(ids) if server else ids + reply[:-1]), text, a
+        held, held_prompt, held_by, held_n = (list(ids) if server else ids + reply[:-1]), prompt, a, counted
         # a server's reply is its chunks' texts
         messages[a].append({"role": "assistant", "content": "".join(reply) if server else engine.detokenize(reply)})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
 
 
-def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, ids: list[int], text: str,
-          state: tuple[list[int], str | None, int | None], previous, server: bool) -> list:
-    """One turn measured both ways (the natural cache first on even turns); returns the reply."""
+def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: Prompt,
+          state: tuple[list[int], Prompt | None, int | None, int], previous, server: bool) -> tuple[list, int]:
+    """One turn measured both ways (the natural cache first on even turns); returns the reply
+    and the prompt's tokens as the request counted them."""
     engine, s = ctx.engine, ctx.settings
-    held, held_text, held_by = state
-    prompt = Prompt(text, tuple(ids), chat=True)
+    held, held_prompt, held_by, held_n = state
+    ids, text = list(prompt.ids), prompt.text
+    renders = bool(prompt.messages)
     out: dict[str, tuple] = {}
+    counted = len(ids)
     reused, refused, unreported, n_reply = None, None, None, 0
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
         _pause(s)
         if mode == "natural":
-            cache.hold(held, held_text)
+            cache.hold(held, held_prompt)
         else:
             engine.reset()
         rec = announced(ctx.emit, pair[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock))
         out[mode] = rec.tokens
-        cache.sent(ids, rec.tokens, text)
+        cache.sent(ids, rec.tokens, prompt)
         if mode == "natural":
             reused, refused = rec.reused_tokens, engine.reuse_refused
             if server:
                 unreported = engine.reuse_unreported
         if rec.status != "ok":
             raise MacprofError(f"conversation: app {a} turn {t} ({mode}): {rec.error}")
-        if rec.prompt_tokens != len(ids):  # the request tokenizes its text again, timed: it must read the same ids
+        if renders:  # the server rendered and counted it
+            counted = rec.prompt_tokens
+        elif rec.prompt_tokens != len(ids):  # the request tokenizes its text again, timed: it must read the same ids
             raise MacprofError(f"conversation: app {a} turn {t}: the request read {rec.prompt_tokens} prompt tokens, "
                                f"the rendered prompt has {len(ids)}")
     reply = list(out["natural"])
@@ -288,7 +330,11 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, ids: lis
     if check.first_divergence is not None and not lacks(engine, "top2"):  # its diagnosis (top2) empties the cache
         cache.forget()
     prev_ids, _, prev_reply = previous if previous else ([], "", [])
-    if server:
+    if renders:  # --api chat: no ids here, the server's counts only
+        n_reply = s.gen_tokens if held_by is not None else 0
+        d, bound, kind, reason = counted_stop(held_n, n_reply, held_by, a, counted, reused, unreported)
+        ideal, equal = None, None
+    elif server:
         # the reply's ids are the server's, known by their count: as many as asked (EOS is held off;
         # a request that got fewer says so in its server record)
         n_reply = s.gen_tokens if held_by is not None else 1
@@ -304,9 +350,10 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, ids: lis
         ideal = reusable_prefix(prev_ids + prev_reply[:-1], ids)
         equal = (ids[len(prev_ids):len(prev_ids) + len(prev_reply)] == list(prev_reply)) if previous and \
             ids[:len(prev_ids)] == list(prev_ids) else None
-    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), held_tokens=len(held) + n_reply,
-                              held_by=held_by, common_prefix=d, expected_reuse=reusable_prefix(held, ids),
+    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=counted,
+                              held_tokens=(held_n if renders else len(held)) + n_reply, held_by=held_by,
+                              common_prefix=d, expected_reuse=None if renders else reusable_prefix(held, ids),
                               reused_tokens=reused, reuse_refused=refused, reuse_bound=bound,
                               reuse_unreported=unreported, ideal_reuse=ideal, stop_kind=kind, stop_reason=reason,
                               reply_text_ids_equal=equal, check=check))
-    return reply
+    return reply, counted
