@@ -230,7 +230,7 @@ def test_a_published_model_s_own_template_with_its_special_tokens(smollm2, tmp_p
 def _served(loopback, tmp_path, name: str, *args, **options):
     from macprof.bench import fake_server as fakes
 
-    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=True, **options)
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", **{"cache": 1, **options})
     url = loopback(fakes.handler(state)) + "/v1"
     log = tmp_path / f"{name}.json"
     out = macprof("run", "--endpoint", url, "--phases", "conversation", "--turns", "3", "--gen-tokens", "4",
@@ -350,3 +350,46 @@ def test_through_a_chat_api_the_messages_go_as_they_are_and_the_server_s_counts_
     one, _, _, _ = _served(loopback, tmp_path, "chat1", "--api", "chat")
     for prev, t in zip(one.turns, one.turns[1:]):
         assert t.stop_kind == "none_lost" and t.reused_tokens == t.reuse_bound == prev.prompt_tokens + 4
+
+
+def test_a_server_that_holds_every_app_s_conversation_serves_each_its_own(loopback, tmp_path):
+    """A prompt cache of two entries (as `--serve mlx --serve-slots 2` starts mlx_lm.server): two
+    apps round-robin each find their own last prompt and reply; the emptied half displaces both
+    entries, and the natural state is both apps' requests sent again in their order."""
+    from macprof.bench import fake_server as fakes
+    from macprof.engines.openai import OpenAIEngine
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=2)
+    url = loopback(fakes.handler(state)) + "/v1"
+    engine = OpenAIEngine()
+    engine.load_model(Path("served"), EngineSettings(endpoint={"url": url, "model": "fake-model", "served": {
+        "prompt_slots": 2, "prompt_slots_how": "the fake's prompt cache of two entries"}}))
+    events, phase = _run(engine, apps=2)
+    assert phase.holds is None and len(phase.turns) == 8  # two apps, two entries: nothing to say
+    for t in phase.turns[2:]:
+        assert t.held_by == t.app and t.stop_kind == "none_lost" and t.reuse_checked
+        assert t.reused_tokens == t.reuse_bound == t.ideal_reuse and t.emptied.reused_tokens <= 1
+    assert phase.summary.hit_rate == phase.summary.ideal_hit_rate > 0.5
+    with pytest.raises(MacprofError, match="applies to --serve mlx"):
+        from macprof.run.serve import command
+
+        command("llama.cpp", tmp_path / "m.gguf", 1, 2048, None, slots=2)
+
+
+@pytest.mark.slow
+def test_mlx_server_with_a_prompt_cache_per_app_serves_each_its_own(tiny_dir, tmp_path):
+    """`--serve mlx --serve-slots 2`: mlx_lm.server's prompt cache holds both apps' conversations,
+    so each app finds its own (its trie serves the longest shared prefix), as far as it says."""
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    log = tmp_path / "slots.json"
+    macprof("run", "--serve", "mlx", str(tiny_dir / "mlx/demo-tiny-f16"), "--phases", "conversation", "--turns", "3",
+            "--apps", "2", "--serve-slots", "2", "--gen-tokens", "8", "--turn-tokens", "16", "--system-tokens", "16",
+            "--chat-template", str(template), "--timeout", "120", "--log", str(log))
+    m = runlog.load(log).models[0]
+    ph = m.phases.conversation
+    assert ph.holds is None and "--prompt-cache-size 2" in m.engine_versions["command"]
+    for t in ph.turns[2:]:
+        assert t.held_by == t.app and t.reuse_checked and t.stop_kind in ("none_lost", "reply_retokenized")
+        assert t.reused_tokens >= t.held_tokens - 8 and t.emptied.reused_tokens <= 1
+    assert ph.summary.hit_rate > 0.5

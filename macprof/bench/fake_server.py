@@ -13,10 +13,10 @@ endpoint (llama.cpp's ``/tokenize`` or llama-cpp-python's ``/extras/tokenize``, 
 detokenize), EOS after N tokens unless the request holds it off in a way it ``honours``
 (``ignore_eos``, ``min_tokens``, a ``logit_bias`` on id 0; mlx_lm.server honours only the last),
 its EOS then counted in ``usage`` or not (``count_eos``), every K-th chunk carrying two tokens
-(a held-back multi-byte character), and ``cache``: one prompt cache slot, as llama-cpp-python's
-and mlx_lm.server's as macprof starts them (the last request's prompt and generated ids; a prompt
-sharing a prefix with them computes only the rest), what it reused in ``usage.prompt_tokens_details
-.cached_tokens`` (as mlx_lm.server reports it) where usage is on.
+(a held-back multi-byte character), and ``cache``: a prompt cache of that many entries (1: as
+llama-cpp-python's and mlx_lm.server's as macprof starts them; each the prompt and generated ids of
+a request; a prompt sharing a prefix with one computes only the rest), what it reused in
+``usage.prompt_tokens_details.cached_tokens`` (as mlx_lm.server reports it) where usage is on.
 Non-streamed replies are counting requests: their usage, and with ``logprobs`` the ids
 (``logprobs: true``) or the text offsets (``logprobs: 0``). Every request body is kept in
 ``state["bodies"]``.
@@ -39,23 +39,27 @@ TOKENIZE = {"llama.cpp": ("/tokenize", "content", "/detokenize", "content"),
 
 def new_state(token_ms: float = 5.0, prompt_ms: float = 0.05, usage: bool = True, tokenizer: str | None = None,
               eos_after: int | None = None, group: int = 0, honours: tuple[str, ...] = HOLDS,
-              count_eos: bool = True, cache: bool = False) -> dict:
+              count_eos: bool = True, cache: int = 0) -> dict:
     return {"token_ms": token_ms, "prompt_ms": prompt_ms, "usage": usage, "tokenizer": tokenizer,
             "eos_after": eos_after, "group": group, "honours": honours, "count_eos": count_eos, "cache": cache,
             "held": [], "vocab": {EOS: 0, BOS: 1}, "bodies": [], "lock": threading.Lock()}
 
 
 def _reuse(state: dict, ids: list[int], generated: list[int]) -> int | None:
-    """The one slot's reuse for a prompt of ``ids`` (its common prefix with what it held, the last
-    prompt token always computed), then it holds ``ids`` and ``generated``; None without a cache."""
+    """The cache's reuse for a prompt of ``ids``: the longest common prefix with an entry it holds
+    (the last prompt token always computed); then it holds ``ids`` and ``generated`` too, the least
+    recently stored entry out beyond ``cache`` entries (True: one). None without a cache."""
     if not state["cache"]:
         return None
     with state["lock"]:
-        held, n = state["held"], 0
-        while n < min(len(held), len(ids) - 1) and held[n] == ids[n]:
-            n += 1
-        state["held"] = ids + generated
-    return n
+        best = 0
+        for held in state["held"]:
+            n = 0
+            while n < min(len(held), len(ids) - 1) and held[n] == ids[n]:
+                n += 1
+            best = max(best, n)
+        state["held"] = (state["held"] + [ids + generated])[-int(state["cache"]):]
+    return best
 
 
 def _ids(state: dict, text: str) -> list[int]:
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokenizer", choices=sorted(TOKENIZE))
     ap.add_argument("--eos-after", type=int)
     ap.add_argument("--group", type=int, default=0)
-    ap.add_argument("--cache", action="store_true", help="one prompt cache slot, its reuse reported in usage")
+    ap.add_argument("--cache", type=int, default=0, help="prompt cache entries, its reuse reported in usage [0: none]")
     args = ap.parse_args(argv)
     state = new_state(args.token_ms, args.prompt_ms, not args.no_usage, args.tokenizer, args.eos_after, args.group,
                       cache=args.cache)

@@ -61,7 +61,8 @@ def measured_models(ctx: click.Context, config_path: Path, opts: ServerArgs, set
     path = resolve.resolve(ref).path
     settings = settings_of()
     need = _context(settings)
-    with serve.serving(kind, path, n_ctx=max(2048, 2 * need), threads=getattr(settings, "threads", None)) as server:
+    with serve.serving(kind, path, n_ctx=max(2048, 2 * need), threads=getattr(settings, "threads", None),
+                       slots=getattr(settings, "serve_slots", 1)) as server:
         served = endpoint_spec(server.url, server.model, "completions", settings, file=path, served=server.info,
                                name=f"{Path(path).stem}@{kind if kind.endswith('server') else kind + '-server'}")
         assert served.endpoint is not None

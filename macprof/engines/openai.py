@@ -115,6 +115,7 @@ class OpenAIEngine:
         self._texts: dict[tuple[int, ...], str] = {}
         self._server_ids: dict[str, list[int]] = {}
         self._dirty = False
+        self.displacements = 0  # resets that displaced the server's cache (a counting request's among them)
         self.last_final: wire.Final | None = None
         self.last_chunks: list[wire.Chunk] = []
         self._served_info: dict = {}
@@ -477,9 +478,12 @@ class OpenAIEngine:
         if not self._dirty:
             return
         self._dirty = False
-        try:  # displace what the server cached, untimed (see the module's note)
-            for _ in self.open_stream(DISPLACE, 1):
-                pass
+        self.displacements += 1
+        slots, _ = self.cache_holds()
+        try:  # displace what the server cached, untimed (see the module's note): one request per prompt it holds
+            for k in range(slots or 1):
+                for _ in self.open_stream(DISPLACE + (WORDS[k % len(WORDS)] if k else ""), 1):
+                    pass
         except wire.ServerError:
             pass  # the next request meets the same server and records its own failure
 

@@ -72,7 +72,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -> tuple[list[str], str, str]:
+def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None,
+            slots: int = 1) -> tuple[list[str], str, str]:
     """(command line, the model name requests ask for, the distribution whose version it is).
     Every value is a number, an absolute path (it starts with "/"), a value joined to its option
     by "=", or a name that cannot start with "-": none can be read as an option."""
@@ -81,9 +82,13 @@ def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -
     if kind == "mlx":
         if not path.is_dir():
             raise MacprofError(f"--serve mlx: {path} is not an MLX model directory")
-        # one cached prompt: the engine's untimed reset request then displaces it (engines/openai.py)
+        # one cached prompt (--serve-slots: more, for several apps' conversations): the engine's
+        # untimed reset requests, one per prompt it holds, then displace them all (engines/openai.py)
         return ([py, "-m", "mlx_lm", "server", "--model", str(path), "--host", HOST, "--port", str(port),
-                 "--prompt-cache-size", "1", "--log-level", "WARNING"], "default_model", "mlx-lm")
+                 "--prompt-cache-size", str(slots), "--log-level", "WARNING"], "default_model", "mlx-lm")
+    if slots != 1:
+        raise MacprofError(f"--serve-slots {slots}: applies to --serve mlx (mlx_lm.server's prompt cache holds that "
+                           f"many prompts); {HOLDS[kind][1]}")
     if kind == "llama.cpp":
         if not path.is_file():
             raise MacprofError(f"--serve llama.cpp: {path} is not a GGUF file")
@@ -125,11 +130,12 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, wait_s: float = 300.0) -> Server:
+def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, wait_s: float = 300.0,
+          slots: int = 1) -> Server:
     """Start the server and wait until it lists its models; MacprofError (with its log's tail)
     when it exits first or does not answer within ``wait_s``."""
     port = free_port()
-    cmd, model, dist = command(kind, path, port, n_ctx, threads)
+    cmd, model, dist = command(kind, path, port, n_ctx, threads, slots)
     version = _version(dist)
     if version is None:
         extra = "mlx-lm" if kind == "mlx" else "llama-cpp-python[server]"
@@ -156,9 +162,12 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
             break
         time.sleep(0.1)
     server.startup_s = time.monotonic() - t0
-    slots, how = HOLDS[kind]
+    held, how = HOLDS[kind]
+    if kind == "mlx":
+        held, how = slots, how.replace("--prompt-cache-size 1: one prompt", f"--prompt-cache-size {slots}: {slots} "
+                                                                            f"prompt(s)")
     server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
-                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), "prompt_slots": slots,
+                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), "prompt_slots": held,
                    "prompt_slots_how": how, "log_path": log.name, **_cold_request(server, t0)}
     return server
 
@@ -227,9 +236,9 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 @contextmanager
-def serving(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None) -> Iterator[Server]:
+def serving(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, slots: int = 1) -> Iterator[Server]:
     """The server for the span of the ``with``, stopped whatever ends it (KeyboardInterrupt too)."""
-    server = start(kind, path, n_ctx, threads)
+    server = start(kind, path, n_ctx, threads, slots=slots)
     try:
         yield server
     finally:

@@ -162,7 +162,7 @@ class _Cache:
         self.engine = engine
         self.ids: list[int] | None = None  # None: not known (emptied by a diagnosis, or before the first request)
 
-    def hold(self, ids: list[int], prompt: Prompt | None) -> None:
+    def hold(self, ids: list[int], prompts: list[Prompt]) -> None:
         if self.ids == ids:
             return
         self.engine.reset()
@@ -174,42 +174,58 @@ class _Cache:
     def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
         self.ids = ids + list(reply[:-1])
 
+    def empty(self) -> None:
+        self.engine.reset()
+
     def forget(self) -> None:
         self.ids = None
 
 
 class _ServerCache:
-    """A server's cache as this protocol knows it: the text of the last request it served (it
-    then holds that prompt and its reply); the untimed way back to a state is that request sent
-    again, greedy, for as many tokens (the same reply), or the displacing request of ``reset``
-    where nothing is to be held."""
+    """A server's cache as this protocol knows it: the last requests it served, as many as it
+    holds (``slots``; it then holds their prompts and replies, least recently served first out);
+    the untimed way back to a state is the displacing requests of ``reset``, then those requests
+    sent again in their order, greedy, for as many tokens (the same replies)."""
 
-    def __init__(self, engine, n: int) -> None:
-        self.engine, self.n = engine, n
-        self.last: Prompt | None = None  # None: nothing of this phase's (the displacing request's, or unknown)
+    def __init__(self, engine, n: int, slots: int) -> None:
+        self.engine, self.n, self.slots = engine, n, slots
+        self.state: list[Prompt] | None = None  # [] nothing of this phase's (displaced); None: not known
+        self.seen = engine.displacements  # a counting request displaces the cache too (engines/openai.py _count)
 
-    def hold(self, ids: list[int], prompt: Prompt | None) -> None:
+    def hold(self, ids: list[int], prompts: list[Prompt]) -> None:
         from macprof.engines import wire
 
-        if prompt is not None and self.last == prompt:
+        if self.state == prompts:
             return
         self.engine.reset()
-        if prompt is not None:
-            try:
+        try:
+            for prompt in prompts:
                 sent = self.engine.generate(list(prompt.ids), self.n, prompt.messages, prompt.text) \
                     if prompt.messages else self.engine.generate(list(prompt.ids), self.n)
                 for _ in sent:
                     pass
-            except wire.ServerError as exc:
-                raise MacprofError(f"conversation: the natural cache could not be put back (an untimed request "
-                                   f"of the previous prompt again): {exc}") from None
-        self.last = prompt
+        except wire.ServerError as exc:
+            raise MacprofError(f"conversation: the natural cache could not be put back (an untimed request "
+                               f"of a previous prompt again): {exc}") from None
+        self.state, self.seen = list(prompts), self.engine.displacements
 
     def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
-        self.last = prompt
+        # a counting request after it (the same prompt, after a displacement) leaves it alone
+        held = self.state or [] if self.engine.displacements == self.seen else []
+        self.state, self.seen = after(held, prompt, self.slots), self.engine.displacements
+
+    def empty(self) -> None:
+        self.engine.reset()
+        self.state, self.seen = [], self.engine.displacements
 
     def forget(self) -> None:
-        self.last = None
+        self.state = None
+
+
+def after(held: list, item, slots: int) -> list:
+    """What a cache of ``slots`` entries holds after serving ``item``: it, most recent last, and the
+    ``slots - 1`` served before it (least recently served out first)."""
+    return ([x for x in held if x != item] + [item])[-slots:]
 
 
 def holds(engine, server: bool, apps: int) -> str | None:
@@ -248,7 +264,8 @@ def run_conversation(ctx: PhaseContext) -> None:
                       for mode in ("natural", "emptied")} for a, t in order}
     if all(request_key(h) in ctx.done for pair in heads.values() for h in pair.values()):
         return
-    cache = _ServerCache(engine, s.gen_tokens) if server else _Cache(engine)
+    slots = (engine.cache_holds()[0] or 1) if server else 1
+    cache = _ServerCache(engine, s.gen_tokens, slots) if server else _Cache(engine)
     engine.reset_peak_memory()
     # a warm-up, discarded: a worker's first request pays one-off costs (the same prompt as app 0's first turn)
     first = messages[0] + [{"role": "user", "content": builder.words_text("conversation:user:0:0", s.turn_tokens)}]
@@ -259,9 +276,10 @@ def run_conversation(ctx: PhaseContext) -> None:
     announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
               lambda: timed_request(engine, warm, s.gen_tokens, ctx.clock), record=False)
     held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
-    held_prompt: Prompt | None = None  # the request that left the cache as it is
     held_n = 0  # its prompt tokens, as the server counted them (--api chat: its ids are the server's)
     held_by: int | None = None
+    # through a server: the requests its cache holds, least recently served first: (app, ids, prompt, count)
+    recent: list[tuple[int, list[int], Prompt, int]] = []
     last: dict[int, tuple[list[int], str, list]] = {}
     stopped: set[int] = set()
     for i, (a, t) in enumerate(order):
@@ -284,22 +302,25 @@ def run_conversation(ctx: PhaseContext) -> None:
         if all(v is not None for v in recorded.values()):  # measured before a resume: its reply is the recorded one
             reply, counted = list(recorded["natural"] or ()), len(ids)
         else:
-            reply, counted = _turn(ctx, cache, pair, i, a, t, prompt, (held, held_prompt, held_by, held_n),
+            if server and recent:  # of what it holds, the server serves the prompt the longest shared prefix
+                held_by, held, _, held_n = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
+            reply, counted = _turn(ctx, cache, pair, i, a, t, prompt, (held, [r[2] for r in recent], held_by, held_n),
                                    last.get(a), server)
         last[a] = (ids, text, reply)
         # what the app's request leaves in the cache (a server's: this prompt and a reply of its own ids)
-        held, held_prompt, held_by, held_n = (list(ids) if server else ids + reply[:-1]), prompt, a, counted
+        held, held_by, held_n = (list(ids) if server else ids + reply[:-1]), a, counted
+        recent = after(recent, (a, list(ids), prompt, counted), slots)
         # a server's reply is its chunks' texts
         messages[a].append({"role": "assistant", "content": "".join(reply) if server else engine.detokenize(reply)})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
 
 
 def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: Prompt,
-          state: tuple[list[int], Prompt | None, int | None, int], previous, server: bool) -> tuple[list, int]:
+          state: tuple[list[int], list[Prompt], int | None, int], previous, server: bool) -> tuple[list, int]:
     """One turn measured both ways (the natural cache first on even turns); returns the reply
     and the prompt's tokens as the request counted them."""
     engine, s = ctx.engine, ctx.settings
-    held, held_prompt, held_by, held_n = state
+    held, natural, held_by, held_n = state
     ids, text = list(prompt.ids), prompt.text
     renders = bool(prompt.messages)
     out: dict[str, tuple] = {}
@@ -308,9 +329,9 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
         _pause(s)
         if mode == "natural":
-            cache.hold(held, held_prompt)
+            cache.hold(held, natural)
         else:
-            engine.reset()
+            cache.empty()
         rec = announced(ctx.emit, pair[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock))
         out[mode] = rec.tokens
         cache.sent(ids, rec.tokens, prompt)
