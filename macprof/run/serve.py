@@ -149,7 +149,7 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     # however macprof ends, SIGKILL included, the server ends with it: a watcher beside it
     server = Server(kind, path, proc, f"http://{HOST}:{port}/v1", model, cmd, version, log,
-                    watcher=lifeline.watch_group(proc.pid))
+                    watcher=lifeline.watch_group(proc.pid, remove=log.name))
     while True:
         if proc.poll() is not None:
             tail = _tail(log)
