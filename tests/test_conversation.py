@@ -66,6 +66,29 @@ def test_why_reuse_stopped_is_told_by_where_the_ids_part():
     assert kind == "cannot_go_back" and "recurrent memory" in reason and "into the previous reply" in reason
 
 
+def test_through_a_server_reuse_stops_where_the_known_ids_part_or_where_the_server_says():
+    from macprof.run.phases.conversation import counted_stop, server_stop
+
+    prev = ([1, 2, 3, 4], "abcd", ["x", "y", "z"])  # a server's reply: its chunks' texts, 3 tokens
+    held = [1, 2, 3, 4]  # the previous prompt's ids; its reply's are the server's
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert server_stop([1, 7], 1, None, 0, ids, "t", None, 1, None)[1:3] == (1, "empty")  # the displacing request's
+    assert server_stop(held, 3, 1, 0, [1, 2, 9, 9], "x", prev, 2, None)[:3] == (2, 2, "evicted")  # exact: in the prompts
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, 7, None)[1:3] == (7, "none_lost")
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, 5, None)[1:3] == (7, "reply_retokenized")
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, 2, None)[1:3] == (7, "kept_less")
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, None, "says nothing")[2:] == (
+        "unreported", "the prompt extends all 4 tokens of the previous prompt; where reuse stopped in its 3-token "
+                      "reply is not known: says nothing")
+    assert server_stop(held, 3, 0, 0, [1, 2, 8, 9, 9], "abXdyy", prev, 2, None)[1:3] == (2, "template_rewrite")
+    # --api chat: the server's counts only
+    assert counted_stop(0, 0, None, 0, 20, 1, None)[1:3] == (None, "empty")
+    assert counted_stop(10, 4, 1, 0, 20, 3, None)[1:3] == (14, "evicted")
+    assert counted_stop(10, 4, 0, 0, 20, 13, None)[1:3] == (14, "none_lost")
+    assert counted_stop(10, 4, 0, 0, 20, 11, None)[1:3] == (14, "reply_retokenized")
+    assert counted_stop(10, 4, 0, 0, 20, 6, None)[1:3] == (14, "template_rewrite")
+
+
 def test_templates_render_as_apps_render_them(tmp_path):
     engine = _engine(tmp_path)
     assert template_for(engine, None).source == "fallback"  # the fake model ships none
@@ -254,6 +277,17 @@ def test_through_a_server_reuse_is_what_it_reports_and_never_past_the_first_diff
     for prev, t in zip(one.turns, one.turns[1:]):  # one app: its own last prompt and reply (all of it held), reused
         assert t.stop_kind == "none_lost" and t.reused_tokens == t.reuse_bound == prev.prompt_tokens + 4
         assert t.reuse_checked and t.check.passed and t.natural.ttft_s and t.emptied.ttft_s
+
+
+def test_a_server_that_holds_more_than_was_displaced_is_said_not_emptied(loopback, tmp_path):
+    """--endpoint to a server whose prompt cache holds two entries (macprof cannot know it): the one
+    displacing request leaves the app's last prompt and reply there, so the emptied half reuses
+    them: said per turn and in the output, never passed off as an empty cache's TTFT."""
+    ph, _, out, log = _served(loopback, tmp_path, "big", cache=2)
+    # the first turn too: the warm-up (its prompt) is still held
+    assert all(t.not_emptied and t.emptied.reused_tokens > 1 for t in ph.turns) and ph.summary.not_emptied == 3
+    assert ph.turns[0].reuse_checked is False  # its natural half found the warm-up, more than was thought held
+    assert "not an empty cache's" in out and "not an empty cache's" in macprof("show", str(log)).stdout
 
 
 def test_a_server_that_reports_no_reuse_leaves_it_unknown(loopback, tmp_path):

@@ -49,7 +49,8 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
                           ideal_reuse=e.ideal_reuse, ideal_rate=stats.ratio(e.ideal_reuse, e.prompt_tokens),
                           reuse_refused=e.reuse_refused, reuse_bound=e.reuse_bound,
                           reuse_unreported=e.reuse_unreported, reuse_checked=checked, stop_kind=e.stop_kind,
-                          stop_reason=e.stop_reason, reply_text_ids_equal=e.reply_text_ids_equal, fits=e.fits,
+                          stop_reason=e.stop_reason, reply_text_ids_equal=e.reply_text_ids_equal,
+                          not_emptied=e.not_emptied, fits=e.fits,
                           natural=natural, emptied=emptied, ttft_saved_s=saved, check=e.check))
     return ConversationPhase(
         template_source=start.template_source if start else None, template_path=start.template_path if start else None,
@@ -82,7 +83,8 @@ def summarize(turns: Sequence[Turn]) -> ConversationSummary:
         stops={k: n for k in STOP_KINDS if (n := sum(1 for t in turns if t.stop_kind == k))},
         identical=checks["identical"], near_ties=checks["near_ties"], failed_checks=checks["failed"],
         unchecked_reports=sum(1 for t in turns if t.reuse_checked is False),
-        unreported=sum(1 for t in turns if t.reused_tokens is None))
+        unreported=sum(1 for t in turns if t.reused_tokens is None),
+        not_emptied=sum(1 for t in turns if t.not_emptied))
 
 
 def slope_per_kt(points: Sequence[tuple[int, float]]) -> float | None:

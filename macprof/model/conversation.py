@@ -65,6 +65,7 @@ class ConversationTurn(Event):
     stop_kind: str = "empty"  # one of STOP_KINDS
     stop_reason: str = ""  # in words, with the position
     reply_text_ids_equal: bool | None = None  # the previous reply re-tokenized gives the generated ids
+    not_emptied: str | None = None  # through a server: its emptied half found more than an emptied cache holds
     check: OutputCheck | None = None  # natural vs emptied outputs, token by token
     fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
 
@@ -90,6 +91,7 @@ class Turn(Record):
     stop_kind: str = "empty"
     stop_reason: str = ""
     reply_text_ids_equal: bool | None = None
+    not_emptied: str | None = None
     fits: bool = True
     natural: Request | None = ABSENT
     emptied: Request | None = ABSENT
@@ -116,6 +118,7 @@ class ConversationSummary(Record):
     failed_checks: int = 0
     unchecked_reports: int = 0  # turns where the engine's reported reuse is not what its held ids allow
     unreported: int = 0  # turns whose reuse the server did not report
+    not_emptied: int = 0  # turns whose emptied half found more than an emptied cache holds (a server's)
 
 
 @record

@@ -325,7 +325,7 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
     renders = bool(prompt.messages)
     out: dict[str, tuple] = {}
     counted = len(ids)
-    reused, refused, unreported, n_reply = None, None, None, 0
+    reused, refused, unreported, n_reply, emptied_reused, not_emptied = None, None, None, 0, None, None
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
         _pause(s)
         if mode == "natural":
@@ -339,6 +339,8 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
             reused, refused = rec.reused_tokens, engine.reuse_refused
             if server:
                 unreported = engine.reuse_unreported
+        else:
+            emptied_reused = rec.reused_tokens
         if rec.status != "ok":
             raise MacprofError(f"conversation: app {a} turn {t} ({mode}): {rec.error}")
         if renders:  # the server rendered and counted it
@@ -364,6 +366,12 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
         d, bound, kind, reason = server_stop(held, n_reply, held_by, a, ids, text, previous, reused, unreported)
         ideal = server_stop(prev_ids, s.gen_tokens, a, a, ids, text, previous, None, None)[1] if previous else 0
         equal = None
+        # the emptied half: after the displacing requests, the server may share no more than they leave
+        most = server_stop(engine.displacing_ids(), 1, None, a, ids, text, None, None, None)[1]
+        if emptied_reused is not None and emptied_reused > most:
+            not_emptied = (f"the emptied request reused {emptied_reused} tokens, more than the displacing requests "
+                           f"leave shared ({most}): the server holds more than they displaced (its slots or prompt "
+                           f"cache), so that half is not an empty cache's")
     else:
         d, kind, reason = why_stopped(held, held_by, a, ids, text, previous, refused)
         bound = None
@@ -376,5 +384,5 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
                               common_prefix=d, expected_reuse=None if renders else reusable_prefix(held, ids),
                               reused_tokens=reused, reuse_refused=refused, reuse_bound=bound,
                               reuse_unreported=unreported, ideal_reuse=ideal, stop_kind=kind, stop_reason=reason,
-                              reply_text_ids_equal=equal, check=check))
+                              reply_text_ids_equal=equal, not_emptied=not_emptied, check=check))
     return reply, counted
