@@ -337,7 +337,8 @@ def _conversation(ax, models) -> None:
                  fontsize=9)
     lines = ax.get_legend_handles_labels()
     more = rate.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7)
+    # below the axes: over them it hides the curves of either axis (loc="best" sees only one)
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
 
 
 def _caption(logs: list[tuple[str, RunLog]]) -> str:
