@@ -79,7 +79,8 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
     Phase("speculative", "macprof.run.phases.speculative:run_speculative",
           "macprof.analyse.speculative:build_speculative_phase",
           requests=lambda s, cases: (s.reps + 1) * (1 + len(s.draft_tokens)),
-          context=lambda s, cases: s.prompt_tokens + s.gen_tokens + max(s.draft_tokens, default=0) + 1),
+          context=lambda s, cases: s.prompt_tokens + s.gen_tokens + max(s.draft_tokens, default=0) + 1,
+          figures="macprof.analyse.speculative:figures", report="macprof.render.speculative:REPORT"),
     Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
           "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases)),
     # a natural and an emptied request per turn of each app

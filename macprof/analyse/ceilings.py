@@ -12,6 +12,12 @@ from macprof.model.log import Bandwidth
 from macprof.model.phases import Ceiling, CeilingSide, Metrics, Prediction, PredictionSide, SweepCase, TradeoffRow
 
 
+SPECULATIVE_DEFINITION = (
+    "round_s(k) = k x step_draft(c) + verify_s, verify_s = max((W_target + kv_bytes_read(c)) / bandwidth, "
+    "(k + 1) x 2 x active_params / flops): a verify of k + 1 tokens reads the target's weights once; step_draft = the "
+    "draft's one-token step (0 for ngram); tokens/round = (1 - α^(k+1)) / (1 - α) at the per-token acceptance α = "
+    "accepted / the drafts the target judged (those up to and including the first rejection); speed-up = tokens/round x "
+    "step_target(c) / round_s(k); the measured bandwidth where the probe gave one, else the published")
 ROOFLINE_DEFINITIONS = {
     "ceiling_tok_s": "1 / max(read_s, compute_s) per token: read_s = (weight_bytes_per_token + kv_bytes_read(c)) / bandwidth, kv_bytes_read(c) = the K/V bytes one token reads at context c, per layer kind: full attention c x per-token bytes, sliding window min(c, window) x per-token bytes, MLA c x (kv_lora_rank + rope dims) x element bytes, recurrent layers their constant state (kv_bytes_per_token x c where a log has only that); unknown (no ceiling, with the reason) where macprof cannot size the model's attention memory, compute_s = 2 x active_params / flops (0 where no FLOP figure is known, so the ceiling is then bandwidth-only); c = mean context during decode = prompt_tokens + gen_tokens / 2 (a depth case's prompt is its d cached tokens + 1)",
     "batch_prediction": "step(B) = max((W + B kv_bytes_read(c)) / bandwidth, B x 2 x active_params / flops); per-user ITL = step(B), aggregate = B / step(B); spec: published bandwidth and FLOP/s (Apple chips only), measured: the bandwidth probe and the matmul probe (an upper bound: quantized kernels may reach less)",
@@ -20,6 +26,7 @@ ROOFLINE_DEFINITIONS = {
     "kv_element_bytes": "f16 2; llama.cpp q8_0 34 and q4_0 18 bytes per 32 elements; MLX kv_bits / 8 plus an f16 scale and bias per group of 64 (recurrent state stays f32)",
     "weight_bytes_per_token": "tensor bytes, less the embedding table but one row (unless tied to the output head), less inactive experts",
     "file_size_convention": "bandwidth / model file bytes, the simple figure people quote",
+    "speculative_prediction": SPECULATIVE_DEFINITION,
 }
 
 
@@ -111,19 +118,13 @@ def _measured_and_predicted(c: SweepCase) -> TradeoffRow:
                        predicted_itl_s=pred.itl_s if pred else None, bound=pred.bound if pred else None)
 
 
-SPECULATIVE_DEFINITION = (
-    "round_s(k) = k x step_draft(c) + verify_s, verify_s = max((W_target + kv_bytes_read(c)) / bandwidth, "
-    "(k + 1) x 2 x active_params / flops): a verify of k + 1 tokens reads the target's weights once; step_draft = the "
-    "draft's one-token step (0 for ngram); tokens/round = (1 - α^(k+1)) / (1 - α); speed-up = tokens/round x "
-    "step_target(c) / round_s(k); the measured bandwidth where the probe gave one, else the published")
-
-
 def speculative_prediction(target: dict | None, draft: dict | None, k: int, alpha: float | None, context: float,
                            bw: Bandwidth | None, ngram: bool = False) -> dict:
-    """The roofline's speculative round: its predicted seconds and the speed-up at acceptance
-    ``alpha`` (docs/design.md, SPECULATIVE_DEFINITION); each None, with ``reason``, where a
-    model's shape or the bandwidth is unknown."""
-    from macprof.measure.speculative import tokens_per_round
+    """The roofline's speculative round (measure/speculative.py ``predicted_round``, the one
+    `macprof estimate --draft` uses) from the two models' shapes and the log's bandwidth: its
+    predicted seconds and the speed-up at per-token acceptance ``alpha``; only ``reason``
+    where a model's shape or the bandwidth is unknown."""
+    from macprof.measure.speculative import predicted_round
 
     if not target or not target.get("weight_bytes_per_token"):
         return {"reason": "target shape unknown"}
@@ -133,15 +134,13 @@ def speculative_prediction(target: dict | None, draft: dict | None, k: int, alph
     t_roof, reason = _roofline(target, bw, which)
     if t_roof is None:
         return {"reason": f"bandwidth unknown: {reason}"}
-    d_step = 0.0
+    for name, shape in (("target", target), ("draft", None if ngram else draft)):
+        layout = layout_from_shape(shape) if shape else None
+        if layout is not None and not layout.known:  # no prediction rather than one that leaves the K/V out
+            return {"reason": f"{name}'s KV cache bytes unknown: {layout.reason}"}
+    d_roof = None
     if not ngram:
         d_roof, reason = _roofline(draft or {}, bw, which)
         if d_roof is None:
             return {"reason": f"bandwidth unknown: {reason}"}
-        d_step = d_roof.step_s(context)
-    verify = max(t_roof.read_s(context), t_roof.compute_s(k + 1) or 0.0)
-    round_s = k * d_step + verify
-    out: dict = {"round_s": round_s, "plain_step_s": t_roof.step_s(context), "bandwidth": which}
-    if alpha is not None:
-        out["speedup"] = tokens_per_round(alpha, k) * out["plain_step_s"] / round_s
-    return out
+    return {**predicted_round(t_roof, d_roof, k, alpha, context), "bandwidth": which}

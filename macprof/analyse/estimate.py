@@ -20,7 +20,9 @@ LIMITS: dict[str, tuple[str, bool, float, float]] = {
     "kv_heads": ("--kv-heads", True, 1, 1e6), "head_dim": ("--head-dim", True, 1, 1e6),
     "context": ("--context", False, 0, 1e9),  # a mean decode context (prompt + gen / 2) can be fractional
     "batches": ("--batch", True, 1, 1e6),
+    "acceptance": ("--acceptance", False, 0, 1), "draft_tokens": ("--draft-tokens", True, 1, 1024),
 }
+NGRAM = "ngram"  # --draft ngram: prompt lookup, a draft that reads no weights
 
 
 def check_inputs(**values) -> None:
@@ -40,6 +42,8 @@ def check_inputs(**values) -> None:
 def _all_finite(result: dict) -> bool:
     numbers = [v for v in result.values() if isinstance(v, float)]
     numbers += [v for row in result["batch"] for v in row.values() if isinstance(v, float)]
+    numbers += [v for row in (result.get("speculative") or {}).get("rounds", ()) for v in row.values()
+                if isinstance(v, float)]
     return all(math.isfinite(v) for v in numbers)
 
 
@@ -85,11 +89,16 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
              bandwidth_gbs: float | None = None, chip: str | None = None, gpu_cores: int | None = None,
              tflops: float | None = None, layers: int | None = None, kv_heads: int | None = None,
              head_dim: int | None = None, kv_bits: float = 16, context: int = 0, batches: list[int] | None = None,
-             kv_type: str = "f16") -> dict:
+             kv_type: str = "f16", draft: Path | str | None = None, acceptance: float | None = None,
+             draft_tokens: list[int] | None = None) -> dict:
     check_inputs(params=params, active_params=active_params, bits=bits, bytes_per_param=bytes_per_param,
                  file_size_gb=file_size_gb, bandwidth_gbs=bandwidth_gbs, tflops=tflops, kv_bits=kv_bits,
                  gpu_cores=gpu_cores, layers=layers, kv_heads=kv_heads, head_dim=head_dim, context=context,
-                 batches=batches)
+                 batches=batches, acceptance=acceptance, draft_tokens=draft_tokens)
+    if (draft is None) != (acceptance is None):
+        raise MacprofError("estimate: --draft MODEL|ngram and --acceptance A (0 to 1) go together")
+    if draft_tokens and draft is None:
+        raise MacprofError("estimate: --draft-tokens needs --draft MODEL|ngram and --acceptance A")
     if kv_type not in KV_TYPES:
         raise MacprofError(f"estimate: --kv-type must be one of {', '.join(KV_TYPES)}, not {kv_type!r}")
     weights, weights_how, shape = _weights(model, params, active_params, bits, bytes_per_param, file_size_gb, kv_type)
@@ -128,11 +137,40 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
         "prefill_ceiling_tok_s": r.prefill_ceiling_tok_s(),
         "batch": rows,
     }
+    if draft is not None:
+        assert acceptance is not None
+        from macprof.config.settings import DEFAULTS  # --draft-tokens' default: `run`'s
+
+        result["speculative"] = speculative(r, draft, acceptance, list(draft_tokens or DEFAULTS["draft_tokens"]), context,
+                                            kv_type, bandwidth_gbs, tflops)
     if not _all_finite(result):  # every input in range, yet extremes together overflow
         raise MacprofError("estimate: these inputs give an infinite or undefined result; check their magnitudes "
                            f"(weights {weights:g} bytes per token at {bandwidth_gbs:g} GB/s)")
     return result
 
+
+
+def speculative(target: Roofline, draft: Path | str, acceptance: float, ks: list[int], context: float, kv_type: str,
+                bandwidth_gbs: float, tflops: float | None) -> dict:
+    """The roofline's speculative rounds (measure/speculative.py ``predicted_round``, the one a
+    run's prediction uses) for each k: the draft read from its model file at the target's
+    bandwidth and FLOP/s (``ngram``: no draft read), tokens per round at ``acceptance``."""
+    from macprof.measure.speculative import predicted_round
+
+    d_roof, how = None, "prompt lookup: no weights read"
+    shape: dict = {}
+    if str(draft) != NGRAM:
+        weights, how, shape = _weights(Path(draft), None, None, None, None, None, kv_type)
+        layout = shape.get("kv_layout")
+        if layout is not None and not layout.known and context:
+            raise MacprofError(f"estimate: --draft {draft}: its K/V bytes are unknown ({layout.reason}); "
+                               "give --context 0")
+        d_roof = Roofline(weights, bandwidth_gbs * 1e9, shape.get("active_params") or shape.get("params"),
+                          tflops * 1e12 if tflops else None, kv=layout if layout is not None and layout.known else None)
+    rows = [predicted_round(target, d_roof, k, acceptance, context) for k in ks]
+    return {"draft": str(draft), "draft_weight_bytes_per_token": d_roof.weight_bytes if d_roof else 0.0,
+            "draft_weights_from": how, "draft_file_bytes": shape.get("file_bytes"), "acceptance": acceptance,
+            "context": context, "rounds": rows}
 
 
 def _kv_layout(shape: dict, layers: int | None, kv_heads: int | None, head_dim: int | None,

@@ -9,7 +9,9 @@ from macprof.model.telemetry import PhaseTelemetry
 
 def _memories(model: ModelResult) -> list[PhaseMemory]:
     ph = model.phases
-    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.tasks) if p and p.memory]
+    # the speculative phase's peak holds the draft's weights and K/V beside the target's
+    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.tasks, ph.speculative)
+            if p and p.memory]
 
 
 # The headline memory figure: what the process holds. On macOS RSS misses GPU allocations (MLX

@@ -2,19 +2,23 @@
 with their rounds and output checks, and what they give: acceptance α = accepted / drafted,
 tokens per round, each round's time split draft / verify / rewind, decode tok/s, the speed-up
 against the phase's own plain requests on the same prompts (a ratio of medians with its
-bootstrap interval, measure/significance.py) and the roofline's prediction at the measured α."""
+bootstrap interval, measure/significance.py) and the roofline's prediction at the measured
+per-token acceptance; and the phase's memory with what the draft adds to it."""
 
 from __future__ import annotations
 
+from macprof.analyse.build import _phase_memory
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.analyse.requests import phase_failures, request_record
 from macprof.cases import mean_context
 from macprof.measure import stats
+from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
 from macprof.measure.significance import median_ratio_intervals
+from macprof.measure.speculative import acceptance_per_token
 from macprof.model import events as ev
-from macprof.model.phases import Checks, OutputCheck, Request
-from macprof.model.speculative import (DraftLoaded, Interval, Round, SpeculativeCase, SpeculativeCheck,
-                                       SpeculativePhase, SpeculativeRequest, SpeculativeRounds)
+from macprof.model.phases import Checks, OutputCheck, PhaseMemory, Request
+from macprof.model.speculative import (DraftEnd, DraftLoaded, DraftMemory, Interval, Round, SpeculativeCase,
+                                       SpeculativeCheck, SpeculativePhase, SpeculativeRequest, SpeculativeRounds)
 
 PHASE = "speculative"
 NS = 1e9
@@ -47,13 +51,16 @@ def build_speculative_phase(ctx, name: str) -> SpeculativePhase:
     for (k, c), interval in zip(ks, intervals):
         cases.append(_case(k, c, spec[c], rounds, checks, interval, base, ctx.head.shape,
                            loaded.shape if loaded else None, context, ctx.bw, ngram))
+    end = next((e for e in events if isinstance(e, DraftEnd) and e.phase == name), None)
+    draft_memory = _draft_memory(loaded, end, s.prompt_tokens + s.gen_tokens) if loaded and not ngram else None
     return SpeculativePhase(
         draft=loaded.draft if loaded else s.draft, draft_engine=loaded.engine if loaded else None,
         draft_status=loaded.status if loaded else None, draft_reason=loaded.reason if loaded else None,
         draft_load_s=(loaded.t_load_end - loaded.t_load_start) / NS
         if loaded and loaded.t_load_end and loaded.t_load_start else None,
         plain=tuple(plain), plain_decode_tok_s=stats.median(base) if base else None, cases=tuple(cases),
-        failures=tuple(phase_failures(ctx.failures, name)))
+        failures=tuple(phase_failures(ctx.failures, name)),
+        memory=_with_draft_weights(_phase_memory(events, name), draft_memory), draft_memory=draft_memory)
 
 
 def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict, interval: dict, base: list[float],
@@ -65,22 +72,29 @@ def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict
     all_rounds = [x for b in ok for x in b.rounds]
     drafted, accepted = sum(x.drafted for x in all_rounds), sum(x.accepted for x in all_rounds)
     alpha = accepted / drafted if drafted else None
+    per_token = acceptance_per_token([(x.drafted, x.accepted) for x in all_rounds])
     # full rounds only: the last round of a request drafts fewer, to end at exactly gen_tokens
     full = [x for x in all_rounds if x.drafted == k] or all_rounds
     emitted = sum(len(x.tokens) for x in full)
     cs = [b.check for b in ok if b.check]
     decode = [b.request.decode_tok_s for b in ok if b.request.decode_tok_s]
-    prediction = speculative_prediction(target_shape, draft_shape, k, alpha, context, bw, ngram)
+    # the prediction at the per-token acceptance: accepted / drafted would count the drafts after
+    # a rejection, never judged, as rejected, and so predict too few tokens per round at k > 1
+    prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram)
     return SpeculativeCase(
         id=case, k=k, requests=built, rounds=len(all_rounds), drafted=drafted, accepted=accepted, acceptance=alpha,
+        acceptance_per_token=per_token,
         tokens_per_round=emitted / len(full) if full else None,
         draft_s_per_round=_median([(x.t_verify_start - x.t_draft_start) / NS for x in all_rounds]),
         verify_s_per_round=_median([(x.t_verify_end - x.t_verify_start) / NS for x in all_rounds]),
         rewind_s_per_round=_median([(x.t_rewind_end - x.t_verify_end) / NS for x in all_rounds]),
+        round_s_per_round=_median([(x.t_rewind_end - x.t_draft_start) / NS for x in all_rounds]),
         decode_tok_s=_median(decode),
         speedup=Interval(value=stats.ratio(_median(decode), _median(base)), low=interval.get("low"),
                          high=interval.get("high")),
         predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),
+        predicted_tokens_per_round=prediction.get("tokens_per_round"),
+        prediction_reason=prediction.get("reason") or (None if per_token is not None else "no round drafted"),
         checks=Checks(n=len(cs), identical=sum(1 for x in cs if x.first_divergence is None),
                       near_ties=sum(1 for x in cs if x.first_divergence is not None and x.passed),
                       failed=sum(1 for x in cs if not x.passed)))
@@ -88,3 +102,67 @@ def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict
 
 def _median(values: list[float]) -> float | None:
     return stats.median(values) if values else None
+
+
+def _draft_memory(loaded: DraftLoaded, end: DraftEnd | None, context: int) -> DraftMemory:
+    """What the draft added: its load's growth of the process, its bytes, the K/V it held."""
+    shape = loaded.shape or {}
+    held = kv_bytes_read(layout_from_shape(shape), context) if shape else None
+    grew = loaded.rss_bytes - loaded.rss_before_bytes if loaded.rss_bytes and loaded.rss_before_bytes else None
+    memory = DraftMemory(
+        file_bytes=shape.get("file_bytes"), weight_bytes_per_token=shape.get("weight_bytes_per_token"),
+        rss_before_load_bytes=loaded.rss_before_bytes, rss_after_load_bytes=loaded.rss_bytes, load_rss_bytes=grew,
+        kv_cache_bytes=end.kv_cache_bytes if end else None, kv_computed_bytes=held or None,
+        engine=end.engine_memory if end else loaded.engine_memory,
+        weights_held=end.weights_held if end else None, mapped_resident_bytes=end.mapped_resident_bytes if end else None)
+    if loaded.has("footprint_bytes") and loaded.footprint_bytes and loaded.footprint_before_bytes:  # macOS workers
+        memory = memory.replace(load_footprint_bytes=loaded.footprint_bytes - loaded.footprint_before_bytes)
+    return memory
+
+
+def _with_draft_weights(memory: PhaseMemory, draft: DraftMemory | None) -> PhaseMemory:
+    """The phase's memory with a mapped draft's resident file bytes added to the target's: the
+    footprint leaves clean file pages out (analyse/headline.py), so without them the headline
+    would miss the draft's weights on macOS; RSS (elsewhere) has them already, as it has both
+    models' K/V and copied weights (the peak spans the draft's load and every request)."""
+    if draft is None or draft.weights_held != "mapped" or not memory.has("peak_footprint_bytes"):
+        return memory
+    target = memory.mapped_resident_bytes if memory.has("mapped_resident_bytes") else 0
+    mapped = None if target is None or draft.mapped_resident_bytes is None else target + draft.mapped_resident_bytes
+    return memory.replace(weights_held="mapped", mapped_resident_bytes=mapped)
+
+
+def best_case(ph: SpeculativePhase | None) -> SpeculativeCase | None:
+    """The draft length with the highest measured speed-up (None where none was measured)."""
+    measured = [c for c in (ph.cases if ph else ()) if c.speedup and c.speedup.value is not None]
+    return max(measured, key=lambda c: c.speedup.value or 0.0) if measured else None  # type: ignore[union-attr]
+
+
+def figures(m) -> dict:
+    """The speculative columns of compare: the best k's measured speed-up with its interval, the
+    roofline's at that k, its acceptance and tokens per round, and whether the outputs held."""
+    ph = m.phases.speculative
+    if ph is None:
+        return {"has_speculative": False, **{k: None for k in FIGURES}}
+    c = best_case(ph)
+    checks = c.checks if c else None
+    return {"has_speculative": True, "speculative_draft": ph.draft, "speculative_best_k": c.k if c else None,
+            "speculative_speedup": c.speedup.value if c and c.speedup else None,
+            "speculative_speedup_low": c.speedup.low if c and c.speedup else None,
+            "speculative_speedup_high": c.speedup.high if c and c.speedup else None,
+            "speculative_predicted_speedup": c.predicted_speedup if c else None,
+            "speculative_acceptance": c.acceptance if c else None,
+            "speculative_acceptance_per_token": c.acceptance_per_token if c else None,
+            "speculative_tokens_per_round": c.tokens_per_round if c else None,
+            "speculative_identical": checks.identical if checks else None,
+            "speculative_checked": checks.n if checks else None,
+            "speculative_failed_checks": checks.failed if checks else None,
+            "speculative_draft_load_s": ph.draft_load_s,
+            "speculative_status": ph.draft_status, "speculative_reason": ph.draft_reason}
+
+
+FIGURES = ("speculative_draft", "speculative_best_k", "speculative_speedup", "speculative_speedup_low",
+           "speculative_speedup_high", "speculative_predicted_speedup", "speculative_acceptance",
+           "speculative_acceptance_per_token", "speculative_tokens_per_round", "speculative_identical",
+           "speculative_checked", "speculative_failed_checks", "speculative_draft_load_s", "speculative_status",
+           "speculative_reason")

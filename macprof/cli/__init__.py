@@ -11,6 +11,7 @@ import click
 
 from macprof import __version__
 from macprof.cli.dist import estimate_options, with_group
+from macprof.cli.speculative import draft_arguments, draft_options
 from macprof.cli.errors import Group, echo_err
 from macprof.errors import MacprofError, NothingMeasured
 from macprof.cli.options import csv_ints, number, run_options
@@ -188,10 +189,13 @@ def plot(paths, output) -> None:
 @click.option("--batch", "batches", callback=csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
 @click.option("--json", "as_json", is_flag=True)
 @estimate_options
+@draft_options
 def estimate(model, params, active_params, bits, bytes_per_param, file_size, bandwidth, chip, gpu_cores, tflops,
-             layers, kv_heads, head_dim, kv_bits, kv_type, context, batches, as_json, **group) -> None:
+             layers, kv_heads, head_dim, kv_bits, kv_type, context, batches, as_json, spec_draft, spec_acceptance,
+             spec_draft_tokens, **group) -> None:
     """The roofline with no model run (MODEL: a path or a reference, as `run` takes): ceiling
-    tok/s, KV cache size and the batching trade-off."""
+    tok/s, KV cache size and the batching trade-off; with --draft and --acceptance, the
+    speculative round and its speed-up for each k."""
     import json as _json
 
     from macprof.analyse import estimate as est
@@ -201,7 +205,8 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
     result = est.estimate(model=model_path(model) if model is not None else None, params=params, active_params=active_params, bits=bits,
                           bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
                           chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
-                          head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches, kv_type=kv_type)
+                          head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches, kv_type=kv_type,
+                          **draft_arguments(spec_draft, spec_acceptance, spec_draft_tokens))
     result = with_group(result, **group)  # --hosts N: the group's two layouts beside it
     click.echo(_json.dumps(result, indent=1) if as_json else render_estimate(result))
 

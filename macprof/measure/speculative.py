@@ -1,10 +1,14 @@
 """Speculative decoding's pure arithmetic: the n-gram (prompt lookup) draft, the accepted
-prefix of a verified draft, each round's draft budget, and the expected tokens per round at an
-acceptance rate (the loop itself is run/phases/speculative.py; the ceiling analyse/ceilings.py)."""
+prefix of a verified draft, each round's draft budget, the per-token acceptance a set of rounds
+gives, and the roofline's round: its time, the expected tokens per round at an acceptance and so
+the speed-up over plain decoding (the loop itself is run/phases/speculative.py; the run's
+prediction analyse/ceilings.py and `macprof estimate --draft` both call ``predicted_round``)."""
 
 from __future__ import annotations
 
 from typing import Sequence
+
+from macprof.measure.roofline import Roofline
 
 
 def ngram_draft(context: Sequence[int], n: int, k: int) -> list[int]:
@@ -45,3 +49,33 @@ def tokens_per_round(alpha: float, k: int) -> float:
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def acceptance_per_token(rounds: Sequence[tuple[int, int]]) -> float | None:
+    """The per-token acceptance of the model behind ``tokens_per_round`` (each drafted token
+    accepted with probability α, until the first rejection), estimated from (drafted, accepted)
+    rounds: accepted tokens over the draft tokens the target judged, Σa / Σ(a + [a < drafted])
+    (the drafts after a rejection were never judged; its maximum-likelihood value). Not
+    accepted / drafted, which counts those unjudged drafts as rejections and so falls with k at
+    one and the same α. None where no round drafted."""
+    judged = sum(a + (1 if a < d else 0) for d, a in rounds if d > 0)
+    return sum(a for d, a in rounds if d > 0) / judged if judged else None
+
+
+def predicted_round(target: Roofline, draft: Roofline | None, k: int, alpha: float | None, context: float) -> dict:
+    """The roofline's speculative round at ``context`` tokens: k one-token draft steps (none for
+    a lookup draft, ``draft`` None), then one verify of k + 1 tokens that reads the target's
+    weights and K/V once (its compute that of k + 1 tokens); against one plain target step. With
+    an acceptance α, the expected tokens per round and the speed-up = tokens per round x plain
+    step / round time. Seconds; one dict per k (docs/design.md "Speculative decoding")."""
+    draft_s = k * draft.step_s(context) if draft is not None else 0.0
+    verify_s = max(target.read_s(context), target.compute_s(k + 1) or 0.0)
+    round_s = draft_s + verify_s
+    plain_s = target.step_s(context)
+    out: dict = {"k": k, "draft_s": draft_s, "verify_s": verify_s, "round_s": round_s, "plain_step_s": plain_s,
+                 "plain_tok_s": 1.0 / plain_s}
+    if alpha is not None:
+        per_round = tokens_per_round(alpha, k)
+        out.update(acceptance=alpha, tokens_per_round=per_round, tok_s=per_round / round_s,
+                   speedup=per_round * plain_s / round_s)
+    return out

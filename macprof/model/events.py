@@ -16,7 +16,7 @@ from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScor
                                         RankTimeline)
 from macprof.model.records import ABSENT, record
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
-from macprof.model.speculative import DraftLoaded, SpeculativeCheck, SpeculativeRounds
+from macprof.model.speculative import DraftEnd, DraftLoaded, SpeculativeCheck, SpeculativeRounds
 from macprof.model.telemetry import TelemetryRaw
 
 
@@ -302,7 +302,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
     ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
     QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskRefused,
-    DraftLoaded, SpeculativeRounds, SpeculativeCheck)}
+    DraftLoaded, DraftEnd, SpeculativeRounds, SpeculativeCheck)}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

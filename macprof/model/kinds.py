@@ -41,7 +41,7 @@ from typing import Any
 
 from macprof.model.conversation import ConversationPhase, ConversationSummary, Turn
 from macprof.model.distributed import DistributedSettings, GroupResult
-from macprof.model.speculative import SpeculativeCase, SpeculativePhase
+from macprof.model.speculative import DraftMemory, SpeculativeCase, SpeculativePhase
 from macprof.model.log import (Bandwidth, Identity, KvCache, Machine, MeasuredBandwidth, ModelFile, ModelMemory,
                                ModelResult, ModelSettings, Phases, Redacted, RunLog, RunMemory, Source, SpecBandwidth,
                                SystemMemory)
@@ -121,7 +121,8 @@ FIELDS: dict[type, dict[str, str]] = {
     ConversationSummary: {"stops": _V},
     # the draft as the command line named it: a path, a hub id, an Ollama name, or "ngram"
     SpeculativePhase: {"draft": REF, "draft_engine": _V, "draft_status": _V, "draft_reason": _T},
-    SpeculativeCase: {"id": _V},
+    SpeculativeCase: {"id": _V, "prediction_reason": _O},
+    DraftMemory: {"engine": _T, "weights_held": _V},
     Turn: {"reuse_refused": _O, "stop_kind": _V, "stop_reason": _O},
     TaskSetInfo: {"source": PATH, "sha256": _V},
     TaskRefusal: {"task": _T, "reason": _T},

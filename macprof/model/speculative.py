@@ -5,7 +5,7 @@ events in model/events.py."""
 from __future__ import annotations
 
 from macprof.model.event_base import Event
-from macprof.model.phases import Checks, Failure, OutputCheck, Request
+from macprof.model.phases import Checks, Failure, OutputCheck, PhaseMemory, Request
 from macprof.model.records import ABSENT, Record, record
 
 
@@ -39,11 +39,28 @@ class DraftLoaded(Event):
     reason: str | None = None
     t_load_start: int | None = None
     t_load_end: int | None = None
+    rss_before_bytes: int | None = None  # the worker's RSS just before the draft's load (absent in older journals)
     rss_bytes: int | None = None
+    footprint_before_bytes: int | None = ABSENT  # macOS: phys_footprint before and after the load
+    footprint_bytes: int | None = ABSENT
     engine_memory: dict | None = None
     vocab_size: int | None = None
     versions: dict | None = None
     shape: dict | None = None  # the draft's, as the parent inspected it (collect/modelinfo.py)
+
+
+@record
+class DraftEnd(Event):
+    """The draft model at the phase's end, before it is closed: the K/V its cache holds (the
+    last request's context), its engine's memory figures, how it held its weights and, mapped,
+    the resident bytes of its files (what macOS's footprint leaves out, analyse/headline.py)."""
+
+    KIND = "draft_end"
+    phase: str
+    kv_cache_bytes: int | None = None
+    engine_memory: dict | None = None
+    weights_held: str | None = None
+    mapped_resident_bytes: int | None = None
 
 
 @record
@@ -98,15 +115,39 @@ class SpeculativeCase(Record):
     drafted: int = 0
     accepted: int = 0
     acceptance: float | None = None  # α = accepted / drafted
+    # the per-token acceptance of the prediction's model: accepted / drafts judged (measure/speculative.py)
+    acceptance_per_token: float | None = None
     tokens_per_round: float | None = None
     draft_s_per_round: float | None = None  # medians over the measured rounds
     verify_s_per_round: float | None = None
     rewind_s_per_round: float | None = None
+    round_s_per_round: float | None = None  # draft start to rewind end
     decode_tok_s: float | None = None  # median of the measured requests
     speedup: Interval | None = None  # decode tok/s against plain, with its bootstrap interval
     predicted_speedup: float | None = None  # the roofline's at the measured α (analyse/ceilings.py)
     predicted_round_s: float | None = None
+    predicted_tokens_per_round: float | None = None  # (1 - α^(k+1)) / (1 - α) at acceptance_per_token
+    prediction_reason: str | None = None  # why there is no prediction (a shape or the bandwidth unknown)
     checks: Checks | None = None
+
+
+@record
+class DraftMemory(Record):
+    """What the draft adds to the process: its load's RSS (and macOS footprint) growth, its
+    file and bytes read per token, the K/V it held at the phase's end (measured, and computed
+    from its shape at the phase's context), its engine's figures, how it held its weights."""
+
+    file_bytes: int | None = None
+    weight_bytes_per_token: float | None = None
+    rss_before_load_bytes: int | None = None
+    rss_after_load_bytes: int | None = None
+    load_rss_bytes: int | None = None  # after - before
+    load_footprint_bytes: int | None = ABSENT  # macOS only
+    kv_cache_bytes: int | None = None  # measured, as the target's are (llama.cpp: sequence state; MLX: K/V arrays)
+    kv_computed_bytes: float | None = None  # the draft's shape at prompt + gen tokens (measure/kvmodel.py)
+    engine: dict | None = None
+    weights_held: str | None = None
+    mapped_resident_bytes: int | None = None
 
 
 @record
@@ -121,3 +162,7 @@ class SpeculativePhase(Record):
     cases: tuple[SpeculativeCase, ...] = ()
     failures: tuple[Failure, ...] = ()
     native: tuple[SpeculativeCase, ...] | None = ABSENT  # the engine's own speculative path, measured the same way
+    # the phase's memory (its peak spans the draft's load and requests: both models' weights
+    # and K/V; the draft's mapped weights added where the target's footprint would miss them)
+    memory: PhaseMemory | None = None
+    draft_memory: DraftMemory | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from macprof.render.text import fmt_bytes, render_table
+from macprof.render.text import fmt_bytes, fmt_s, render_table
 from macprof.sanitise import clean
 
 
@@ -34,9 +34,23 @@ def render(e: dict) -> str:
     rows = [[str(r["batch"]), f"{r['itl_s'] * 1e3:.1f} ms", f"{r['aggregate_tok_s']:.1f}",
              f"x{r['aggregate_vs_batch1']:.2f}", r["bound"]] for r in e["batch"]]
     lines += ["", render_table(["batch", "per-user ITL", "aggregate tok/s", "vs batch 1", "bound"], rows)]
+    if e.get("speculative"):
+        lines += ["", render_speculative(e["speculative"])]
     if e.get("group"):
         lines += ["", render_group(e["group"])]
     return "\n".join(lines)
+
+
+def render_speculative(sp: dict) -> str:
+    """Per k the roofline's round beside one plain step, and the speed-up at the acceptance."""
+    head = (f"speculative, draft {clean(sp['draft'])}: {fmt_bytes(sp['draft_weight_bytes_per_token'])} read per "
+            f"draft token ({clean(sp['draft_weights_from'])}); per-token acceptance {sp['acceptance']:g}, tokens per "
+            f"round (1 - a^(k+1)) / (1 - a)")
+    rows = [[str(r["k"]), fmt_s(r["draft_s"]), fmt_s(r["verify_s"]), fmt_s(r["round_s"]), f"{r['tokens_per_round']:.2f}",
+             f"{r['tok_s']:.1f}", f"{r['plain_tok_s']:.1f}", f"x{r['speedup']:.2f}"] for r in sp["rounds"]]
+    return "\n".join([head, render_table(["k", "draft", "verify (k+1 tokens)", "round", "tokens/round", "tok/s",
+                                          "plain tok/s", "speed-up"], rows),
+                      "a verify of k + 1 tokens reads the target's weights once; the draft's k steps each read its own"])
 
 
 def kv_rows(layout: dict, read_at: dict) -> list[list[str]]:

@@ -1,7 +1,8 @@
 """`macprof plot`: decode tok/s against the ceiling and cold / warm / prefix TTFT per model; and,
 where the logs hold sweeps, TTFT across the grid, decode vs KV depth with the ceiling curve,
-aggregate tok/s and per-user ITL vs batch size beside the roofline's prediction, and a
-conversation's TTFT per turn, natural cache vs emptied, with the reuse rate on a second axis.
+and aggregate tok/s and per-user ITL vs batch size beside the roofline's prediction; where they
+hold the speculative phase, its speed-up against k beside the predicted one; where they hold a
+conversation, its TTFT per turn, natural cache vs emptied, with the reuse rate on a second axis.
 matplotlib is imported here only (Agg backend, no display needed)."""
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         panels.append(lambda ax: _depth(ax, models))
     if any(m.phases.batch for _, m in models):
         panels += [lambda ax: _batch(ax, models, "aggregate"), lambda ax: _batch(ax, models, "itl")]
+    if speculative_series(models):
+        panels.append(lambda ax: _speculative(ax, models))
     if any(m.phases.conversation and m.phases.conversation.turns for _, m in models):
         panels.append(lambda ax: _conversation(ax, models))
     if not panels:
@@ -339,6 +342,39 @@ def _conversation(ax, models) -> None:
     more = rate.get_legend_handles_labels()
     # below the axes: over them it hides the curves of either axis (loc="best" sees only one)
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+
+
+def speculative_series(models) -> list[dict]:
+    """Per model with speculative cases: its draft, and per k the measured speed-up with its
+    interval and the roofline's prediction at that k's measured acceptance (what the panel draws)."""
+    out = []
+    for label, m in models:
+        ph = m.phases.speculative
+        cases = [c for c in (ph.cases if ph else ()) if c.speedup and c.speedup.value is not None]
+        if cases:
+            out.append({"label": label, "draft": ph.draft, "k": [c.k for c in cases],
+                        "speedup": [c.speedup.value for c in cases], "low": [c.speedup.low for c in cases],
+                        "high": [c.speedup.high for c in cases], "predicted": [c.predicted_speedup for c in cases]})
+    return out
+
+
+def _speculative(ax, models) -> None:
+    """Measured speed-up against k with its interval, the predicted curve dashed, break-even at 1."""
+    for s in speculative_series(models):
+        lows = [v - lo if lo is not None else 0.0 for v, lo in zip(s["speedup"], s["low"])]
+        highs = [hi - v if hi is not None else 0.0 for v, hi in zip(s["speedup"], s["high"])]
+        line = ax.errorbar(s["k"], s["speedup"], yerr=[lows, highs], marker="o", capsize=3,
+                           label=chart_text(f"{s['label']} + {s['draft']} measured (95% CI)"))
+        at = [(k, p) for k, p in zip(s["k"], s["predicted"]) if p is not None]
+        if at:
+            ax.plot(*zip(*at), "--", marker="x", color=line.lines[0].get_color(),
+                    label=chart_text(f"{s['label']} roofline at the measured acceptance"))
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="plain decoding")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("draft tokens per round k")
+    ax.set_ylabel("decode speed-up over plain greedy decoding")
+    ax.set_title("Speculative decoding: speed-up vs k (dashed: predicted)")
+    ax.legend(fontsize=7)
 
 
 def _caption(logs: list[tuple[str, RunLog]]) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 from macprof.engines.base import EngineSettings, lacks
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
 from macprof.model import events as ev
-from macprof.model.speculative import DraftLoaded, Round, SpeculativeCheck, SpeculativeRounds
+from macprof.model.speculative import DraftEnd, DraftLoaded, Round, SpeculativeCheck, SpeculativeRounds
 from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, _stamped, announced, compare_outputs,
                                        request_key, timed_request, warm_prompts)
 from macprof.run.prompts import Prompt
@@ -135,6 +135,9 @@ def load_draft(ctx: PhaseContext) -> tuple[Any, Any]:
     name, engine_name, path = spec.get("ref") or "?", spec.get("engine") or "", spec.get("path") or ""
     head: dict[str, Any] = {"phase": PHASE, "draft": name, "engine": engine_name, "path": path,
                             "shape": spec.get("shape")}
+    from macprof.run.worker import _mac, _rss
+
+    rss0, mac0 = _rss(), _mac(False)  # the draft's load is what the process grows by from here
     t0 = time.perf_counter_ns()
     try:
         engine = engines.create(engine_name)
@@ -146,12 +149,13 @@ def load_draft(ctx: PhaseContext) -> tuple[Any, Any]:
                                                              f"{exc}", t_load_start=t0, t_load_end=time.perf_counter_ns()))
         return None, None
     t1 = time.perf_counter_ns()
-    from macprof.run.worker import _rss
-
+    rss1, mac1 = _rss(), _mac(False)
     why = tokenizer_mismatch(ctx.engine, engine, spec.get("target") or "the target", name)
+    footprints = {"footprint_before_bytes": mac0["footprint_bytes"], "footprint_bytes": mac1["footprint_bytes"]} \
+        if mac0 and mac1 else {}  # macOS only
     ctx.emit(DraftLoaded(**head, status="refused" if why else "ok", reason=why, t_load_start=t0, t_load_end=t1,
-                         rss_bytes=_rss(), engine_memory=engine.memory() or None, vocab_size=engine.vocab_size,
-                         versions=engine.versions()))
+                         rss_before_bytes=rss0, rss_bytes=rss1, **footprints, engine_memory=engine.memory() or None,
+                         vocab_size=engine.vocab_size, versions=engine.versions()))
     if why:
         engine.close()
         return None, None
@@ -189,6 +193,12 @@ def run_speculative(ctx: PhaseContext) -> None:
         ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory={**target.memory(), **{
             f"draft_{k}": v for k, v in (draft_engine.memory() if draft_engine else {}).items()}}))
         if draft_engine is not None:
+            from macprof.run.worker import _weights
+
+            # what the draft holds at the end, for the phase's memory (analyse/speculative.py)
+            ctx.emit(DraftEnd(phase=PHASE, kv_cache_bytes=draft_engine.kv_cache_bytes(),
+                              engine_memory=draft_engine.memory() or None,
+                              **_weights(draft_engine, (ctx.draft or {}).get("path") or "")))
             draft_engine.close()
 
 

@@ -1,0 +1,41 @@
+"""The command line's options for `macprof estimate --draft MODEL|ngram --acceptance A`
+(kept here: cli/__init__.py holds the commands). `run --draft ...` measures speculative decoding:
+that is the ``draft`` setting, declared with its flags in macprof/config/settings.py."""
+
+from __future__ import annotations
+
+import click
+
+from macprof.cli.options import csv_ints
+
+
+def draft_options(f):
+    """--draft / --acceptance / --draft-tokens for `macprof estimate`."""
+    for option in reversed([
+        click.option("--draft", "spec_draft", help="Speculative decoding: the draft model (a path or a reference, as "
+                     "MODEL) or ngram (prompt lookup, no weights read)."),
+        click.option("--acceptance", "spec_acceptance", type=float,
+                     help="With --draft: the per-token acceptance, 0 to 1 (the chance each drafted token is accepted)."),
+        click.option("--draft-tokens", "spec_draft_tokens", callback=csv_ints,
+                     help="With --draft: tokens drafted per round, e.g. 1,2,4,8 [as `run --draft-tokens`]."),
+    ]):
+        f = option(f)
+    return f
+
+
+def draft_arguments(spec_draft=None, spec_acceptance=None, spec_draft_tokens=None) -> dict:
+    """The options as analyse.estimate.estimate's arguments, the draft's reference resolved as
+    MODEL's is (one line where it resolves to nothing)."""
+    from macprof.analyse.estimate import NGRAM
+    from macprof.cli.models import model_path
+    from macprof.errors import MacprofError
+
+    draft = spec_draft
+    if draft is not None and draft.strip() != NGRAM:
+        try:
+            draft = model_path(draft)
+        except MacprofError as exc:
+            raise MacprofError(f"estimate --draft: {exc}") from None
+    elif draft is not None:
+        draft = NGRAM
+    return {"draft": draft, "acceptance": spec_acceptance, "draft_tokens": spec_draft_tokens}

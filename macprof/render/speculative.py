@@ -1,0 +1,176 @@
+"""The speculative phase in text: compare's columns, the end-of-run table (a row per target,
+draft and k), and `macprof show`'s round breakdown. Pure functions of the run log's figures."""
+
+from __future__ import annotations
+
+from macprof.analyse.speculative import FIGURES
+from macprof.model.log import ModelResult, RunLog
+from macprof.model.speculative import SpeculativeCase, SpeculativePhase
+from macprof.render.exporters import Column, Table, cell, to_text
+from macprof.render.report import PhaseReport
+from macprof.render.text import fmt_bytes, fmt_rate, fmt_s, fmt_x
+from macprof.sanitise import clean
+
+NOTE = ("speculative: speed-up = decode tok/s drafting k tokens a round over plain greedy decoding of the same target "
+        "on the same prompts (ratio of medians, bootstrap interval), at the k where it is highest; α = accepted / "
+        "drafted; predicted = the roofline's round at the per-token acceptance (docs/design.md)")
+TABLE_NOTE = ("speed-up: speculative decode tok/s over the phase's plain greedy requests on the same prompts, ratio of "
+              "medians [bootstrap 95 % interval]; predicted: the roofline's round time and tokens per round at α/token "
+              "(accepted / drafts the target judged, up to the first rejection; α = accepted / drafted); outputs: "
+              "token by token against the plain ones, a divergence passed only at a near-tie (its logit margin)")
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _best(r: dict) -> str:
+    if r.get("speculative_speedup") is None:
+        status = r.get("speculative_status")
+        return "-" if status in (None, "ok") else status
+    low, high = r.get("speculative_speedup_low"), r.get("speculative_speedup_high")
+    interval = f" [{fmt_x(low)}..{fmt_x(high)}]" if low is not None and high is not None else ""
+    return (f"{fmt_x(r['speculative_speedup'])}{interval} at k={r['speculative_best_k']} "
+            f"(predicted {fmt_x(r.get('speculative_predicted_speedup'))})")
+
+
+def _alpha(r: dict) -> str:
+    if r.get("speculative_acceptance") is None:
+        return "-"
+    return f"{fmt_ratio(r['speculative_acceptance'])}, {r['speculative_tokens_per_round']:.2f} tok/round"
+
+
+COLUMNS = (Column("speculative best", _best), Column("α (best k)", _alpha),
+           Column("spec. outputs", lambda r: "-" if r.get("speculative_checked") is None
+                  else f"{r['speculative_identical']}/{r['speculative_checked']} identical"))
+
+
+def outputs_text(c: SpeculativeCase) -> str:
+    """n/N identical, with each divergence's kind: a near-tie with its logit margin, or DIFFERS."""
+    checks = c.checks
+    if checks is None or not checks.n:
+        return "-"
+    text = f"{checks.identical}/{checks.n} identical"
+    ties = [r.check for r in c.requests if r.check and r.check.first_divergence is not None and r.check.passed]
+    if ties:
+        text += ", " + ", ".join(f"near-tie at token {t.first_divergence} (margin {t.margin:.3g})"
+                                 if t.margin is not None else f"near-tie at token {t.first_divergence}" for t in ties)
+    if checks.failed:
+        text += f", {checks.failed} DIFFER beyond a near-tie"
+    return text
+
+
+def _rows(m: ModelResult) -> list[dict]:
+    ph = m.phases.speculative
+    assert ph is not None
+    return [{"model": m.identity.name, "draft": ph.draft or "?", "k": c.k, "alpha": c.acceptance,
+             "alpha_token": c.acceptance_per_token, "per_round": c.tokens_per_round,
+             "per_round_predicted": c.predicted_tokens_per_round, "decode": c.decode_tok_s,
+             "plain": ph.plain_decode_tok_s, "speedup": c.speedup.value if c.speedup else None,
+             "low": c.speedup.low if c.speedup else None, "high": c.speedup.high if c.speedup else None,
+             "predicted": c.predicted_speedup, "reason": c.prediction_reason, "outputs": outputs_text(c)}
+            for c in ph.cases]
+
+
+def _speedup(r: dict) -> str:
+    if r["speedup"] is None:
+        return "-"
+    return fmt_x(r["speedup"]) + (f" [{fmt_x(r['low'])}..{fmt_x(r['high'])}]" if r["low"] is not None else "")
+
+
+def _tokens(r: dict) -> str:
+    if r["per_round"] is None:
+        return "-"
+    return f"{r['per_round']:.2f}" + (f" ({r['per_round_predicted']:.2f})" if r["per_round_predicted"] is not None else "")
+
+
+TABLE_COLUMNS = (
+    Column("target", cell("model")), Column("draft", cell("draft")), Column("k", cell("k")),
+    Column("α", cell("alpha", fmt_ratio)), Column("α/token", cell("alpha_token", fmt_ratio)),
+    Column("tokens/round (pred.)", _tokens),
+    Column("decode tok/s vs plain", lambda r: f"{fmt_rate(r['decode'])} vs {fmt_rate(r['plain'])}"),
+    Column("speed-up [95% CI]", _speedup),
+    Column("predicted", lambda r: fmt_x(r["predicted"]) if r["predicted"] is not None else "- (unknown)"),
+    Column("outputs", cell("outputs")))
+
+
+def draft_lines(m: ModelResult) -> list[str]:
+    """The draft's load and what it adds to memory, and the cold start it adds to."""
+    ph = m.phases.speculative
+    if ph is None:
+        return []
+    name = f"{m.identity.name} + {ph.draft or '?'}"
+    if ph.draft_status not in (None, "ok"):
+        return [f"{name}: draft {ph.draft_status}: {ph.draft_reason}"]
+    if ph.draft == "ngram":
+        return [f"{name}: prompt lookup, no draft model to load"]
+    dm = ph.draft_memory
+    memory = f"{name}: draft ({ph.draft_engine or '?'}) loaded in {fmt_s(ph.draft_load_s)}"
+    if dm:
+        foot = dm.has("load_footprint_bytes") and dm.load_footprint_bytes
+        memory += (f", +{fmt_bytes(dm.load_footprint_bytes if foot else dm.load_rss_bytes)} {'footprint' if foot else 'RSS'} "
+                   f"({fmt_bytes(dm.file_bytes)} file, weights {dm.weights_held or '?'}), K/V {fmt_bytes(dm.kv_cache_bytes)} "
+                   f"measured at the end ({fmt_bytes(dm.kv_computed_bytes)} computed)")
+    if ph.memory and ph.memory.peak_rss_bytes:
+        memory += f"; phase peak RSS {fmt_bytes(ph.memory.peak_rss_bytes)}, both models"
+    lines = [memory]
+    cold = m.phases.cold.summary.ready_s.median if m.phases.cold else None
+    if cold is not None and ph.draft_load_s is not None:
+        lines.append(f"{name}: cold start with the draft: ready {fmt_s(cold)} + draft load {fmt_s(ph.draft_load_s)} = "
+                     f"{fmt_s(cold + ph.draft_load_s)} (the draft's load as timed in the phase's worker, its file's "
+                     f"residency as it was)")
+    return lines
+
+
+def speculative_table(log: RunLog) -> str | None:
+    models = [m for m in log.models if m.phases.speculative is not None]
+    if not models:
+        return None
+    rows = tuple(r for m in models for r in _rows(m))
+    parts = ["Speculative decoding (draft k tokens, verify in one pass):"]
+    if rows:
+        parts.append(to_text(Table("speculative", TABLE_COLUMNS, rows, (), (), {})))
+    lines = [line for m in models for line in draft_lines(m)]
+    reasons = sorted({f"{r['model']} k={r['k']}: no prediction: {r['reason']}" for r in rows if r["reason"]})
+    parts += [f"  {clean(line)}" for line in lines + reasons]
+    if rows:
+        parts.append(f"  {TABLE_NOTE}")
+    return "\n".join(parts)
+
+
+def speculative_lines(ph: SpeculativePhase) -> list[str]:
+    """`macprof show`: the draft, then per k the round breakdown, then each divergence."""
+    plain_n = len([r for r in ph.plain if r.kind == "measured" and r.status == "ok"])
+    lines = [f"   speculative: draft {ph.draft} ({ph.draft_engine or 'no model'}, {ph.draft_status or '?'})"
+             + (f": {ph.draft_reason}" if ph.draft_reason else "")
+             + (f", loaded in {fmt_s(ph.draft_load_s)}" if ph.draft_load_s is not None else "")
+             + f"; plain decode {fmt_rate(ph.plain_decode_tok_s)} tok/s over {plain_n} requests"]
+    dm = ph.draft_memory
+    if dm:
+        lines.append(f"   speculative memory: phase peak RSS {fmt_bytes(ph.memory.peak_rss_bytes if ph.memory else None)}; "
+                     f"draft file {fmt_bytes(dm.file_bytes)}, its load +{fmt_bytes(dm.load_rss_bytes)} RSS"
+                     + (f" (+{fmt_bytes(dm.load_footprint_bytes)} footprint)" if dm.has("load_footprint_bytes") else "")
+                     + f", K/V {fmt_bytes(dm.kv_cache_bytes)} measured ({fmt_bytes(dm.kv_computed_bytes)} computed)"
+                     + f", weights {dm.weights_held or '?'}")
+    for c in ph.cases:
+        lines.append(f"   speculative k={c.k}: {c.rounds} rounds, drafted {c.drafted}, accepted {c.accepted} "
+                     f"(α {fmt_ratio(c.acceptance)}, per token {fmt_ratio(c.acceptance_per_token)}); "
+                     f"{_per_round(c.tokens_per_round)} tokens/round (predicted {_per_round(c.predicted_tokens_per_round)})")
+        lines.append(f"     per round: draft {fmt_s(c.draft_s_per_round)} + verify {fmt_s(c.verify_s_per_round)} + rewind "
+                     f"{fmt_s(c.rewind_s_per_round)}; round {fmt_s(c.round_s_per_round)} (predicted "
+                     f"{fmt_s(c.predicted_round_s)}); medians")
+        interval = f" [{fmt_x(c.speedup.low)}..{fmt_x(c.speedup.high)}]" if c.speedup and c.speedup.low is not None else ""
+        lines.append(f"     decode {fmt_rate(c.decode_tok_s)} tok/s, speed-up {fmt_x(c.speedup.value if c.speedup else None)}"
+                     f"{interval} (predicted {fmt_x(c.predicted_speedup)}"
+                     + (f": {c.prediction_reason}" if c.prediction_reason else "") + f"); outputs {outputs_text(c)}")
+    for f in ph.failures:
+        lines.append(f"   speculative FAILURE: {f.status}: {f.reason}")
+    return lines
+
+
+def _per_round(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+REPORT = PhaseReport(present="has_speculative", columns=COLUMNS, fields=FIGURES, note=NOTE, section=speculative_table,
+                     detail=speculative_lines)
