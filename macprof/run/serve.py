@@ -163,9 +163,9 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
         time.sleep(0.1)
     server.startup_s = time.monotonic() - t0
     held, how = HOLDS[kind]
-    if kind == "mlx":
-        held, how = slots, how.replace("--prompt-cache-size 1: one prompt", f"--prompt-cache-size {slots}: {slots} "
-                                                                            f"prompt(s)")
+    if kind == "mlx" and slots != 1:
+        held, how = slots, how.replace("--prompt-cache-size 1: one prompt and its reply",
+                                       f"--prompt-cache-size {slots}: {slots} prompts and their replies")
     server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
                    "pid": proc.pid, "startup_s": round(server.startup_s, 3), "prompt_slots": held,
                    "prompt_slots_how": how, "log_path": log.name, **_cold_request(server, t0)}
