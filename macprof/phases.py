@@ -34,6 +34,11 @@ class Phase:
     # them) and its render.report.PhaseReport (compare columns, summary section, show's lines)
     figures: str | None = None
     report: str | None = None
+    # "module:function", or None where a phase ends at a request the parent cut (a timeout, a
+    # crash), as sweeps end a case: the parent's record of that request ((settings, the failure,
+    # its request_start, the cut's perf_counter_ns stamp) -> an event to journal, or None), after
+    # which a new worker goes on with the phase, skipping what the journal settled (run/resume.py)
+    cut: str | None = None
 
 
 # the tasks phase's context: a task whose prompt and max_tokens do not fit is refused alone, in one line
@@ -90,7 +95,8 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           report="macprof.render.conversation:REPORT"),
     # right answers: one task_attempt per attempt, none of them a request event (an app's generation: EOS ends it)
     Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
-          context=lambda s, cases: TASKS_CONTEXT, report="macprof.render.tasks:REPORT"),
+          context=lambda s, cases: TASKS_CONTEXT, report="macprof.render.tasks:REPORT",
+          cut="macprof.run.phases.tasks:cut_attempt"),
 )}
 NAMES = tuple(REGISTRY)
 SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)

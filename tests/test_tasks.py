@@ -129,13 +129,6 @@ def test_summary_figures_from_hand_made_attempts():
     assert s.energy_per_correct_j is None and s.energy_reason
 
 
-def test_sampling_an_engine_cannot_do_is_refused_with_its_reason(fake_dir, tmp_path):
-    proc, log = _run(tmp_path, fake_dir, "--temperature", "0.7", "--attempts", "2")
-    assert proc.returncode == 3
-    failure = runlog.load(log).models[0].phases.tasks.failures[0]
-    assert "cannot sample" in failure.reason and "greedy" in failure.reason
-
-
 def test_a_task_file_that_cannot_run_is_one_line(fake_dir, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("# nothing\n{bad\n")
@@ -321,21 +314,31 @@ SERVER_TASKS = [
 ]
 
 
-@pytest.mark.parametrize("refuse", [False, True])
-def test_the_phase_through_a_server(loopback, tmp_path, refuse):
+@pytest.mark.parametrize("refuse, sampled", [(False, False), (True, False), (False, True)])
+def test_the_phase_through_a_server(loopback, tmp_path, refuse, sampled):
+    from macprof.run.phases.tasks import attempt_seed
+
     handler = _chat_server(refuse)
     url = loopback(handler)
     tasks = tmp_path / "t.jsonl"
     tasks.write_text("\n".join(json.dumps(t) for t in SERVER_TASKS) + "\n")
     log = tmp_path / "s.json"
     proc = macprof("run", "--endpoint", url + "/v1", "--phases", "tasks", "--tasks", str(tasks), "--attempts", "2",
-                   "--log", str(log), check=False)
+                   "--log", str(log), *(("--temperature", "0.7", "--seed", "5") if sampled else ()), check=False)
     assert proc.returncode == 0, proc.stderr
     ph = runlog.load(log).models[0].phases.tasks
     assert ph.prompt_format.startswith("the server's own chat template") and not ph.failures
     add, weather = ph.results
     assert [a.correct for a in add.attempts] == [False, True] and add.solved_at == 2  # the retry, with the message
-    assert "Try again" in handler.seen[1]["messages"][-1]["content"] and handler.seen[1]["temperature"] == 0
+    assert "Try again" in handler.seen[1]["messages"][-1]["content"]
+    assert handler.seen[0]["temperature"] == 0 and "seed" not in handler.seen[0]  # the first attempt: greedy
+    if sampled:  # the retry sent the OpenAI temperature and seed, and the attempt records them
+        assert (handler.seen[1]["temperature"], handler.seen[1]["seed"]) == (0.7, attempt_seed(5, "add", 2))
+        assert (add.attempts[1].temperature, add.attempts[1].seed) == (0.7, attempt_seed(5, "add", 2))
+        assert "ignores it gives replies no rerun reproduces" in ph.generation
+    else:
+        assert handler.seen[1]["temperature"] == 0 and "seed" not in handler.seen[1]
+        assert not add.attempts[1].has("temperature") and "greedy (temperature 0)" in ph.generation
     assert all(a.completion_tokens == 3 and a.t_end >= a.t0 for r in ph.results for a in r.attempts)
     assert ph.summary.tokens_generated == 3 * ph.summary.attempts_run
     if refuse:  # asked again without the field, the tools in a system turn; said in the attempt's message

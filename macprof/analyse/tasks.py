@@ -25,6 +25,7 @@ from macprof.model.tasks import (Proportion, TaskAttempt, TaskAttemptDone, TaskR
                                  TasksPhase, TasksStart, TasksSummary, ToolValiditySummary)
 
 PHASE = "tasks"
+CUT = ("timeout", "crashed")  # an attempt's status where the parent cut it: its wall time is known, its tokens are not
 
 
 def proportion(k: int, n: int) -> Proportion:
@@ -38,28 +39,32 @@ def attempt_window(a: TaskAttempt) -> tuple[int, int] | None:
 
 
 def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: PhaseMemory) -> TasksPhase:
-    """From the last ``tasks_start`` on (a resumed run runs the tasks again from the start)."""
+    """Every worker's part of the phase: one after a timeout, or a resumed run's, goes on after
+    the tasks the journal settled (run/phases/tasks.py settled_tasks); a task begun again at its
+    first attempt (cut short by an interruption, not settled) keeps its last run only."""
     starts = [i for i, e in enumerate(events) if isinstance(e, TasksStart)]
     if not starts:
         return TasksPhase(failures=tuple(failures), memory=memory)
     head = events[starts[-1]]
     assert isinstance(head, TasksStart)
-    tail = events[starts[-1]:]
+    tail = events[starts[0]:]
     results: dict[str, TaskResult] = {}
     for e in tail:
         if isinstance(e, TaskAttemptDone):
             fields: dict = {k: getattr(e, k) for k in (
                 "task", "attempt", "status", "error", "t0", "t_tokenized", "token_times", "prompt_tokens", "tokens",
                 "stop", "text", "correct", "message")}
-            for key in ("tool", "t_end", "completion_tokens"):
+            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed"):
                 if e.has(key):
                     fields[key] = getattr(e, key)
             a = TaskAttempt(**fields)
-            r = results.get(e.task) or TaskResult(task=e.task, category=e.category, checker=e.checker)
+            r = results.get(e.task) if e.attempt > 1 else None
+            r = r or TaskResult(task=e.task, category=e.category, checker=e.checker)
             results[e.task] = r.replace(attempts=(*r.attempts, a),
                                         solved_at=r.solved_at if r.solved_at is not None else (e.attempt if e.correct else None))
-    refusals = head.refusals + tuple(TaskRefusal(line=e.line, task=e.task, reason=e.reason)
-                                     for e in tail if isinstance(e, TaskRefused))
+    refusals = tuple(dict.fromkeys(  # each worker's tasks_start repeats the file's refused lines
+        (*(r for e in tail if isinstance(e, TasksStart) for r in e.refusals),
+         *(TaskRefusal(line=e.line, task=e.task, reason=e.reason) for e in tail if isinstance(e, TaskRefused)))))
     telemetry = [e for e in events if isinstance(e, ev.Telemetry) and e.phase == PHASE]
     rows = tuple(results.values())
     return TasksPhase(
@@ -78,6 +83,9 @@ def summarize(results: Sequence[TaskResult], telemetry: Sequence[ev.Telemetry] =
     windows = [w for w in (attempt_window(a) for a in attempts) if w is not None]
     wall = sum(b - a for a, b in windows) / 1e9 if windows else None
     tokens = sum(a.completion_tokens or 0 if a.has("completion_tokens") else len(a.tokens) for a in attempts)
+    cut = sum(1 for a in attempts if a.status in CUT)
+    tokens_reason = (f"{cut} attempt(s) cut by the parent ({', '.join(sorted({a.status for a in attempts if a.status in CUT}))}): "
+                     f"the tokens they generated are not known" if cut else None)
     joules, why = _energy(windows, telemetry)
     return TasksSummary(
         tasks=n, first=proportion(first, n), within=proportion(len(solved), n),
@@ -87,9 +95,9 @@ def summarize(results: Sequence[TaskResult], telemetry: Sequence[ev.Telemetry] =
             arguments_valid=proportion(sum(bool(a.tool and a.tool.arguments_valid) for a in tool), len(tool)))
         if tool else None,
         mean_attempts_to_correct=sum(r.solved_at or 0 for r in solved) / len(solved) if solved else None,
-        attempts_run=len(attempts), wall_s=wall, tokens_generated=tokens,
+        attempts_run=len(attempts), wall_s=wall, tokens_generated=tokens, attempts_cut=cut,
         time_per_correct_s=wall / len(solved) if solved and wall is not None else None,
-        tokens_per_correct=tokens / len(solved) if solved else None,
+        tokens_per_correct=tokens / len(solved) if solved and not cut else None, tokens_reason=tokens_reason,
         energy_per_correct_j=joules / len(solved) if solved and joules is not None else None,
         energy_reason=None if joules is not None and solved else ("no task solved" if joules is not None else why))
 

@@ -332,9 +332,11 @@ class Settings:
                             "message as the next user turn [{attempts}].", unit="attempts", phases=_TASKS,
                             flags=(Flag("--attempts", "int"),))
     temperature: float = setting(0.0, _number("a number >= 0", exclusive=False),
-                                 "tasks: sampling temperature of the retries (0: greedy, every attempt) [{temperature}].",
+                                 "tasks: sampling temperature of the retries, the first attempt staying greedy (0: "
+                                 "greedy, every attempt) [{temperature}].",
                                  unit="logit scale", phases=_TASKS, flags=(Flag("--temperature", "float"),))
-    seed: int = setting(0, _int_at_least(0, "an integer >= 0"), "tasks: the sampled retries' seed [{seed}].",
+    seed: int = setting(0, _int_at_least(0, "an integer >= 0"), "tasks: the sampled retries' seed: each retry's own "
+                        "is derived from it, the task and the attempt, and logged [{seed}].",
                         unit="seed", phases=_TASKS, flags=(Flag("--seed", "int"),))
 
 

@@ -1,9 +1,9 @@
 """The one narrow protocol every engine adapter follows.
 
 Engines never time themselves: ``generate`` yields token ids as soon as each is available
-(materialised), and the caller takes the timestamps. Generation is greedy and ignores EOS:
-an EOS id is just another token and generation goes on, so every request yields exactly
-``n`` tokens.
+(materialised), and the caller takes the timestamps. Generation is greedy (``generate_sampled``
+draws at a temperature instead: the tasks phase's sampled retries) and ignores EOS: an EOS id
+is just another token and generation goes on, so every request yields exactly ``n`` tokens.
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ CAPABILITIES = {
     "cache_cut": "the KV cache cut back to a prefix (prefix reuse, depth cases); cut_refusal says when one cut "
                  "cannot be made",
     "top2": "the two best next tokens after a sequence (the output checks' near-tie diagnosis)",
-    "sample": "sampled decoding at a temperature from a seed (the tasks phase's --temperature retries); "
-              "generation is greedy everywhere else",
+    "sample": "sampled decoding at a temperature from a seed (the tasks phase's --temperature retries: "
+              "generate_sampled, or a server's chat with the OpenAI temperature and seed); generation is greedy "
+              "everywhere else",
     "verify": "tokens appended to the cache and the greedy choice after every one, in one forward pass (the "
               "speculative phase's verification; truncate rewinds it)",
 }
@@ -65,8 +66,6 @@ CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI too
                         "model's template (the tasks phase through a server)")
 # what an in-process engine says of "chat": the tasks phase renders the model's template itself
 RENDERS_ITSELF = "in-process: the tasks phase renders the model's own chat template and generates token by token"
-# what an engine whose generate is an argmax says of "sample": refused, never imitated
-GREEDY_ONLY = "this engine's decoding loop is greedy (an argmax over the logits): sampled retries are not built"
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,12 @@ class Engine(Protocol):
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
         """Greedy-decode ``n`` tokens after ``ids``, reusing the longest prefix of ``ids``
         already in the cache; ``reused_tokens`` says how many, once the first token is out."""
+
+    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
+        """Capability "sample": as ``generate`` (the cached prefix reused, ``n`` tokens, EOS
+        not special), each token drawn from softmax(logits / ``temperature``) by the engine's
+        own sampler, whose generator is seeded with ``seed`` when the call starts: the same
+        ids, temperature and seed give the same tokens on the same engine build."""
 
     @property
     def reused_tokens(self) -> int: ...

@@ -7,7 +7,9 @@ size and KV shape from that header (and refuses a GGUF without them). Its "logit
 function of the token ids: a 64-bit state folded over the context one token at a time, the
 next token read off the state (EOS one time in 16, which generation must go past). So a cached
 prefix and a recomputed one give the same tokens exactly, batched decoding equals one
-sequence at a time, and no output is ever a near-tie. It never sleeps: its speed is whatever
+sequence at a time, and no output is ever a near-tie. Sampled decoding draws from the same
+logits ``score`` gives, by a generator seeded with the call's seed: reproducible, as a real
+engine's is on the same build. It never sleeps: its speed is whatever
 Python manages, and no test may assert one.
 
 Its cache can be told (``write_model(cache=...)``, a header key) to refuse cuts the way real
@@ -28,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from macprof.engines.base import GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse, TopTwo
+from macprof.engines.base import IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse, TopTwo
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -58,7 +60,7 @@ class FakeEngine(PrefixReuse):
     name = "fake"
     separate_tokenizer = False  # the vocabulary comes with the model file
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "top2": None, "sample": None,
                                            "chat": RENDERS_ITSELF, "verify": None}
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
@@ -182,6 +184,35 @@ class FakeEngine(PrefixReuse):
             if i + 1 < n:
                 _feed(self._states, [token], self.n_ctx)
 
+    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
+        """Each token drawn from softmax(logits / temperature) of the logits ``score`` gives
+        (noise seeded by the state, the greedy token 8 above), by a numpy generator seeded with
+        ``seed``: a pure function of (ids, temperature, seed), as a real engine's is of its build."""
+        import numpy as np
+
+        keep = self._reused = self._keep_for(self._history, ids)
+        del self._states[keep:]
+        self._history = history = list(ids)
+        if n <= 0:
+            return
+        rng = np.random.default_rng(seed)
+        _feed(self._states, ids[keep:], self.n_ctx)
+        for i in range(n):
+            z = self._logits(self._states[-1]).astype(np.float64) / temperature
+            p = np.exp(z - z.max())
+            token = int(rng.choice(self.vocab, p=p / p.sum()))
+            history.append(token)
+            yield token
+            if i + 1 < n:
+                _feed(self._states, [token], self.n_ctx)
+
+    def _logits(self, state: int):
+        import numpy as np
+
+        out = np.random.default_rng(state).standard_normal(self.vocab, dtype=np.float32)
+        out[self._next(state)] += 8.0
+        return out
+
     def verify(self, ids: Sequence[int]) -> list[int]:
         held = len(self._states)
         self._history = self._history[:held] + list(ids)
@@ -228,8 +259,7 @@ class FakeEngine(PrefixReuse):
         _feed(states, ids, max(self.n_ctx, len(ids)))
         out = np.empty((len(ids), self.vocab), dtype=np.float32)
         for i, state in enumerate(states):
-            out[i] = np.random.default_rng(state).standard_normal(self.vocab, dtype=np.float32)
-            out[i, self._next(state)] += 8.0
+            out[i] = self._logits(state)
         return out
 
     # -- memory and facts ----------------------------------------------------------------

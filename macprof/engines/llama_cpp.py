@@ -4,7 +4,8 @@ The per-token loop is one ``llama_decode`` of the last token, then greedy select
 over a zero-copy numpy view of llama.cpp's own logits buffer (SIMD, in C; nothing is copied
 into Python). llama.cpp's greedy sampler chain does the same job but first fills a candidate
 array for the whole vocabulary: measured here at 53 µs per token against 6.5 µs for the view's
-argmax, with a 32 000-token vocabulary (1.5 % of a 3.4 ms decode step). The prompt cache is the context's KV memory: a new prompt
+argmax, with a 32 000-token vocabulary (1.5 % of a 3.4 ms decode step). Sampled decoding (the
+tasks phase's retries, no speed figure) is that chain's way: temperature, then a seeded draw. The prompt cache is the context's KV memory: a new prompt
 keeps the longest common prefix with what the memory holds (``llama_memory_seq_rm`` drops
 the rest), as ``Llama.generate`` does. Not every memory can be cut back: a recurrent (or
 hybrid) model's state cannot be rewound (``llama_memory_seq_rm`` refuses a partial removal),
@@ -30,7 +31,7 @@ import numpy as np
 from llama_cpp import _logger as _lc_logger
 
 from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
-from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
+from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
                                   TopTwo, top_two)
 from macprof.errors import MacprofError
 
@@ -44,7 +45,7 @@ class LlamaCppEngine(PrefixReuse):
     name = "llama.cpp"
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "top2": None, "sample": None,
                                            "chat": RENDERS_ITSELF, "verify": None}
 
     def __init__(self) -> None:
@@ -208,6 +209,27 @@ class LlamaCppEngine(PrefixReuse):
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
+        ctx, logits_t = self.ctx, self._logits_t
+        get_logits, cast, frombuffer, f32 = lc.llama_get_logits_ith, ctypes.cast, np.frombuffer, np.float32
+        return self._loop(ids, n, lambda: int(frombuffer(cast(get_logits(ctx, -1), logits_t).contents, dtype=f32).argmax()))
+
+    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
+        """llama.cpp's own sampler chain, as its examples build one: ``llama_sampler_init_temp``
+        then ``llama_sampler_init_dist(seed)`` (a softmax and one draw of its mt19937 per
+        token); ``llama_sampler_sample`` reads the last logits row and draws. No top-k, top-p or
+        min-p: the distribution is the model's at that temperature."""
+        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(float(temperature)))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(int(seed)))  # the chain owns and frees both
+        ctx = self.ctx
+        try:
+            yield from self._loop(ids, n, lambda: int(lc.llama_sampler_sample(chain, ctx, -1)))
+        finally:
+            lc.llama_sampler_free(chain)
+
+    def _loop(self, ids: Sequence[int], n: int, pick) -> Iterator[int]:
+        """The decode loop: the prompt after the kept prefix, then ``pick()`` of each step's
+        logits and one llama_decode of it."""
         keep = self._keep_for(self._history, ids)
         if not self._refused and not lc.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
             self._refused = f"llama_memory_seq_rm refused to cut the cache back to {keep} tokens"
@@ -219,12 +241,10 @@ class LlamaCppEngine(PrefixReuse):
         if n <= 0:
             return
         self._decode(ids[keep:])
-        ctx, logits_t = self.ctx, self._logits_t
-        decode, get_one, get_logits = lc.llama_decode, lc.llama_batch_get_one, lc.llama_get_logits_ith
-        cast, frombuffer, f32 = ctypes.cast, np.frombuffer, np.float32
+        ctx, decode, get_one = self.ctx, lc.llama_decode, lc.llama_batch_get_one
         one = (lc.llama_token * 1)()
         for i in range(n):
-            token = int(frombuffer(cast(get_logits(ctx, -1), logits_t).contents, dtype=f32).argmax())
+            token = pick()
             history.append(token)
             yield token
             if i + 1 < n:

@@ -2,7 +2,8 @@
 
 As generate_step does, step k+1 is queued with ``mx.async_eval`` before token k is read with
 ``.item()``, so the Python side overlaps the device; unlike it, greedy sampling is a plain
-argmax (no log-softmax), and no step is computed past the last token requested.
+argmax (no log-softmax), and no step is computed past the last token requested. Sampled
+decoding (the tasks phase's retries) is generate_step's: mlx-lm's sampler on the logprobs.
 
 Batched decoding is mlx-lm's own ``BatchGenerator`` (what ``mlx_lm.batch_generate`` runs),
 greedy, with no stop tokens so every sequence yields exactly ``n`` tokens. It keeps its own
@@ -27,7 +28,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import (GREEDY_ONLY, IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
+from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, PrefixReuse,
                                   TopTwo, top_two)
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
@@ -102,7 +103,7 @@ class MlxEngine(PrefixReuse):
     separate_tokenizer = True  # the tokenizer's own files, loaded after the weights
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": GREEDY_ONLY,
+                                           "top2": None, "sample": None,
                                            "chat": RENDERS_ITSELF, "verify": None}
 
     def __init__(self) -> None:
@@ -227,6 +228,25 @@ class MlxEngine(PrefixReuse):
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
+        return self._loop(ids, n, lambda logits: mx.argmax(logits, axis=-1))
+
+    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
+        """mlx-lm's own sampler (``make_sampler(temp=...)``: a categorical draw of
+        logprobs / temp, no top-p, min-p or top-k) over the logprobs generate_step computes, the
+        random state seeded with ``mx.random.seed`` as ``mlx_lm.generate --seed`` does. Each
+        step's key is taken from that state when the step is queued, in order, so the async
+        pipelining draws the same sequence."""
+        from mlx_lm.sample_utils import make_sampler
+
+        sampler = make_sampler(temp=float(temperature))
+
+        def pick(logits: mx.array) -> mx.array:
+            return sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+
+        mx.random.seed(int(seed))
+        yield from self._loop(ids, n, pick)
+
+    def _loop(self, ids: Sequence[int], n: int, pick) -> Iterator[int]:
         keep = self._reused = self._prepare(ids)
         if n <= 0:
             return
@@ -234,8 +254,7 @@ class MlxEngine(PrefixReuse):
         prompt = mx.array(list(ids[keep:]), dtype=mx.uint32)
 
         def step(tokens: mx.array) -> mx.array:
-            logits = model(tokens[None], cache=cache)[:, -1, :]
-            return mx.argmax(logits, axis=-1)
+            return pick(model(tokens[None], cache=cache)[:, -1, :])
 
         with mx.stream(self._stream):
             while prompt.size > 1:  # chunked prefill, all but the last prompt token
@@ -249,7 +268,7 @@ class MlxEngine(PrefixReuse):
                 if i + 1 < n:
                     next_y = step(y)
                     mx.async_eval(next_y)
-                token: int = y.item()  # type: ignore[assignment]  # the argmax: an int
+                token: int = y.item()  # type: ignore[assignment]  # the argmax or the draw: an int
                 history.append(token)
                 yield token
                 if i % _CLEAR_EVERY == 0:

@@ -94,7 +94,7 @@ class OpenAIEngine:
         "batch": "a server batches concurrent requests itself: the concurrency phase measures that",
         "cache_cut": NO_CACHE_API,
         "top2": NO_LOGITS,
-        "sample": "macprof's requests to a server are greedy (temperature 0)",
+        "sample": None,  # chat(temperature=, seed=): the OpenAI fields; whether the seed is honoured is the server's
         "chat": None,
         "verify": "a server's API gives no greedy choice at every appended position, nor a cache to rewind "
                   "(its own speculative decoding is measured as the server's speed)",
@@ -215,16 +215,19 @@ class OpenAIEngine:
         return "".join(WORDS[i] for i in ids if 0 <= i < len(WORDS))
 
     def chat(self, messages: Sequence[dict], tools: Sequence[dict], max_tokens: int,
-             without_tools: Sequence[dict] = ()) -> dict:
-        """One chat completion as an app sends it (greedy, not streamed, the server's own EOS and
-        template), with the OpenAI ``tools`` field where the task has tools. A server that refuses
+             without_tools: Sequence[dict] = (), temperature: float = 0.0, seed: int | None = None) -> dict:
+        """One chat completion as an app sends it (not streamed, the server's own EOS and
+        template), greedy (temperature 0) unless ``temperature`` and ``seed`` are given: then
+        the OpenAI ``temperature`` and ``seed`` fields (a server that ignores ``seed`` gives
+        replies no rerun reproduces; the caller records what was sent). With the OpenAI
+        ``tools`` field where the task has tools. A server that refuses
         the field is asked again without it, as ``without_tools`` (the tools described in a system
         turn: the caller's), and ``tools_refused`` says why. -> text, tool_calls, usage counts, finish_reason."""
         if self.api == "ollama":
             raise MacprofError("the tasks phase through Ollama's API is not built: use its OpenAI API (--api chat)")
         url = self.url.rstrip("/") + "/chat/completions"
-        body: dict = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens, "temperature": 0,
-                      "stream": False}
+        body: dict = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens,
+                      "temperature": temperature or 0, "stream": False, **({"seed": seed} if seed is not None else {})}
         refused = None
         try:
             got = wire.get_json(url, timeout=self.timeout, body={**body, "tools": list(tools)} if tools else body)
@@ -341,6 +344,11 @@ class OpenAIEngine:
         url, body = wire.request_for(self.api, self.url, self.model, text, n, self.eos_keys(n),
                                      list(messages) if messages else None)
         return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama", given_s=self.timeout_given)
+
+    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
+        """A server samples through ``chat`` (its temperature and seed fields: the tasks phase's
+        retries); no phase asks a server's token stream for a sampled one."""
+        raise MacprofError("a server's sampled decoding is a chat completion with temperature and seed (chat())")
 
     def generate(self, ids: Sequence[int], n: int, messages: Sequence[dict] | None = None,
                  text: str | None = None) -> Iterator[int]:

@@ -205,6 +205,7 @@ class RequestStart(_RequestHead):
 
     KIND = "request_start"
     DURABLE = False
+    t0: int | None = ABSENT  # a task attempt's start stamp: the wall time of an attempt the parent cuts
 
 
 @record

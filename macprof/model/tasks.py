@@ -46,7 +46,10 @@ class TaskAttempt(Record):
 
     task: str = ""
     attempt: int = 1  # 1 is the first; a retry adds the checker's message as the next user turn
-    status: str = "ok"  # "ok", or "error" (the engine raised: the error, and no verdict)
+    # "ok"; "error" (the engine raised: the error, and no verdict); "timeout" or "crashed" (the
+    # parent killed the worker past the timeout, or it died: the parent's record of the attempt,
+    # its wall time t0..t_end and no reply, no tokens known; the phase goes on with the next task)
+    status: str = "ok"
     error: str | None = None
     t0: int | None = None  # before tokenizing the prompt (ns, the worker's perf_counter)
     t_tokenized: int | None = None
@@ -58,9 +61,12 @@ class TaskAttempt(Record):
     correct: bool | None = None
     message: str | None = None  # the checker's message (the next user turn's on a retry)
     tool: ToolCall | None = ABSENT  # tool-call tasks only
-    # through a server (one chat completion, not streamed): its end stamp and its usage count
+    # through a server (one chat completion, not streamed), or an attempt cut by the parent: its end stamp
     t_end: int | None = ABSENT
-    completion_tokens: int | None = ABSENT
+    completion_tokens: int | None = ABSENT  # through a server: its usage count
+    # a sampled attempt (a retry at --temperature): what it was drawn with (run/phases/tasks.py attempt_seed)
+    temperature: float | None = ABSENT
+    seed: int | None = ABSENT
 
 
 @record
@@ -104,9 +110,11 @@ class TasksSummary(Record):
     mean_attempts_to_correct: float | None = None  # over the tasks solved
     attempts_run: int = 0
     wall_s: float | None = None  # every attempt's wall time, tokenizing to its last token, failed ones included
-    tokens_generated: int = 0  # every attempt's generated ids
+    tokens_generated: int = 0  # every attempt's generated ids (of the attempts whose ids are known)
+    attempts_cut: int = 0  # attempts the parent cut (a timeout, a crash): their time counted, their tokens unknown
     time_per_correct_s: float | None = None  # wall_s / tasks solved
-    tokens_per_correct: float | None = None
+    tokens_per_correct: float | None = None  # None where an attempt's tokens are unknown (tokens_reason)
+    tokens_reason: str | None = None
     energy_per_correct_j: float | None = None
     energy_reason: str | None = None  # why energy per correct answer is unknown
 
@@ -168,9 +176,11 @@ class TaskAttemptDone(Event):
     correct: bool | None = None
     message: str | None = None
     tool: ToolCall | None = ABSENT
-    # through a server (one chat completion, not streamed): its end stamp and its usage count
+    # through a server (one chat completion, not streamed), or an attempt cut by the parent: its end stamp
     t_end: int | None = ABSENT
     completion_tokens: int | None = ABSENT
+    temperature: float | None = ABSENT  # a sampled attempt's
+    seed: int | None = ABSENT
 
 
 @record

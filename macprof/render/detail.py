@@ -56,7 +56,7 @@ def render_detail(log: RunLog) -> str:
         if m.distributed:
             lines += group_lines(m.distributed)
         for f in m.failures:
-            lines.append(f"   FAILURE {f.phase}: {f.status}: {f.reason}")
+            lines.append(f"   FAILURE {f.phase}{f' {f.case}' if f.case else ''}: {f.status}: {f.reason}")  # a case, a task
     return "\n".join(clean(line) for line in lines)  # each one line: a name's "\n" adds none
 
 

@@ -140,7 +140,8 @@ def warnings(log: RunLog) -> list[str]:
         for r in ph.tasks.refusals if ph.tasks else ():  # the others ran: each refused task one line
             out.append(f"{name}: tasks: refused {r.reason}")
         for f in m.failures:
-            out.append(f"{name}: {f.phase or 'load'} failed ({f.status}): {f.reason}")
+            case = f" {f.case}" if f.case else ""  # a sweep's case, a task: the phase went on after it
+            out.append(f"{name}: {f.phase or 'load'}{case} failed ({f.status}): {f.reason}")
         out += throttle_warnings(m)
     return [clean(w) for w in out]  # one line each, whatever a name or an engine's message holds
 

@@ -76,7 +76,7 @@ def tasks_lines(ph: TasksPhase) -> list[str]:
     t, s = ph.task_set, ph.summary
     lines = [f"   tasks: {clean(t.source) if t else '?'} (sha256 {(t.sha256 or '?')[:12] if t else '?'}; "
              f"{t.tasks if t else 0} tasks, {t.refused if t else 0} lines refused); up to {ph.attempts_allowed} "
-             f"attempt(s), temperature {ph.temperature:g}"]
+             f"attempt(s), temperature {ph.temperature:g}" + (f", seed {ph.seed}" if ph.temperature else "")]
     lines.append(f"   prompts: {clean(ph.prompt_format or '?')}; tool calls read as {ph.tool_format or '-'}")
     lines.append(f"   generation: {clean(ph.generation or '?')}")
     if s is not None and s.tasks:
@@ -85,11 +85,14 @@ def tasks_lines(ph: TasksPhase) -> list[str]:
             tc = s.tool_calls
             lines.append(f"   tool calls ({tc.attempts} attempts): parse {fmt_prop(tc.parses)}, right function "
                          f"{fmt_prop(tc.right_function)}, arguments valid {fmt_prop(tc.arguments_valid)}")
-        per = (f"{fmt_s(s.time_per_correct_s)} and {s.tokens_per_correct:.0f} tokens per correct answer, "
+        tokens = f"{s.tokens_per_correct:.0f} tokens" if s.tokens_per_correct is not None else "tokens unknown"
+        per = (f"{fmt_s(s.time_per_correct_s)} and {tokens} per correct answer, "
                f"{s.mean_attempts_to_correct:.2f} attempts to a right one"
-               if s.time_per_correct_s is not None and s.tokens_per_correct is not None
-               and s.mean_attempts_to_correct is not None else "no task solved")
+               if s.time_per_correct_s is not None and s.mean_attempts_to_correct is not None else "no task solved")
         lines.append(f"   {s.attempts_run} attempts, {fmt_s(s.wall_s)} and {s.tokens_generated} tokens in all: {per}")
+        if s.attempts_cut:
+            lines.append(f"   {s.attempts_cut} attempt(s) cut by a timeout or a crash: each a failed attempt of its task, "
+                         f"its wall time counted, the tasks after it run ({clean(s.tokens_reason or '')})")
         energy = (f"{s.energy_per_correct_j:.3g} J per correct answer" if s.energy_per_correct_j is not None
                   else f"energy per correct answer unknown: {clean(s.energy_reason or '?')}")
         lines.append(f"   {energy}")

@@ -20,7 +20,7 @@ import time
 import psutil
 
 import macprof.cases
-from macprof.phases import REGISTRY
+from macprof.phases import REGISTRY, load
 from macprof.collect import facts, residency, resolve, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
@@ -57,8 +57,9 @@ class Runner:
         self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
         for text in sorted({m.settings.text for m in models if "quality" in m.settings.phases and m.settings.text}):
             qualitytext.check(text)  # and a --text that is a FIFO, a device or too large: before any worker waits on it
-        for tasks in sorted({m.settings.tasks or "" for m in models if "tasks" in m.settings.phases}):
-            taskfile.load(tasks or None)  # a task file that cannot run at all: one line, before any worker
+        # a task file that cannot run at all: one line, before any worker
+        self._tasks = {tasks: len(taskfile.load(tasks or None).tasks)
+                       for tasks in sorted({m.settings.tasks or "" for m in models if "tasks" in m.settings.phases})}
         self._store = reference.store_path(journal.path, self._reference) if self._reference else None
 
     def _source(self) -> telemetry.Source:
@@ -206,13 +207,18 @@ class Runner:
             except MacprofError as exc:  # no draft, or one that resolves to nothing: the other phases go on
                 remaining.remove("speculative")
                 journal.write(ev.Failure(model=model.name, phase="speculative", status="refused", reason=str(exc)))
-        attempts = 0
-        while remaining and attempts < len(s.phases) + sum(len(c) for c in plan.values()):
+        attempts, done = 0, past.requests
+        # every worker after a failure settles a case, a phase, or a task (each cut task is recorded)
+        bound = len(s.phases) + sum(len(c) for c in plan.values()) + self._tasks.get(s.tasks or "", 0)
+        while remaining and attempts < bound:
             attempts += 1
-            result = self._worker(model, remaining, journal, cases=plan, done=past.requests)
+            result = self._worker(model, remaining, journal, cases=plan, done=done)
             remaining = [p for p in remaining if p not in result.phases_done]
             if not result.failure or not result.loaded:
                 break
+            if result.goes_on:  # the phase recorded the request cut and goes on after it, as a resumed run would
+                done = resume.past(journal.events, model.name).requests
+                continue
             phase, case = result.failure.phase, result.failure.case
             if phase in plan and case is not None:  # a sweep goes on from the case after the failed one
                 ids = [c["id"] for c in plan[phase]]
@@ -256,11 +262,17 @@ class Runner:
         rc = watch.wait(proc)
         self._proc = None
         recorded = watch.failure_record(model, worker_id, state, rc, stderr)
+        goes_on = False
         if recorded:
             journal.write(recorded)
             self.progress.note(f"{model.name}: FAILED in {recorded.phase}: {recorded.reason}")
+            cut = _cut_record(s, recorded, state)
+            if cut is not None:
+                journal.write(cut.replace(model=model.name, worker=worker_id))
+                self.progress.note(f"{model.name}: {recorded.phase} goes on after {recorded.case}")
+                goes_on = True
         stderr.close()
-        return WorkerResult(phases_done=state.done_phases, failure=recorded, loaded=state.loaded)
+        return WorkerResult(phases_done=state.done_phases, failure=recorded, loaded=state.loaded, goes_on=goes_on)
 
     def _rescore_reference(self, model: ModelSpec, journal: Journal) -> None:
         """Before a model is held to the reference's stored log-probabilities: they must be the
@@ -292,6 +304,16 @@ class Runner:
 ENDPOINT_COLD = ("cold: a server's model cannot be unloaded over its API; a cold start of a server is its start-up "
                  "(--serve records when it answered)")
 ENDPOINT_DEPTH = "depth: a server's cache cannot be filled and cut back to a depth over its API"
+
+
+def _cut_record(s, failure: ev.Failure, state) -> ev.Event | None:
+    """The parent's record of the request a timeout or a crash cut, where its phase goes on
+    after one (macprof/phases.py Phase.cut); None where the phase ends there."""
+    request = state.request
+    phase = REGISTRY.get(failure.phase or "")
+    if phase is None or phase.cut is None or request is None or request.phase != state.phase or not state.loaded:
+        return None
+    return load(phase.cut)(s, failure, request, state.t_end)
 
 
 def _server_pid(model: ModelSpec) -> int | None:
@@ -334,7 +356,7 @@ def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
     """The progress units (request events) a model still has to measure."""
     if past.finished:
         return 0
-    done = [r for r in past.requests if r["mode"] != "check"]
+    done = [r for r in past.requests if r["mode"] != "check" and r["kind"] != "task"]  # a settled task is no request
     return max(0, planned_requests(model.settings) - len(done) - 2 * len(past.cold_done))
 
 

@@ -14,7 +14,11 @@ What counts as done, per model (the orchestrator and the protocols skip it):
   is unsupported is skipped);
 - each request and output check recorded (the worker gets them as ``done``; a warm-up is run
   again, unrecorded, when measured requests remain after it; a prefix pair's missing half, or
-  a missing check, is compared with the recorded tokens).
+  a missing check, is compared with the recorded tokens);
+- a task of the tasks phase whose recorded attempt ends it (right, the last allowed, an engine
+  error, or one the parent cut at a timeout or a crash), named as a done request of kind
+  "task" (run/phases/tasks.py settled_tasks); a task interrupted between its attempts is run
+  again from its first.
 A model whose measuring had not begun (no cold trial, no worker) is started afresh.
 """
 
@@ -29,6 +33,7 @@ from macprof.collect import facts
 from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.model.tasks import TaskAttemptDone, TasksStart
 
 SUFFIX = ".journal.jsonl"
 
@@ -120,6 +125,7 @@ class ModelPast:
     failed_case: dict[str, str] = field(default_factory=dict)
     load_failed: bool = False
     requests: list[dict] = field(default_factory=list)
+    task_attempts: int | None = None  # the tasks phase's attempts allowed, from its tasks_start
 
     def cases_left(self, phase: str, cases: list[dict]) -> list[dict]:
         """A sweep's cases still to run: the ones after its last failed case, less those skipped."""
@@ -174,6 +180,11 @@ def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
         key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
         tokens = list(e.tokens) if e.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one
         out.requests.append({**key, "tokens": tokens} if e.phase in ("prefix", "batch") else key)
+    elif isinstance(e, TasksStart):
+        out.task_attempts = e.attempts_allowed
+    elif isinstance(e, TaskAttemptDone):
+        if e.status != "ok" or e.correct or (out.task_attempts is not None and e.attempt >= out.task_attempts):
+            out.requests.append({"phase": e.phase, "case": e.task, "mode": None, "kind": "task", "index": e.attempt - 1})
     elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck)):  # a check is named as a request of mode "check"
         out.requests.append({"phase": e.phase, "case": getattr(e, "case", None), "mode": "check",
                              "kind": "measured" if isinstance(e, ev.BatchCheck) else e.kind, "index": e.index})

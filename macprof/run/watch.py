@@ -38,6 +38,7 @@ class WorkerResult:
     phases_done: list[str]
     failure: ev.Failure | None = None
     loaded: bool = True  # False: the model never loaded, so another worker would fail the same way
+    goes_on: bool = False  # the failed phase goes on after the request cut (macprof/phases.py Phase.cut)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class _State:
     finished: bool = False
     loaded: bool = False
     own_peak: bool = True  # the worker's own OS peak counts (not when the model is a server's)
+    t_end: int | None = None  # perf_counter_ns when the watch ended: the worker's EOF, or its kill at the timeout
 
     def on_event(self, event: ev.Event) -> ev.Event:
         """Update the state; returns the event to journal (a phase's end with its RSS figures)."""
@@ -82,7 +84,9 @@ class _State:
                 # alone, the worker's own figures are the client's
                 event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=self.footprint_peak or None)
             self.done_phases.append(event.phase)
-            self.phase = None
+            # a phase whose requests send no request event (the tasks phase's attempts) leaves its
+            # last request_start here: past the phase, neither its timeout nor its blame holds
+            self.phase, self.request, self.deadline = None, None, time.monotonic() + LOAD_TIMEOUT_S
         elif isinstance(event, ev.Done):
             self.finished = True
         elif isinstance(event, ev.Error):
@@ -147,6 +151,7 @@ def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], 
             if sel.select(timeout=RSS_PERIOD_S):
                 chunk = os.read(proc.stdout.fileno(), 1 << 16)
                 if not chunk:
+                    state.t_end = time.perf_counter_ns()
                     break  # EOF: the worker ended (or died)
                 for line in lines.feed(chunk):
                     event = _parse_event(line)
@@ -161,6 +166,7 @@ def watch(proc: subprocess.Popen, timeout: float, journal: Callable[[ev.Event], 
                 telemetry.tick()
             state.failure = state.overdue() or state.failure
             if state.failure and state.failure[0] == "timeout":
+                state.t_end = time.perf_counter_ns()
                 kill()
                 break
         if telemetry is not None and telemetry.start is not None:  # died mid-phase: keep what was sampled

@@ -2,16 +2,22 @@
 file (config/taskfile.py; the shipped set by default) is rendered through the model's chat
 template, or the plain form where it has none (run/chat.py), and generated as apps generate:
 the reply ends at an end-of-generation id (unlike the speed phases, which hold EOS off so that
-lengths are exact) or at the task's max_tokens, greedy. Its checker (measure/checkers.py)
-judges the reply; with --attempts N a failed task is asked again with the checker's message as
-the next user turn, as an agent loop does.
+lengths are exact) or at the task's max_tokens. Its checker (measure/checkers.py) judges the
+reply; with --attempts N a failed task is asked again with the checker's message as the next
+user turn, as an agent loop does. The first attempt is greedy; with --temperature T the retries
+are sampled at T, each from its own seed (``attempt_seed``: --seed, the task, the attempt).
 
-Every attempt is journaled raw (its stamps, ids, text, verdict), so every figure of the phase
-recomputes from the log (analyse/tasks.py). A task that cannot run in this model (longer than
-the context, a template that does not render) is one task_refused line; the others run.
+Every attempt is journaled raw (its stamps, ids, text, verdict, and a sampled one's temperature
+and seed), so every figure of the phase recomputes from the log (analyse/tasks.py). A task that
+cannot run in this model (longer than the context, a template that does not render) is one
+task_refused line; the others run. A task whose attempt outlives the timeout (or crashes the
+engine) costs that task only: the parent records the attempt and starts a worker that goes on
+after it (run/orchestrator.py), skipping the tasks the journal has settled (``settled_tasks``).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from macprof.config import taskfile
 from macprof.engines.base import lacks
@@ -26,11 +32,66 @@ from macprof.run.phases.common import PhaseContext
 PHASE = "tasks"
 
 
-def generation_note(eos: int, temperature: float) -> str:
-    how = "greedy (argmax)" if not temperature else f"the first attempt greedy, retries sampled at temperature {temperature:g}"
+SEED_RULE = "sha256 of '<--seed>:<task id>:<attempt>', its first 4 bytes big-endian, the top bit cleared"
+
+
+def attempt_seed(seed: int, task: str, attempt: int) -> int:
+    """The seed of one sampled attempt (SEED_RULE): every retry its own draw, the same on a
+    rerun. 31 bits: llama.cpp's dist sampler takes a uint32 and reads 0xFFFFFFFF as "pick one
+    at random"; mlx and the OpenAI field take any such integer."""
+    digest = hashlib.sha256(f"{seed}:{task}:{attempt}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def sampling_of(temperature: float, seed: int, task: str, attempt: int) -> tuple[float, int] | None:
+    """(temperature, seed) of an attempt, or None where it is greedy. The first attempt is
+    always greedy, so accuracy at the first attempt is the greedy figure whatever the
+    temperature (comparable across runs and models); with a temperature, the retries are
+    sampled at it, as an agent loop resamples: told what was wrong, a greedy retry of the same
+    conversation tends to say the same thing again."""
+    if temperature <= 0 or attempt == 1:
+        return None
+    return temperature, attempt_seed(seed, task, attempt)
+
+
+def sampling_note(temperature: float, seed: int, sampler: str = "the engine's own sampler") -> str:
+    if not temperature:
+        return "greedy (argmax) at every attempt"
+    return (f"the first attempt greedy, each retry sampled at temperature {temperature:g} ({sampler}: "
+            f"softmax(logits / T), no top-k/top-p) from its own seed, derived from --seed {seed}, the task id and the "
+            f"attempt ({SEED_RULE}) and recorded with the attempt: a rerun on the same engine build gives the same "
+            f"replies")
+
+
+def generation_note(eos: int, temperature: float, seed: int = 0) -> str:
     return (f"a reply ends at the model's end-of-generation id ({eos} id(s)) or at the task's max_tokens, unlike the "
-            f"speed phases, which hold EOS off; {how}; the cache is emptied before each task, a retry reuses its "
-            f"conversation's prefix")
+            f"speed phases, which hold EOS off; {sampling_note(temperature, seed)}; the cache is emptied before each "
+            f"task, a retry reuses its conversation's prefix")
+
+
+def settled_tasks(done: dict) -> set[str]:
+    """The tasks a resumed or restarted worker skips: those whose journal ends them (the
+    attempt that was right, the last allowed, one that failed, or the one a timeout or crash
+    cut: run/resume.py names each as a done request of kind "task")."""
+    return {key[1] for key in done if key[0] == PHASE and key[3] == "task"}
+
+
+def cut_attempt(s, failure, request: ev.RequestStart, t_end: int | None) -> TaskAttemptDone | None:
+    """The parent's record of a task attempt it cut (macprof/phases.py Phase.cut): past the
+    timeout (the worker killed) or crashed with the worker. Its verdict is its status, its wall
+    time runs from the attempt's start (its request_start's t0) to the cut, the parent's stamp on
+    the same clock; it has no reply, and the tokens it generated are unknown. The task is then
+    settled (run/resume.py): the next worker goes on with the task after it. None for anything
+    else (an error the worker reported ends the phase, as before)."""
+    if request.kind != "task" or not request.case or failure.status not in ("timeout", "crashed"):
+        return None
+    task = next((t for t in taskfile.load(s.tasks).tasks if t.id == request.case), None)
+    attempt = request.index + 1
+    return TaskAttemptDone(
+        phase=PHASE, category=task.category if task else None, checker=task.checker["type"] if task else "",
+        task=request.case, attempt=attempt, status=failure.status, error=failure.reason, t0=request.t0,
+        t_tokenized=None, token_times=(), tokens=(), stop=None, text="", correct=None, message=None, t_end=t_end,
+        **_sampling_fields(sampling_of(s.temperature, s.seed, request.case, attempt)))
 
 
 def run_tasks(ctx: PhaseContext) -> None:
@@ -40,6 +101,7 @@ def run_tasks(ctx: PhaseContext) -> None:
         if why:
             raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {why}")
     tf = taskfile.load(s.tasks)
+    settled = settled_tasks(ctx.done)
     if not lacks(engine, "chat"):  # a server: it applies its model's template and ends at its EOS
         _run_on_server(ctx, tf)
         return
@@ -50,11 +112,12 @@ def run_tasks(ctx: PhaseContext) -> None:
         phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                                           refused=len(tf.refused)),
         prompt_format=chat.prompt_format(template), tool_format=next(iter(tool_formats), None),
-        generation=generation_note(len(eos), s.temperature), attempts_allowed=s.attempts, temperature=s.temperature,
-        seed=s.seed, context_tokens=TASKS_CONTEXT,
+        generation=generation_note(len(eos), s.temperature, s.seed), attempts_allowed=s.attempts,
+        temperature=s.temperature, seed=s.seed, context_tokens=TASKS_CONTEXT,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
-    seq = 0
     for task in tf.tasks:
+        if task.id in settled:
+            continue
         engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
         messages = [dict(m) for m in task.messages]
         for attempt in range(1, s.attempts + 1):
@@ -72,9 +135,10 @@ def run_tasks(ctx: PhaseContext) -> None:
                     f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
                     f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
                 break
-            ctx.emit(ev.RequestStart(phase=PHASE, index=seq, kind="task", case=task.id))  # the parent's timeout
-            seq += 1
-            got = _generate(engine, ids, task.max_tokens, eos, ctx.clock)
+            # the parent's timeout runs from here; t0 gives the attempt's wall time should it be killed
+            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
+            sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
+            got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
             reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
             verdict = checkers.check(task.checker, reply, list(task.tools), rendered.tool_format) \
                 if got["status"] == "ok" else None
@@ -85,7 +149,8 @@ def run_tasks(ctx: PhaseContext) -> None:
                 phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
                 status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
                 prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
-                correct=verdict.correct if verdict else None, message=verdict.message if verdict else None, **tool))
+                correct=verdict.correct if verdict else None, message=verdict.message if verdict else None, **tool,
+                **_sampling_fields(sampled)))
             if verdict is None or verdict.correct:
                 break
             messages += [{"role": "assistant", "content": reply},
@@ -93,10 +158,21 @@ def run_tasks(ctx: PhaseContext) -> None:
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
 
 
+def _sampling_fields(sampled: tuple[float, int] | None) -> dict:
+    return {} if sampled is None else {"temperature": sampled[0], "seed": sampled[1]}
+
+
 SERVER_FORMAT = "the server's own chat template (a chat completion of the task's messages)"
-SERVER_GENERATION = ("one chat completion per attempt, not streamed (its wall time, the server's usage count of "
-                     "tokens; no per-token stamps), ended by the server at its model's EOS or max_tokens; "
-                     "greedy (temperature 0)")
+SERVER_SAMPLER = "the server's sampler, sent the OpenAI temperature and seed fields"
+
+
+def server_generation(temperature: float, seed: int) -> str:
+    how = ("greedy (temperature 0)" if not temperature else
+           f"{sampling_note(temperature, seed, SERVER_SAMPLER)}"
+           f" if the server honours the seed field; one that ignores it gives replies no rerun reproduces (the "
+           f"temperature and seed sent are recorded per attempt)")
+    return ("one chat completion per attempt, not streamed (its wall time, the server's usage count of tokens; no "
+            f"per-token stamps), ended by the server at its model's EOS or max_tokens; {how}")
 
 
 # a server that takes the field may still render a template without tools: the model then never sees them
@@ -114,19 +190,22 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
         phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                                           refused=len(tf.refused)),
         prompt_format=SERVER_FORMAT, tool_format=SERVER_TOOLS
-        if any(t.tools for t in tf.tasks) else None, generation=SERVER_GENERATION, attempts_allowed=s.attempts,
-        temperature=s.temperature, seed=s.seed, context_tokens=None,
+        if any(t.tools for t in tf.tasks) else None, generation=server_generation(s.temperature, s.seed),
+        attempts_allowed=s.attempts, temperature=s.temperature, seed=s.seed, context_tokens=None,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
-    seq = 0
+    settled = settled_tasks(ctx.done)
     for task in tf.tasks:
+        if task.id in settled:
+            continue
         messages = [dict(m) for m in task.messages]
         for attempt in range(1, s.attempts + 1):
-            ctx.emit(ev.RequestStart(phase=PHASE, index=seq, kind="task", case=task.id))
-            seq += 1
             t0 = ctx.clock()
+            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
+            sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
             try:
                 got = engine.chat(messages, list(task.tools), task.max_tokens,
-                                  chat.with_tool_turn(messages, task.tools) if task.tools else ())
+                                  chat.with_tool_turn(messages, task.tools) if task.tools else (),
+                                  **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
                 status, error = "ok", None
             except MacprofError as exc:
                 got, status, error = {}, "error", str(exc)
@@ -150,7 +229,8 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
                 status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
                     got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
                 "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
-                message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **tool))
+                message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **tool,
+                **_sampling_fields(sampled)))
             if verdict is None or verdict.correct:
                 break
             messages += [{"role": "assistant", "content": reply},
@@ -158,14 +238,16 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
 
 
-def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock) -> dict:
-    """The reply's ids, stamped as each comes: the engine's generate() is consumed up to an
-    end-of-generation id or max_tokens, then closed (the engine's loop stops there)."""
+def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
+              sampled: tuple[float, int] | None = None) -> dict:
+    """The reply's ids, stamped as each comes: the engine's generate() (generate_sampled() at a
+    temperature and seed) is consumed up to an end-of-generation id or max_tokens, then closed
+    (the engine's loop stops there)."""
     tokens: list[int] = []
     times: list[int] = []
     stop: str | None = "max_tokens"
     status, error = "ok", None
-    gen = engine.generate(ids, max_tokens)
+    gen = engine.generate(ids, max_tokens) if sampled is None else engine.generate_sampled(ids, max_tokens, *sampled)
     try:
         for token in gen:
             times.append(clock())
