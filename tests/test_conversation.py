@@ -66,6 +66,29 @@ def test_why_reuse_stopped_is_told_by_where_the_ids_part():
     assert kind == "cannot_go_back" and "recurrent memory" in reason and "into the previous reply" in reason
 
 
+def test_through_a_server_reuse_stops_where_the_known_ids_part_or_where_the_server_says():
+    from macprof.run.phases.conversation import counted_stop, server_stop
+
+    prev = ([1, 2, 3, 4], "abcd", ["x", "y", "z"])  # a server's reply: its chunks' texts, 3 tokens
+    held = [1, 2, 3, 4]  # the previous prompt's ids; its reply's are the server's
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert server_stop([1, 7], 1, None, 0, ids, "t", None, 1, None)[1:3] == (1, "empty")  # the displacing request's
+    assert server_stop(held, 3, 1, 0, [1, 2, 9, 9], "x", prev, 2, None)[:3] == (2, 2, "evicted")  # exact: in the prompts
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, 7, None)[1:3] == (7, "none_lost")
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, 5, None)[1:3] == (7, "reply_retokenized")
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, 2, None)[1:3] == (7, "kept_less")
+    assert server_stop(held, 3, 0, 0, ids, "abcdefghi", prev, None, "says nothing")[2:] == (
+        "unreported", "the prompt extends all 4 tokens of the previous prompt; where reuse stopped in its 3-token "
+                      "reply is not known: says nothing")
+    assert server_stop(held, 3, 0, 0, [1, 2, 8, 9, 9], "abXdyy", prev, 2, None)[1:3] == (2, "template_rewrite")
+    # --api chat: the server's counts only
+    assert counted_stop(0, 0, None, 0, 20, 1, None)[1:3] == (None, "empty")
+    assert counted_stop(10, 4, 1, 0, 20, 3, None)[1:3] == (14, "evicted")
+    assert counted_stop(10, 4, 0, 0, 20, 13, None)[1:3] == (14, "none_lost")
+    assert counted_stop(10, 4, 0, 0, 20, 11, None)[1:3] == (14, "reply_retokenized")
+    assert counted_stop(10, 4, 0, 0, 20, 6, None)[1:3] == (14, "template_rewrite")
+
+
 def test_templates_render_as_apps_render_them(tmp_path):
     engine = _engine(tmp_path)
     assert template_for(engine, None).source == "fallback"  # the fake model ships none
@@ -224,3 +247,183 @@ def test_a_published_model_s_own_template_with_its_special_tokens(smollm2, tmp_p
     assert ph.turns[0].prompt_tokens < 16 + 16 + 20
     for t in ph.turns[1:]:
         assert t.reuse_checked and t.reused_tokens == t.expected_reuse > 0 and t.check.passed
+
+
+# -- through a server (a fake one here; the real ones below, slow) -----------------------------
+def _served(loopback, tmp_path, name: str, *args, **options):
+    from macprof.bench import fake_server as fakes
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", **{"cache": 1, **options})
+    url = loopback(fakes.handler(state)) + "/v1"
+    log = tmp_path / f"{name}.json"
+    out = macprof("run", "--endpoint", url, "--phases", "conversation", "--turns", "3", "--gen-tokens", "4",
+                  "--turn-tokens", "10", "--system-tokens", "12", "--timeout", "30", *args, "--log", str(log)).stdout
+    return runlog.load(log).models[0].phases.conversation, state, out, log
+
+
+def test_through_a_server_reuse_is_what_it_reports_and_never_past_the_first_difference(loopback, tmp_path):
+    ph, state, out, log = _served(loopback, tmp_path, "two", "--apps", "2")
+    assert len(ph.turns) == 6 and ph.template_source == "fallback"  # no model file known here
+    assert "how many conversations the server holds at once is not known" in ph.holds  # --endpoint: said, not assumed
+    for t in ph.turns:
+        assert t.reused_tokens == t.natural.server.cached_tokens  # the server's own report, kept raw per request
+        assert t.reuse_checked and t.reused_tokens <= t.reuse_bound
+        assert t.emptied.reused_tokens <= 1  # after the displacing request: its BOS at most
+    for t in ph.turns[1:]:  # another app's system prompt: nothing past the first difference
+        assert t.stop_kind == "evicted" and t.reused_tokens <= t.common_prefix == t.reuse_bound
+    assert ph.summary.hit_rate < 0.1 < ph.summary.ideal_hit_rate
+    assert "evict each other" not in out and "not known" in out  # the end-of-run table says it
+    one, _, _, _ = _served(loopback, tmp_path, "one")
+    for prev, t in zip(one.turns, one.turns[1:]):  # one app: its own last prompt and reply (all of it held), reused
+        assert t.stop_kind == "none_lost" and t.reused_tokens == t.reuse_bound == prev.prompt_tokens + 4
+        assert t.reuse_checked and t.check.passed and t.natural.ttft_s and t.emptied.ttft_s
+
+
+def test_a_server_that_holds_more_than_was_displaced_is_said_not_emptied(loopback, tmp_path):
+    """--endpoint to a server whose prompt cache holds two entries (macprof cannot know it): the one
+    displacing request leaves the app's last prompt and reply there, so the emptied half reuses
+    them: said per turn and in the output, never passed off as an empty cache's TTFT."""
+    ph, _, out, log = _served(loopback, tmp_path, "big", cache=2)
+    # the first turn too: the warm-up (its prompt) is still held
+    assert all(t.not_emptied and t.emptied.reused_tokens > 1 for t in ph.turns) and ph.summary.not_emptied == 3
+    assert ph.turns[0].reuse_checked is False  # its natural half found the warm-up, more than was thought held
+    assert "not an empty cache's" in out and "not an empty cache's" in macprof("show", str(log)).stdout
+
+
+def test_a_server_that_reports_no_reuse_leaves_it_unknown(loopback, tmp_path):
+    ph, _, out, log = _served(loopback, tmp_path, "silent", usage=False)
+    assert all(t.reused_tokens is None and t.reuse_rate is None and t.reuse_checked is None for t in ph.turns)
+    assert all(t.stop_kind == "unreported" and "no reused-token count" in t.reuse_unreported for t in ph.turns[1:])
+    assert ph.summary.hit_rate is None and ph.summary.unreported == 3  # never taken for 0
+    assert ph.summary.ttft_natural_s.median and ph.summary.ttft_emptied_s.median  # TTFT is measured all the same
+    assert "reused unknown" in macprof("show", str(log)).stdout and "reuse unknown in 3 turns" in out
+
+
+def test_plot_draws_a_conversation_s_ttft_per_turn_and_its_reuse(loopback, tmp_path):
+    """The conversation panel: TTFT natural and emptied per turn in the order run, the reuse rate
+    on a second axis; what it draws is the log's figures (an unreported reuse: a gap, not 0)."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from macprof.render.plot import _conversation, conversation_series
+
+    _, _, _, log = _served(loopback, tmp_path, "two", "--apps", "2")
+    m = runlog.load(log).models[0]
+    series = conversation_series(m)
+    turns = m.phases.conversation.turns
+    assert series["turns"] == [f"app {t.app} turn {t.turn}" for t in turns]
+    assert series["natural"] == [t.natural.ttft_s for t in turns] and series["emptied"] == [t.emptied.ttft_s for t in turns]
+    assert series["reuse"] == [t.reuse_rate for t in turns] and series["unreported"] == 0
+    fig, ax = plt.subplots()
+    _conversation(ax, [("m", m)])
+    natural, emptied = ax.lines
+    (rate,) = [a for a in fig.axes if a is not ax][0].lines
+    assert list(natural.get_ydata()) == series["natural"] and list(emptied.get_ydata()) == series["emptied"]
+    assert list(rate.get_ydata()) == [100 * v for v in series["reuse"]]
+    plt.close(fig)
+    _, _, _, silent = _served(loopback, tmp_path, "silent", usage=False)
+    quiet = runlog.load(silent).models[0]
+    assert conversation_series(quiet)["unreported"] == 3
+    fig, ax = plt.subplots()
+    _conversation(ax, [("q", quiet)])
+    (rate,) = [a for a in fig.axes if a is not ax][0].lines
+    assert all(math.isnan(v) for v in rate.get_ydata()) and "not reported in 3 turns" in ax.get_title()
+    plt.close(fig)
+    out = tmp_path / "c.png"
+    assert macprof("plot", str(log), "-o", str(out)).returncode == 0 and out.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,model", [("llama.cpp", "gguf/demo-tiny-f16.gguf"), ("mlx", "mlx/demo-tiny-f16")])
+def test_real_servers_report_what_they_reuse_and_another_app_evicts_it(tiny_dir, tmp_path, kind, model):
+    """Through llama-cpp-python's server (its reuse read from its log) and mlx_lm.server (its
+    usage's cached tokens), as macprof starts them (one conversation held): one app reuses its
+    last prompt and reply, as far as the server says; two apps round-robin evict each other, and
+    no token past the first difference (their system prompts) is ever reported reused."""
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    common = ["--phases", "conversation", "--turns", "3", "--gen-tokens", "8", "--turn-tokens", "16",
+              "--system-tokens", "16", "--chat-template", str(template), "--threads", "1", "--timeout", "120"]
+    runs = {}
+    for apps in (1, 2):
+        log = tmp_path / f"{apps}.json"
+        out = macprof("run", "--serve", kind, str(tiny_dir / model), *common, "--apps", str(apps), "--log", str(log)).stdout
+        runs[apps] = runlog.load(log).models[0].phases.conversation, out
+    one, _ = runs[1]
+    assert one.holds is None and len(one.turns) == 3
+    for t in one.turns:
+        assert t.reused_tokens is not None and t.natural.server.cached_tokens_source  # reported, and where from
+        assert t.reuse_checked and t.check.passed and t.emptied.reused_tokens <= 1
+    for prev, t in zip(one.turns, one.turns[1:]):
+        assert prev.prompt_tokens <= t.reused_tokens <= t.reuse_bound == prev.prompt_tokens + 8
+        assert t.stop_kind in ("none_lost", "reply_retokenized")
+    two, out = runs[2]
+    assert "more than the 1 conversation(s) the cache holds" in two.holds and "evict each other" in out
+    for t in two.turns[1:]:
+        assert t.stop_kind == "evicted" and t.reuse_checked and t.reused_tokens <= t.common_prefix == t.reuse_bound
+    assert two.summary.hit_rate < 0.2 < two.summary.ideal_hit_rate
+
+
+def test_through_a_chat_api_the_messages_go_as_they_are_and_the_server_s_counts_bound_its_reuse(loopback, tmp_path):
+    """--api chat: each turn's messages are sent as they are (the server applies its own template):
+    the ids are the server's, so what it reused is bounded by its own counts of what it held."""
+    ph, state, _, _ = _served(loopback, tmp_path, "chat", "--api", "chat", "--apps", "2")
+    assert ph.template_source == "server" and ph.template_sha256 is None and len(ph.turns) == 6
+    timed = [b for b in state["bodies"] if b["path"] == "/v1/chat/completions" and b.get("stream") and b["max_tokens"] == 4]
+    assert [m["role"] for m in timed[-1]["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert all("prompt" not in b for b in timed)
+    for t in ph.turns:
+        assert t.common_prefix is None and t.expected_reuse is None and t.ideal_reuse is None  # the server's ids
+        assert t.reused_tokens == t.natural.server.cached_tokens and t.prompt_tokens > 0
+    assert ph.turns[0].reuse_checked is None  # after the displacing request, whose count the server does not say
+    assert all(t.stop_kind == "evicted" and t.reuse_checked for t in ph.turns[1:]) and ph.summary.ideal_hit_rate is None
+    one, _, _, _ = _served(loopback, tmp_path, "chat1", "--api", "chat")
+    for prev, t in zip(one.turns, one.turns[1:]):
+        assert t.stop_kind == "none_lost" and t.reused_tokens == t.reuse_bound == prev.prompt_tokens + 4
+
+
+def test_a_server_that_holds_every_app_s_conversation_serves_each_its_own(loopback, tmp_path):
+    """A prompt cache of two entries (as `--serve mlx --serve-slots 2` starts mlx_lm.server): two
+    apps round-robin each find their own last prompt and reply; the emptied half displaces both
+    entries, and the natural state is both apps' requests sent again in their order."""
+    from macprof.bench import fake_server as fakes
+    from macprof.engines.openai import OpenAIEngine
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=2)
+    url = loopback(fakes.handler(state)) + "/v1"
+    engine = OpenAIEngine()
+    engine.load_model(Path("served"), EngineSettings(endpoint={"url": url, "model": "fake-model", "served": {
+        "prompt_slots": 2, "prompt_slots_how": "the fake's prompt cache of two entries"}}))
+    events, phase = _run(engine, apps=2)
+    assert phase.holds is None and len(phase.turns) == 8  # two apps, two entries: nothing to say
+    for t in phase.turns[2:]:
+        assert t.held_by == t.app and t.stop_kind == "none_lost" and t.reuse_checked
+        assert t.reused_tokens == t.reuse_bound == t.ideal_reuse and t.emptied.reused_tokens <= 1
+    assert phase.summary.hit_rate == phase.summary.ideal_hit_rate > 0.5
+    with pytest.raises(MacprofError, match="applies to --serve mlx"):
+        from macprof.run.serve import command
+
+        command("llama.cpp", tmp_path / "m.gguf", 1, 2048, None, slots=2)
+
+
+@pytest.mark.slow
+def test_mlx_server_with_a_prompt_cache_per_app_serves_each_its_own(tiny_dir, tmp_path):
+    """`--serve mlx --serve-slots 2`: mlx_lm.server's prompt cache holds both apps' conversations,
+    so each app finds its own (its trie serves the longest shared prefix), as far as it says."""
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    log = tmp_path / "slots.json"
+    macprof("run", "--serve", "mlx", str(tiny_dir / "mlx/demo-tiny-f16"), "--phases", "conversation", "--turns", "3",
+            "--apps", "2", "--serve-slots", "2", "--gen-tokens", "8", "--turn-tokens", "16", "--system-tokens", "16",
+            "--chat-template", str(template), "--timeout", "120", "--log", str(log))
+    m = runlog.load(log).models[0]
+    ph = m.phases.conversation
+    assert ph.holds is None and "--prompt-cache-size 2" in m.engine_versions["command"]
+    for t in ph.turns[2:]:
+        assert t.held_by == t.app and t.reuse_checked and t.stop_kind in ("none_lost", "reply_retokenized")
+        assert t.reused_tokens >= t.held_tokens - 8 and t.emptied.reused_tokens <= 1
+    assert ph.summary.hit_rate > 0.5

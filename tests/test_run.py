@@ -264,9 +264,13 @@ def test_ceiling_in_every_decode_figure(e2e_log):
             same = estimate(file_size_gb=shape["weight_bytes_per_token"] / 1e9, bandwidth_gbs=measured_gbs,
                             layers=shape["n_layers"], kv_heads=shape["n_kv_heads"], head_dim=shape["head_dim"],
                             context=int(roof["context_tokens"]))
-            assert meas["ceiling_tok_s"] == pytest.approx(same["ceiling_tok_s"])
+            # the side that binds is measured too: a matmul probe slowed by a loaded machine can make
+            # the compute side bind, and then the ceiling is under the memory-only one
+            if meas["bound"].startswith("memory"):
+                assert meas["ceiling_tok_s"] == pytest.approx(same["ceiling_tok_s"])
+            else:
+                assert meas["bound"] == "compute" and meas["ceiling_tok_s"] < same["ceiling_tok_s"]
             assert meas["efficiency"] == pytest.approx(roof["decode_tok_s"] / meas["ceiling_tok_s"])
-            assert meas["bound"].startswith("memory")
             # on this machine no chip is published: the spec side says why, never a number
             if data["machine"]["chip"] is None:
                 assert roof["spec"]["bandwidth_gbs"] is None and roof["spec"]["reason"]

@@ -3,7 +3,7 @@ mlx_lm.server, llama-cpp-python's server and llama.cpp's own llama-server (a bin
 $MACPROF_LLAMA_SERVER or where benchmarks/build_llama_server.sh builds it; skipped, saying so,
 where there is none). Token counts are exact (the server's free count, or an untimed counting
 request), EOS is held off on each (min_tokens, logit_bias, ignore_eos), prefix reuse is what the
-server reports (mlx_lm.server and llama-server do; llama-cpp-python's does not), each concurrency
+server reports (mlx_lm.server and llama-server in their replies, llama-cpp-python's in its log), each concurrency
 level sends the requests it planned, and no server process is left, after a run and after a
 Ctrl-C. A user-started mlx_lm.server is measured with its model's tokenizer found from the model
 id it serves, and with word prompts (and the warning) where none can be had."""
@@ -96,11 +96,11 @@ def test_serve_measures_the_real_server_and_stops_it(kind, tiny_dir, tmp_path):
         else:  # streamed usage (and llama-server's own timings beside it)
             assert srv.count_source == "usage"
             assert (srv.timings or {}).get("prompt_s") is not None if kind == "llama-server" else not srv.timings
-    reused = [p.reuse.reused_tokens for p in m.phases.prefix.pairs if p.kind == "measured"]
-    if kind == "llama.cpp":
-        assert all(n is None for n in reused)  # llama-cpp-python's server does not say
-    else:
-        assert all(n and n > 0 for n in reused)  # usage.prompt_tokens_details / timings.cache_n
+    measured = [p for p in m.phases.prefix.pairs if p.kind == "measured"]
+    # usage.prompt_tokens_details / timings.cache_n; llama-cpp-python's server only in its log
+    assert all(p.reuse.reused_tokens and p.reuse.reused_tokens > 0 for p in measured)
+    source = {"llama.cpp": "the server's log", "mlx": "usage.", "llama-server": "timings.cache_n"}[kind]
+    assert all(p.reuse.server.cached_tokens_source.startswith(source) for p in measured)
     levels = {lv.id: lv for lv in m.phases.concurrency.levels}
     assert (levels["c1"].sent, levels["c2"].sent) == (2, 4)
     assert all(lv.ok == lv.sent and len(lv.requests) == lv.sent for lv in levels.values())

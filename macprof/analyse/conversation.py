@@ -38,28 +38,35 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
         natural, emptied = pair.get("natural"), pair.get("emptied")
         saved = (emptied.ttft_s - natural.ttft_s) if natural and emptied and natural.ttft_s is not None \
             and emptied.ttft_s is not None else None
-        # the engine's report against the ids it held: equal, or zero with the engine's reason
-        checked = None if e.reused_tokens is None else (e.reused_tokens == e.expected_reuse
-                                                        or (e.reused_tokens == 0 and bool(e.reuse_refused)))
+        # the engine's report against the ids it held: equal, or zero with the engine's reason; a
+        # server's (whose generated ids are not known here) at most what they may allow
+        checked = None if e.reused_tokens is None or (e.reuse_bound is None and e.expected_reuse is None) else (
+            e.reused_tokens <= e.reuse_bound if e.reuse_bound is not None else
+            (e.reused_tokens == e.expected_reuse or (e.reused_tokens == 0 and bool(e.reuse_refused))))
         turns.append(Turn(app=e.app, turn=e.turn, prompt_tokens=e.prompt_tokens, held_tokens=e.held_tokens,
                           held_by=e.held_by, common_prefix=e.common_prefix, expected_reuse=e.expected_reuse,
                           reused_tokens=e.reused_tokens, reuse_rate=stats.ratio(e.reused_tokens, e.prompt_tokens),
                           ideal_reuse=e.ideal_reuse, ideal_rate=stats.ratio(e.ideal_reuse, e.prompt_tokens),
-                          reuse_refused=e.reuse_refused, reuse_checked=checked, stop_kind=e.stop_kind,
-                          stop_reason=e.stop_reason, reply_text_ids_equal=e.reply_text_ids_equal, fits=e.fits,
+                          reuse_refused=e.reuse_refused, reuse_bound=e.reuse_bound,
+                          reuse_unreported=e.reuse_unreported, reuse_checked=checked, stop_kind=e.stop_kind,
+                          stop_reason=e.stop_reason, reply_text_ids_equal=e.reply_text_ids_equal,
+                          not_emptied=e.not_emptied, fits=e.fits,
                           natural=natural, emptied=emptied, ttft_saved_s=saved, check=e.check))
     return ConversationPhase(
         template_source=start.template_source if start else None, template_path=start.template_path if start else None,
         template_sha256=start.template_sha256 if start else None, apps=start.apps if start else 1,
         turns_planned=start.turns if start else 0, app_order=app_order, turns=tuple(turns), stopped=stopped,
+        holds=start.holds if start else None,
         summary=summarize(turns), failures=tuple(failures), memory=memory)
 
 
 def summarize(turns: Sequence[Turn]) -> ConversationSummary:
     # the first turn of each app has nothing of its own to reuse: the rates are over the later ones
     later = [t for t in turns if t.turn > 0]
-    prompt = sum(t.prompt_tokens for t in later)
-    reused = sum(t.reused_tokens or 0 for t in later)
+    # the hit rate is over the turns whose reuse was reported: an unreported one is never taken for 0
+    told = [t for t in later if t.reused_tokens is not None]
+    ideal = [t for t in later if t.ideal_reuse is not None]  # --api chat: not known (the server's ids)
+    reused = sum(t.reused_tokens or 0 for t in told)
     natural = [(t.prompt_tokens, t.natural.ttft_s) for t in turns if t.natural and t.natural.ttft_s is not None]
     emptied = [(t.prompt_tokens, t.emptied.ttft_s) for t in turns if t.emptied and t.emptied.ttft_s is not None]
     checks = _counts([t.check for t in turns if t.check])  # as the prefix and batch checks are counted
@@ -67,13 +74,17 @@ def summarize(turns: Sequence[Turn]) -> ConversationSummary:
     return ConversationSummary(
         reuse_rate=summarized(rates), reuse_rate_p10=stats.percentile(rates, 10) if rates else None,
         ideal_rate=summarized([t.ideal_rate for t in later]),
-        hit_rate=stats.ratio(reused, prompt), ideal_hit_rate=stats.ratio(sum(t.ideal_reuse for t in later), prompt),
+        hit_rate=stats.ratio(reused, sum(t.prompt_tokens for t in told)) if told else None,
+        ideal_hit_rate=stats.ratio(sum(t.ideal_reuse or 0 for t in ideal), sum(t.prompt_tokens for t in ideal))
+        if ideal else None,
         ttft_natural_s=summarized([v for _, v in natural]), ttft_emptied_s=summarized([v for _, v in emptied]),
         ttft_saved_s=summarized([t.ttft_saved_s for t in later]),
         ttft_growth_natural_s_per_kt=slope_per_kt(natural), ttft_growth_emptied_s_per_kt=slope_per_kt(emptied),
         stops={k: n for k in STOP_KINDS if (n := sum(1 for t in turns if t.stop_kind == k))},
         identical=checks["identical"], near_ties=checks["near_ties"], failed_checks=checks["failed"],
-        unchecked_reports=sum(1 for t in turns if t.reuse_checked is False))
+        unchecked_reports=sum(1 for t in turns if t.reuse_checked is False),
+        unreported=sum(1 for t in turns if t.reused_tokens is None),
+        not_emptied=sum(1 for t in turns if t.not_emptied))
 
 
 def slope_per_kt(points: Sequence[tuple[int, float]]) -> float | None:

@@ -13,7 +13,10 @@ endpoint (llama.cpp's ``/tokenize`` or llama-cpp-python's ``/extras/tokenize``, 
 detokenize), EOS after N tokens unless the request holds it off in a way it ``honours``
 (``ignore_eos``, ``min_tokens``, a ``logit_bias`` on id 0; mlx_lm.server honours only the last),
 its EOS then counted in ``usage`` or not (``count_eos``), every K-th chunk carrying two tokens
-(a held-back multi-byte character).
+(a held-back multi-byte character), and ``cache``: a prompt cache of that many entries (1: as
+llama-cpp-python's and mlx_lm.server's as macprof starts them; each the prompt and generated ids of
+a request; a prompt sharing a prefix with one computes only the rest), what it reused in
+``usage.prompt_tokens_details.cached_tokens`` (as mlx_lm.server reports it) where usage is on.
 Non-streamed replies are counting requests: their usage, and with ``logprobs`` the ids
 (``logprobs: true``) or the text offsets (``logprobs: 0``). Every request body is kept in
 ``state["bodies"]``.
@@ -36,10 +39,27 @@ TOKENIZE = {"llama.cpp": ("/tokenize", "content", "/detokenize", "content"),
 
 def new_state(token_ms: float = 5.0, prompt_ms: float = 0.05, usage: bool = True, tokenizer: str | None = None,
               eos_after: int | None = None, group: int = 0, honours: tuple[str, ...] = HOLDS,
-              count_eos: bool = True) -> dict:
+              count_eos: bool = True, cache: int = 0) -> dict:
     return {"token_ms": token_ms, "prompt_ms": prompt_ms, "usage": usage, "tokenizer": tokenizer,
-            "eos_after": eos_after, "group": group, "honours": honours, "count_eos": count_eos,
-            "vocab": {EOS: 0, BOS: 1}, "bodies": [], "lock": threading.Lock()}
+            "eos_after": eos_after, "group": group, "honours": honours, "count_eos": count_eos, "cache": cache,
+            "held": [], "vocab": {EOS: 0, BOS: 1}, "bodies": [], "lock": threading.Lock()}
+
+
+def _reuse(state: dict, ids: list[int], generated: list[int]) -> int | None:
+    """The cache's reuse for a prompt of ``ids``: the longest common prefix with an entry it holds
+    (the last prompt token always computed); then it holds ``ids`` and ``generated`` too, the least
+    recently stored entry out beyond ``cache`` entries (True: one). None without a cache."""
+    if not state["cache"]:
+        return None
+    with state["lock"]:
+        best = 0
+        for held in state["held"]:
+            n = 0
+            while n < min(len(held), len(ids) - 1) and held[n] == ids[n]:
+                n += 1
+            best = max(best, n)
+        state["held"] = (state["held"] + [ids + generated])[-int(state["cache"]):]
+    return best
 
 
 def _ids(state: dict, text: str) -> list[int]:
@@ -96,11 +116,14 @@ def handler(state: dict):
             if not self.path.endswith(("/completions", "/completion")):
                 return self._json({"error": "not found"}, 404)
             prompt = str(body.get("prompt") or " ".join(m.get("content", "") for m in body.get("messages", [])))
-            n_prompt = 1 + len(_ids(state, prompt))  # its BOS, as the tokenize endpoint counts it
+            ids = [1] + _ids(state, prompt)  # its BOS, as the tokenize endpoint counts it
+            n_prompt = len(ids)
             n = _length(body, state)
             words = [f" w{i}" for i in range(n)]
             stopped = n < int(body.get("max_tokens") or 16)
-            time.sleep(n_prompt * state["prompt_ms"] / 1e3)
+            cached = _reuse(state, ids, _ids(state, "".join(words)))
+            time.sleep((n_prompt - (cached or 0)) * state["prompt_ms"] / 1e3)
+            details = {"prompt_tokens_details": {"cached_tokens": cached}} if cached is not None else {}
             if not body.get("stream"):
                 return self._reply(body, words, n_prompt, stopped)
             self.send_response(200)
@@ -114,7 +137,7 @@ def handler(state: dict):
                 i += k
             self._send({"choices": [{"index": 0, "text": "", "finish_reason": "stop" if stopped else "length"}]})
             if state["usage"] and (body.get("stream_options") or {}).get("include_usage"):
-                self._send({"choices": [], "usage": {"prompt_tokens": n_prompt,
+                self._send({"choices": [], "usage": {"prompt_tokens": n_prompt, **details,
                                                      "completion_tokens": n + (stopped and state["count_eos"])}})
             self.wfile.write(b"data: [DONE]\n\n")
 
@@ -154,8 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokenizer", choices=sorted(TOKENIZE))
     ap.add_argument("--eos-after", type=int)
     ap.add_argument("--group", type=int, default=0)
+    ap.add_argument("--cache", type=int, default=0, help="prompt cache entries, its reuse reported in usage [0: none]")
     args = ap.parse_args(argv)
-    state = new_state(args.token_ms, args.prompt_ms, not args.no_usage, args.tokenizer, args.eos_after, args.group)
+    state = new_state(args.token_ms, args.prompt_ms, not args.no_usage, args.tokenizer, args.eos_after, args.group,
+                      cache=args.cache)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(state))
     print(f"http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     server.serve_forever()

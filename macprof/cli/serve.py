@@ -60,13 +60,23 @@ def measured_models(ctx: click.Context, config_path: Path, opts: ServerArgs, set
         raise MacprofError(f"--serve: {kind!r} is not one of {', '.join(serve.KINDS)}")
     path = resolve.resolve(ref).path
     settings = settings_of()
-    need = getattr(settings, "prompt_tokens", 512) + getattr(settings, "gen_tokens", 128)
-    with serve.serving(kind, path, n_ctx=max(2048, 2 * need), threads=getattr(settings, "threads", None)) as server:
+    need = _context(settings)
+    with serve.serving(kind, path, n_ctx=max(2048, 2 * need), threads=getattr(settings, "threads", None),
+                       slots=getattr(settings, "serve_slots", 1)) as server:
         served = endpoint_spec(server.url, server.model, "completions", settings, file=path, served=server.info,
                                name=f"{Path(path).stem}@{kind if kind.endswith('server') else kind + '-server'}")
         assert served.endpoint is not None
         served = replace(served, config=given, endpoint=replace(served.endpoint, origin={"serve": kind, "ref": ref}))
         yield (served, *(_in_process(ref, kind, settings) if opts.in_process else ()))
+
+
+def _context(settings) -> int:
+    """One sequence's context for the server: the longest request of the phases it is to run
+    (macprof/phases.py: a conversation's grows turn by turn), as a worker's in-process engine gets."""
+    from macprof.phases import REGISTRY, cases_of
+
+    return max((REGISTRY[p].context(settings, cases_of(p, settings)) for p in settings.phases if p in REGISTRY),
+               default=settings.prompt_tokens + settings.gen_tokens)
 
 
 def _in_process(ref: str, kind: str, settings) -> tuple:

@@ -322,6 +322,9 @@ class Settings:
     app_order: str = setting("round-robin", _one_of(APP_ORDERS), "conversation: the order apps take turns in "
                                                                  "({app_orders}) [{app_order}].",
                              phases=_CHAT, flags=(Flag("--app-order", "choice"),))
+    serve_slots: int = setting(1, POSITIVE_INT, "conversation: with --serve mlx, the conversations mlx_lm.server's "
+                                                "prompt cache holds (its --prompt-cache-size) [{serve_slots}].",
+                               unit="conversations", phases=_CHAT, flags=(Flag("--serve-slots", "int"),))
     chat_template: str | None = setting(
         None, Check(str, lambda v: bool(v.strip()), "the path of a Jinja2 chat template file", _TEXT),
         "conversation: a Jinja2 chat template file [the model's own; a plain fallback where it has none].",
@@ -481,7 +484,8 @@ RUN_ORDER = ("--engine", "--config", "--models", "--phases", "--prompt-tokens", 
              "--drop-cache", "--force", "--log", "--resume", "--force-overwrite", "--hosts", "--backend", "--parallel",
              "--link-gbs", "--draft", "--draft-tokens", "--ngram", "--speculative-impl", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
              "--serve", "--in-process", "--concurrency", "--rate", "--slo", "--load-requests", "--load-seconds",
-             "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--chat-template",
+             "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--serve-slots",
+             "--chat-template",
              "--tasks", "--attempts", "--temperature", "--seed")
 
 

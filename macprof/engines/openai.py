@@ -29,6 +29,7 @@ the reason; concurrent requests are the ``concurrency`` phase's (``open_stream``
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -55,6 +56,12 @@ NAMES = {"llama-server": "ids-native", "llama-cpp-python": "offsets", "mlx_lm.se
          "openai-compatible": "ids-logprobs"}
 DISPLACE = " harbor lantern compass"  # the untimed request of ``reset``: a short prompt no measured one starts with
 EOS_BIAS = -100.0  # OpenAI's "ban" (its range is -100..100): greedy never picks a token 100 logits down
+# llama-cpp-python's server says the prefix it kept only in its --verbose log (macprof starts it
+# so, run/serve.py): one of these lines per request, printed before it computes the prompt
+# (llama_cpp/llama.py generate); a request whose log has its timings but none of them kept nothing
+LOG_REUSE = (r"Llama\.generate: (\d+) prefix-match hit", r"Llama\.generate: \d+ prefix-match found but partial kv "
+             r"removal not supported")
+LOG_DONE = "prompt eval time"  # llama.cpp's timings, printed once a request's generation ends
 PROMPT_WORDS = 64  # words enough for varied prompts: each costs a request or two to a server's tokenizer
 
 
@@ -110,6 +117,7 @@ class OpenAIEngine:
         self._texts: dict[tuple[int, ...], str] = {}
         self._server_ids: dict[str, list[int]] = {}
         self._dirty = False
+        self.displacements = 0  # resets that displaced the server's cache (a counting request's among them)
         self.last_final: wire.Final | None = None
         self.last_chunks: list[wire.Chunk] = []
         self._served_info: dict = {}
@@ -127,6 +135,8 @@ class OpenAIEngine:
         given = endpoint.get("timeout_given")
         self.timeout_given = float(given) if isinstance(given, (int, float)) else None  # --timeout, for messages
         self._served_info = dict(endpoint.get("served") or {})
+        # the log of a server macprof started: a temporary file, not part of what the run log records
+        self._server_log = self._served_info.pop("log_path", None)
         if self.api not in wire.APIS:
             raise MacprofError(f"{self.url}: api {self.api!r} is not one of {', '.join(wire.APIS)}")
         probe = self._root() + "/api/tags" if self.api == "ollama" else self.url.rstrip("/") + "/models"
@@ -240,14 +250,26 @@ class OpenAIEngine:
                 "tools_refused": refused}
 
     def tokenize_chat(self, text: str) -> list[int]:
-        return self.tokenize(text)
+        """A rendered chat prompt's ids as the server reads its text: its special tokens parsed,
+        BOS added as the model adds it (llama-cpp-python's and mlx_lm.server's completions do),
+        by the model's own tokenizer where it is loaded here; else as ``tokenize``."""
+        if self._local is None:
+            return self.tokenize(text)
+        ids = self._local.tokenize_chat(text)
+        self._texts[tuple(ids)] = text
+        return ids
 
     @property
     def eos_ids(self) -> set[int]:
         return set(self._eos_ids)
 
     def chat_template(self) -> ChatTemplate | None:
-        return None  # the server applies its model's template (a chat request), not macprof
+        """The model's own template where its file is known here and requests send text
+        (completions): macprof renders the prompt as an app that sends text would. None where the
+        server applies its model's template (a chat request), or no file is known."""
+        if self._local is None or self.api == "chat":
+            return None
+        return self._local.chat_template()
 
     @property
     def vocab_size(self) -> int:
@@ -313,9 +335,16 @@ class OpenAIEngine:
     def eos_keys(self, n: int) -> dict:
         return eos_keys(self.server, n, self._eos_ids)[0]
 
-    def open_stream(self, text: str, n: int) -> Iterator[wire.Chunk | wire.Final]:
+    @property
+    def renders_messages(self) -> bool:
+        """Whether the server applies its model's template to a conversation's messages (--api
+        chat): the prompt's text and ids are then the server's, not known here."""
+        return self.api == "chat"
+
+    def open_stream(self, text: str, n: int, messages: Sequence[dict] | None = None) -> Iterator[wire.Chunk | wire.Final]:
         """One streamed timed request (thread-safe: it shares nothing with other calls)."""
-        url, body = wire.request_for(self.api, self.url, self.model, text, n, self.eos_keys(n))
+        url, body = wire.request_for(self.api, self.url, self.model, text, n, self.eos_keys(n),
+                                     list(messages) if messages else None)
         return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama", given_s=self.timeout_given)
 
     def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
@@ -323,24 +352,61 @@ class OpenAIEngine:
         retries); no phase asks a server's token stream for a sampled one."""
         raise MacprofError("a server's sampled decoding is a chat completion with temperature and seed (chat())")
 
-    def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
+    def generate(self, ids: Sequence[int], n: int, messages: Sequence[dict] | None = None,
+                 text: str | None = None) -> Iterator[int]:
         """Yields, per chunk with text, the tokens the server says it carries (0: not said);
-        the chunks themselves are ``last_chunks``, the server's report ``last_final``."""
-        text = self._texts.get(tuple(ids))
+        the chunks themselves are ``last_chunks``, the server's report ``last_final``.
+        ``messages`` (and their rendered ``text``): a conversation's, sent as they are where the
+        server renders them (``renders_messages``)."""
+        if text is None:
+            text = self._texts.get(tuple(ids))
         if text is None:
             text = self.detokenize(ids)
         self.last_final, self.last_chunks = None, []
         self._dirty = True
-        for item in self.open_stream(text, n):
+        start = self._log_size()
+        for item in self.open_stream(text, n, messages if self.renders_messages else None):
             if isinstance(item, wire.Final):
                 self.last_final = item
             else:
                 self.last_chunks.append(item)
                 yield item.tokens or 0
+        if self.last_final is not None and self.last_final.cached_tokens is None and start is not None:
+            self._reuse_from_log(start, self.last_final)
+
+    def _log_size(self) -> int | None:
+        """Where the server's log ends now, where it is read (llama-cpp-python's: LOG_REUSE)."""
+        if not self._server_log or self.server != "llama-cpp-python":
+            return None
+        try:
+            return os.path.getsize(self._server_log)
+        except OSError:
+            return None
+
+    def _reuse_from_log(self, start: int, final: wire.Final) -> None:
+        """The request's reuse as the server's log says it, from what it wrote since ``start``
+        (one request at a time: this engine's ``generate``); unknown where the log says neither."""
+        import re
+
+        try:
+            with open(self._server_log or "", "rb") as f:
+                f.seek(start)
+                text = f.read(1 << 20).decode("utf-8", errors="replace")
+        except OSError:
+            return
+        hit = re.search(LOG_REUSE[0], text)
+        if hit:
+            final.cached_tokens, final.cached_source = int(hit.group(1)), f"the server's log: {hit.group(0)!r}"
+            return
+        refused = re.search(LOG_REUSE[1], text)
+        if refused or LOG_DONE in text:  # it computed the whole prompt
+            final.cached_tokens = 0
+            final.cached_source = (f"the server's log: {refused.group(0)!r}" if refused else
+                                   f"the server's log: no prefix-match line before its timings ({LOG_DONE!r})")
 
     # -- counting, after the timed request --------------------------------------------------
     def settle(self, text: str, n: int, chunks: Sequence[wire.Chunk], final: wire.Final,
-               budget_s: float | None = None) -> counting.Settled:
+               budget_s: float | None = None, messages: Sequence[dict] | None = None) -> counting.Settled:
         """The tokens of a timed request and of each of its chunks: the server's free report
         where it settles them, else an untimed counting request (engines/counting.py); within
         ``budget_s`` seconds (what the request's time limit leaves)."""
@@ -353,10 +419,12 @@ class OpenAIEngine:
         free, source = final.completion_tokens, final.count_source
         if not counting.needs_counting(len(texts), free) or self.api == "ollama":  # Ollama: eval_count is all it gives
             return counting.settle(texts, free, source, None)
-        counted, error = self._count(text, n, texts, budget_s if budget_s is not None else self.timeout)
+        counted, error = self._count(text, n, texts, budget_s if budget_s is not None else self.timeout,
+                                     list(messages) if messages and self.renders_messages else None)
         return counting.settle(texts, free, source, counted, error)
 
-    def _count(self, text: str, n: int, texts: list[str], budget_s: float) -> tuple[counting.Counted | None, str | None]:
+    def _count(self, text: str, n: int, texts: list[str], budget_s: float,
+               messages: list[dict] | None = None) -> tuple[counting.Counted | None, str | None]:
         """The counting request for (``text``, ``n``), made once per prompt while its text is the
         timed request's; after a displacing request, so that it computes the prompt from scratch."""
         joined = "".join(texts)
@@ -369,16 +437,16 @@ class OpenAIEngine:
         names = NAMES.get(self.server)
         try:
             if self.server == "llama-cpp-python":  # its plain count first: logprobs cost it a sort per token
-                got = self._reply(text, n, None, end)
+                got = self._reply(text, n, None, end, messages)
                 if got.completion_tokens != len(texts) and counting.same_text(got.text, joined):
-                    got = self._reply(text, n, names, end)
+                    got = self._reply(text, n, names, end, messages)
             else:
                 try:
-                    got = self._reply(text, n, names, end)
+                    got = self._reply(text, n, names, end, messages)
                 except wire.ServerError:
                     if names is None or self.server != "openai-compatible":
                         raise
-                    got = self._reply(text, n, None, end)  # a server that refuses logprobs: its count only
+                    got = self._reply(text, n, None, end, messages)  # a server that refuses logprobs: its count only
         except wire.ServerError as exc:
             return None, f"the counting request failed: {exc}"
         self._dirty = True
@@ -386,11 +454,12 @@ class OpenAIEngine:
         self._counted[(text, n)] = counted
         return counted, None
 
-    def _reply(self, text: str, n: int, names: str | None, end: float) -> wire.Reply:
+    def _reply(self, text: str, n: int, names: str | None, end: float, messages: list[dict] | None = None) -> wire.Reply:
         left = end - time.monotonic()
         if left <= 0:
             raise wire.ServerError("no time left within the request's limit (--timeout)")
-        url, body = wire.counting_request_for(self.api, self.url, self.model, text, n, self.eos_keys(n), names)
+        url, body = wire.counting_request_for(self.api, self.url, self.model, text, n, self.eos_keys(n), names,
+                                              messages)
         return wire.reply(wire.get_json(url, timeout=left, body=body))
 
     def _counted_from(self, got: wire.Reply) -> counting.Counted:
@@ -419,9 +488,12 @@ class OpenAIEngine:
         if not self._dirty:
             return
         self._dirty = False
-        try:  # displace what the server cached, untimed (see the module's note)
-            for _ in self.open_stream(DISPLACE, 1):
-                pass
+        self.displacements += 1
+        slots, _ = self.cache_holds()
+        try:  # displace what the server cached, untimed (see the module's note): one request per prompt it holds
+            for k in range(slots or 1):
+                for _ in self.open_stream(DISPLACE + (WORDS[k % len(WORDS)] if k else ""), 1):
+                    pass
         except wire.ServerError:
             pass  # the next request meets the same server and records its own failure
 
@@ -437,6 +509,35 @@ class OpenAIEngine:
     @property
     def reuse_refused(self) -> str | None:
         return None
+
+    @property
+    def reuse_unreported(self) -> str | None:
+        """Why the last request's reused tokens are unknown (the server's reply said none); None
+        where it said. Never guessed from TTFT."""
+        f = self.last_final
+        if f is not None and f.cached_tokens is not None:
+            return None
+        if self.server == "llama-cpp-python":
+            return ("llama-cpp-python's server reports prompt and completion tokens only: the prefix it kept "
+                    "is printed to its --verbose log, not returned" + (
+                        "; its log said neither" if self._server_log else
+                        " (a server started outside macprof: its log is not read here)"))
+        return ("the server's reply carried no reused-token count (usage.prompt_tokens_details.cached_tokens, "
+                "timings.cache_n)")
+
+    def displacing_ids(self) -> list[int]:
+        """The ids of ``reset``'s request, which the server's cache holds after it (with the one
+        token it generates): what an "emptied" cache may still share with a prompt (its BOS)."""
+        return self.tokenize(DISPLACE)
+
+    def cache_holds(self) -> tuple[int | None, str]:
+        """How many conversations the server's cache holds at once (its slots, or the prompts its
+        prompt cache keeps), and how that is known; None where it is not (a server started by hand)."""
+        slots = self._served_info.get("prompt_slots")
+        how = str(self._served_info.get("prompt_slots_how") or "")
+        if isinstance(slots, int) and not isinstance(slots, bool):
+            return slots, how
+        return None, how or "not known: a server started outside macprof says nothing of its slots or prompt cache"
 
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
         raise MacprofError(self.capabilities["batch"] or "")

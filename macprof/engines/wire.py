@@ -53,6 +53,7 @@ class Final:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    cached_source: str | None = None  # where cached_tokens came from
     finish_reason: str | None = None
     count_source: str | None = None  # where completion_tokens came from
     timings: dict[str, Any] = field(default_factory=dict)  # normalised seconds + the raw report
@@ -68,11 +69,13 @@ COSTLY = ("logprobs", "top_logprobs", "echo", "n_probs", "post_sampling_probs", 
           "timings_per_token", "return_progress")
 
 
-def request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None = None) -> tuple[str, dict]:
+def request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None = None,
+                messages: list[dict] | None = None) -> tuple[str, dict]:
     """The path and JSON body of a timed greedy streamed request for ``n`` tokens after ``text``:
     what an app would send, plus ``eos``, the keys that hold EOS off on this server
     (engines/openai.py ``eos_keys``), and streamed usage (the count, at no cost, where the
-    server has it). Nothing of COSTLY."""
+    server has it). Nothing of COSTLY. ``messages``: a chat request's, as they are (a conversation's
+    turns); else the text is one user message."""
     if api == "ollama":
         root = base.rstrip("/").removesuffix("/api")
         return root + "/api/generate", {"model": model, "prompt": text, "raw": True, "stream": True,
@@ -80,12 +83,13 @@ def request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | 
     body: dict[str, Any] = {"model": model, "max_tokens": n, "stream": True, "temperature": 0,
                             "stream_options": {"include_usage": True}, **(eos or {})}
     if api == "chat":
-        return base.rstrip("/") + "/chat/completions", {**body, "messages": [{"role": "user", "content": text}]}
+        return base.rstrip("/") + "/chat/completions", {
+            **body, "messages": list(messages) if messages else [{"role": "user", "content": text}]}
     return base.rstrip("/") + "/completions", {**body, "prompt": text}
 
 
 def counting_request_for(api: str, base: str, model: str, text: str, n: int, eos: dict | None,
-                         names: str | None) -> tuple[str, dict]:
+                         names: str | None, messages: list[dict] | None = None) -> tuple[str, dict]:
     """The untimed counting request of a timed one: the same prompt, greedy settings and EOS
     keys, not streamed, and ``names``, what makes this server name its tokens: "ids-native"
     (llama.cpp's own /completion with return_tokens), "ids-logprobs" (mlx_lm.server's
@@ -95,7 +99,7 @@ def counting_request_for(api: str, base: str, model: str, text: str, n: int, eos
         root = base.rstrip("/").removesuffix("/v1")
         return root + "/completion", {"prompt": text, "n_predict": n, "temperature": 0, "stream": False,
                                       "return_tokens": True, **(eos or {})}
-    url, body = request_for(api, base, model, text, n, eos)
+    url, body = request_for(api, base, model, text, n, eos, messages)
     body = {k: v for k, v in body.items() if k != "stream_options"}
     body["stream"] = False
     if api == "ollama":
@@ -287,13 +291,15 @@ def _openai(obj: dict, final: Final) -> Chunk | None:
         if _int(usage.get("completion_tokens")) is not None:
             final.completion_tokens, final.count_source = _int(usage.get("completion_tokens")), "usage"
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            final.cached_tokens = _int(details.get("cached_tokens"), final.cached_tokens)
+        if isinstance(details, dict) and _int(details.get("cached_tokens")) is not None:
+            final.cached_tokens, final.cached_source = _int(details.get("cached_tokens")), \
+                "usage.prompt_tokens_details.cached_tokens"
     timings = obj.get("timings")
     if isinstance(timings, dict):  # llama.cpp's server (the last one holds the totals)
         final.timings = {"source": "llama.cpp timings", "prompt_s": _ms(timings.get("prompt_ms")),
                          "decode_s": _ms(timings.get("predicted_ms")), "raw": _raw(timings)}
-        final.cached_tokens = _int(timings.get("cache_n"), final.cached_tokens)
+        if _int(timings.get("cache_n")) is not None:
+            final.cached_tokens, final.cached_source = _int(timings.get("cache_n")), "timings.cache_n"
         computed = _int(timings.get("prompt_n"))  # the tokens it computed: the prompt less what it reused
         if computed is not None and usage_prompt(obj) is None:
             final.prompt_tokens = computed + (final.cached_tokens or 0)

@@ -20,6 +20,8 @@ STOP_KINDS = (
     "reply_retokenized",  # inside the previous reply: its text, tokenized again, is not the ids that were generated
     "tokenization_join",  # the text extends the previous prompt's, but tokenizes otherwise where they join
     "template_rewrite",  # the template rendered the earlier turns otherwise than before
+    "unreported",  # through a server that reports no reuse: where, inside the previous reply, is not known
+    "kept_less",  # a server reused less than the ids it held allow (its own cache policy)
 )
 
 
@@ -35,6 +37,7 @@ class ConversationStart(Event):
     apps: int = 1
     turns: int = 0
     order: tuple[tuple[int, int], ...] = ()  # (app, turn) in the order they ran
+    holds: str | None = None  # where --apps is more than the cache holds at once, or that is not known: said so
 
 
 @record
@@ -48,14 +51,21 @@ class ConversationTurn(Event):
     prompt_tokens: int = 0
     held_tokens: int = 0  # what the cache held before the natural request
     held_by: int | None = None  # the app whose request left it (None: nothing held)
-    common_prefix: int = 0  # the prompt's ids shared with the held ids, from the start
-    expected_reuse: int = 0  # what the held ids allow (the common prefix, the prompt's last token recomputed)
+    # the prompt's ids shared with the held ids, from the start, and what they allow (the prompt's last
+    # token recomputed); None where the ids are the server's (--api chat: it renders the messages)
+    common_prefix: int | None = 0
+    expected_reuse: int | None = 0
     reused_tokens: int | None = None  # what the engine reported it reused
     reuse_refused: str | None = None  # the engine's reason for keeping nothing (cut_refusal)
-    ideal_reuse: int = 0  # what a cache of this app's own last prompt and reply would allow
+    # through a server (its generated ids are not returned): the most it may have reused, and why
+    # its reuse is unknown where it reported none
+    reuse_bound: int | None = None
+    reuse_unreported: str | None = None
+    ideal_reuse: int | None = 0  # what a cache of this app's own last prompt and reply would allow (a server's: at most)
     stop_kind: str = "empty"  # one of STOP_KINDS
     stop_reason: str = ""  # in words, with the position
     reply_text_ids_equal: bool | None = None  # the previous reply re-tokenized gives the generated ids
+    not_emptied: str | None = None  # through a server: its emptied half found more than an emptied cache holds
     check: OutputCheck | None = None  # natural vs emptied outputs, token by token
     fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
 
@@ -67,17 +77,21 @@ class Turn(Record):
     prompt_tokens: int = 0
     held_tokens: int = 0
     held_by: int | None = None
-    common_prefix: int = 0
-    expected_reuse: int = 0
+    common_prefix: int | None = 0
+    expected_reuse: int | None = 0
     reused_tokens: int | None = None
     reuse_rate: float | None = None  # reused_tokens / prompt_tokens
-    ideal_reuse: int = 0
+    ideal_reuse: int | None = 0
     ideal_rate: float | None = None
     reuse_refused: str | None = None
-    reuse_checked: bool | None = None  # the engine's report equals what the held ids allow (or it said why not)
+    reuse_bound: int | None = None
+    reuse_unreported: str | None = None
+    # the engine's report equals what the held ids allow (or it said why not); a server's is at most reuse_bound
+    reuse_checked: bool | None = None
     stop_kind: str = "empty"
     stop_reason: str = ""
     reply_text_ids_equal: bool | None = None
+    not_emptied: str | None = None
     fits: bool = True
     natural: Request | None = ABSENT
     emptied: Request | None = ABSENT
@@ -103,6 +117,8 @@ class ConversationSummary(Record):
     near_ties: int = 0
     failed_checks: int = 0
     unchecked_reports: int = 0  # turns where the engine's reported reuse is not what its held ids allow
+    unreported: int = 0  # turns whose reuse the server did not report
+    not_emptied: int = 0  # turns whose emptied half found more than an emptied cache holds (a server's)
 
 
 @record
@@ -115,6 +131,7 @@ class ConversationPhase(Record):
     app_order: str | None = None
     turns: tuple[Turn, ...] = ()
     stopped: str | None = None  # why a conversation stopped early (the context was full)
+    holds: str | None = None  # where --apps is more than the cache holds at once (ConversationStart.holds)
     summary: ConversationSummary = field(default_factory=ConversationSummary)
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None

@@ -93,8 +93,9 @@ FIELDS: dict[type, dict[str, str]] = {
               "kind": _V, "mode": _V, "signal": _V, "stderr_tail": _T},
     # -- requests and phases
     Request: {"kind": _V, "mode": _V, "status": _V, "error": _T, "tokens": _T, "engine_memory": _T, "case": _V},
+    # cached_tokens_source may quote a line of the server's own log
     ServerReport: {"count_source": _V, "chunk_tokens_source": _V, "prompt_tokens_source": _V, "finish_reason": _T,
-                   "eos": _V, "timings": _T, "flags": _T},
+                   "eos": _V, "timings": _T, "flags": _T, "cached_tokens_source": _T},
     CountingRequest: {"status": _V, "named_by": _V, "reason": _T},
     PhaseMemory: {"engine": _T, "weights_held": _V},
     WarmPhase: {"thermal_state_start": _V, "thermal_state_end": _V},
@@ -118,18 +119,18 @@ FIELDS: dict[type, dict[str, str]] = {
     TasksPhase: {"prompt_format": _T, "tool_format": _V, "generation": _O},
     # the template's path is a file's (--chat-template) or where the model's came from
     ConversationPhase: {"template_source": _V, "template_path": PATH, "template_sha256": _V, "app_order": _V,
-                        "stopped": _O},
+                        "stopped": _O, "holds": _O},
     ConversationSummary: {"stops": _V},
     # the draft as the command line named it: a path, a hub id, an Ollama name, or "ngram"
     SpeculativePhase: {"draft": REF, "draft_engine": _V, "draft_status": _V, "draft_reason": _T, "native_reason": _T},
     SpeculativeCase: {"id": _V, "prediction_reason": _O, "impl": _V, "unknown": _T},
     DraftMemory: {"engine": _T, "weights_held": _V},
-    Turn: {"reuse_refused": _O, "stop_kind": _V, "stop_reason": _O},
+    Turn: {"reuse_refused": _O, "stop_kind": _V, "stop_reason": _O, "reuse_unreported": _O, "not_emptied": _O},
     TaskSetInfo: {"source": PATH, "sha256": _V},
     TaskRefusal: {"task": _T, "reason": _T},
     TaskResult: {"task": _T, "category": _T, "checker": _V},
     TaskAttempt: {"task": _T, "status": _V, "error": _T, "tokens": _T, "stop": _V, "text": _T, "message": _T},
-    TasksSummary: {"energy_reason": _O},
+    TasksSummary: {"energy_reason": _O, "tokens_reason": _O},
     LoadLevelResult: {"id": _V, "mode": _V, "goodput_reason": _O, "error_messages": _T},
     # -- telemetry
     TelemetryRaw: {"phase": _V, "source": _V, "total_domain": _V, "domains": _V, "unavailable": _O,

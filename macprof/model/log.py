@@ -168,6 +168,7 @@ class ModelSettings(Record):
     tool_tokens: int | None = ABSENT
     apps: int | None = ABSENT
     app_order: str | None = ABSENT
+    serve_slots: int | None = ABSENT
     chat_template: str | None = ABSENT
     tasks: str | None = ABSENT  # the tasks phase's (absent before it)
     attempts: int | None = ABSENT

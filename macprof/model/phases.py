@@ -79,6 +79,9 @@ class ServerReport(Record):
     unstamped_tokens: int | None = ABSENT  # counted by the server after the last chunk with text (its EOS)
     prompt_tokens_source: str | None = None
     cached_tokens: int | None = None
+    # where cached_tokens came from (usage.prompt_tokens_details, timings.cache_n, or the line of the
+    # server's own log that said it); absent in older logs
+    cached_tokens_source: str | None = ABSENT
     finish_reason: str | None = None
     eos: str | None = ABSENT  # how EOS was held off on this request (absent in older logs)
     counting: CountingRequest | None = ABSENT

@@ -45,7 +45,10 @@ def conversation_table(log: RunLog) -> str | None:
                      "growth_e": s.ttft_growth_emptied_s_per_kt,
                      "stops": ", ".join(f"{k} {n}" for k, n in s.stops.items()) or "-",
                      "checks": f"{s.identical}/{len(ph.turns)} identical, {s.near_ties} near-ties, {s.failed_checks} failed",
-                     "stopped": ph.stopped, "unchecked": s.unchecked_reports})
+                     "stopped": ph.stopped, "unchecked": s.unchecked_reports, "holds": ph.holds,
+                     "unreported": s.unreported, "not_emptied": s.not_emptied,
+                     "why_not_emptied": next((t.not_emptied for t in ph.turns if t.not_emptied), None),
+                     "why_unreported": next((t.reuse_unreported for t in ph.turns if t.reuse_unreported), None)})
     if not rows:
         return None
     columns = (Column("model", cell("model")), Column("apps", cell("apps")), Column("turns", cell("turns")),
@@ -57,6 +60,10 @@ def conversation_table(log: RunLog) -> str | None:
     notes = [f"  {r['model']}: {r['stopped']}" for r in rows if r["stopped"]]
     notes += [f"  {r['model']}: in {r['unchecked']} turns the engine reported another reuse than the ids it held allow"
               for r in rows if r["unchecked"]]
+    notes += [f"  {r['model']}: {r['holds']}" for r in rows if r["holds"]]
+    notes += [f"  {r['model']}: reuse unknown in {r['unreported']} turns: {r['why_unreported']}"
+              for r in rows if r["unreported"]]
+    notes += [f"  {r['model']}: in {r['not_emptied']} turns {r['why_not_emptied']}" for r in rows if r["not_emptied"]]
     return "Conversation (cache as the previous request left it):\n" + text + \
         ("\n" + "\n".join(clean(n) for n in notes) if notes else "")
 
@@ -69,14 +76,20 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
              f"   reuse p50 {fmt_pct(s.reuse_rate.median)}, p10 {fmt_pct(s.reuse_rate_p10)}; hit rate {fmt_pct(s.hit_rate)} "
              f"(ideal {fmt_pct(s.ideal_hit_rate)}); TTFT natural {fmt_s(s.ttft_natural_s.median)} vs emptied "
              f"{fmt_s(s.ttft_emptied_s.median)}, saved {fmt_s(s.ttft_saved_s.median)} per turn"]
+    if ph.holds:
+        lines.append(f"   {clean(ph.holds)}")
     for t in ph.turns:
         nat = t.natural.ttft_s if t.natural else None
         emp = t.emptied.ttft_s if t.emptied else None
         check = "identical" if t.check and t.check.first_divergence is None else \
             ("near-tie" if t.check and t.check.near_tie else "DIFFERS" if t.check else "?")
-        lines.append(f"   app {t.app} turn {t.turn}: prompt {t.prompt_tokens}, reused {t.reused_tokens} "
-                     f"({fmt_pct(t.reuse_rate)}; ideal {t.ideal_reuse}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
-                     f"{t.stop_kind}: {clean(t.stop_reason)}; output {check}")
+        reused = "unknown" if t.reused_tokens is None else str(t.reused_tokens)
+        bound = f", at most {t.reuse_bound}" if t.reuse_bound is not None else ""
+        ideal = "?" if t.ideal_reuse is None else t.ideal_reuse
+        lines.append(f"   app {t.app} turn {t.turn}: prompt {t.prompt_tokens}, reused {reused} "
+                     f"({fmt_pct(t.reuse_rate)}{bound}; ideal {ideal}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
+                     f"{t.stop_kind}: {clean(t.stop_reason)}; output {check}"
+                     + (f"; {clean(t.not_emptied)}" if t.not_emptied else ""))
     if ph.stopped:
         lines.append(f"   stopped: {clean(ph.stopped)}")
     return lines

@@ -1,7 +1,8 @@
 """`macprof plot`: decode tok/s against the ceiling and cold / warm / prefix TTFT per model; and,
 where the logs hold sweeps, TTFT across the grid, decode vs KV depth with the ceiling curve,
 and aggregate tok/s and per-user ITL vs batch size beside the roofline's prediction; where they
-hold the speculative phase, its speed-up against k beside the predicted one.
+hold the speculative phase, its speed-up against k beside the predicted one; where they hold a
+conversation, its TTFT per turn, natural cache vs emptied, with the reuse rate on a second axis.
 matplotlib is imported here only (Agg backend, no display needed)."""
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         panels += [lambda ax: _batch(ax, models, "aggregate"), lambda ax: _batch(ax, models, "itl")]
     if speculative_series(models):
         panels.append(lambda ax: _speculative(ax, models))
+    if any(m.phases.conversation and m.phases.conversation.turns for _, m in models):
+        panels.append(lambda ax: _conversation(ax, models))
     if not panels:
         raise MacprofError("plot: the run logs hold no measured phase to draw")
     ncols = 2 if len(panels) <= 4 else 3
@@ -290,6 +293,55 @@ def _batch(ax, models, what: str) -> None:
         ax.set_ylabel("per-user inter-token latency p50, s")
         ax.set_title("Batching: each user's ITL")
     ax.legend(fontsize=7)
+
+
+def conversation_series(m: ModelResult) -> dict | None:
+    """What the conversation panel draws of one model: per turn, in the order the turns ran (the
+    apps interleaved), TTFT with the natural cache and with it emptied, and the reuse rate (None
+    where the engine reported no reuse: not drawn, never taken for 0). None: no conversation."""
+    ph = m.phases.conversation
+    if ph is None or not ph.turns:
+        return None
+
+    def ttft(r) -> float | None:
+        return r.ttft_s if r is not None and r.status == "ok" else None
+
+    return {"turns": [f"app {t.app} turn {t.turn}" for t in ph.turns],
+            "natural": [ttft(t.natural) for t in ph.turns], "emptied": [ttft(t.emptied) for t in ph.turns],
+            "reuse": [t.reuse_rate for t in ph.turns],
+            "unreported": sum(1 for t in ph.turns if t.reused_tokens is None)}
+
+
+def _conversation(ax, models) -> None:
+    """TTFT per turn, natural (solid) vs emptied (dashed), one colour per model; the reuse rate
+    per turn on the right axis (dotted, squares). A gap where a figure is unknown."""
+    nan = float("nan")
+    rate = ax.twinx()
+    notes = []
+    for k, (label, m) in enumerate(models):
+        series = conversation_series(m)
+        if series is None:
+            continue
+        color, x = f"C{k % 10}", list(range(len(series["turns"])))
+        ax.plot(x, [nan if v is None else v for v in series["natural"]], "-", marker="o", color=color,
+                label=f"{label} TTFT natural cache")
+        ax.plot(x, [nan if v is None else v for v in series["emptied"]], "--", marker="o", color=color,
+                label=f"{label} TTFT cache emptied")
+        rate.plot(x, [nan if v is None else 100 * v for v in series["reuse"]], ":", marker="s", color=color,
+                  label=f"{label} reuse rate")
+        if series["unreported"]:
+            notes.append(f"{label}: reuse not reported in {series['unreported']} turns")
+    ax.set_yscale("log")
+    ax.set_xlabel("turn, in the order run (apps interleaved)")
+    ax.set_ylabel("TTFT, seconds (log scale)")
+    rate.set_ylabel("prompt tokens reused from the cache, %")
+    rate.set_ylim(0, 105)
+    ax.set_title("Conversation: TTFT per turn, natural cache vs emptied" + (f"\n{'; '.join(notes)}" if notes else ""),
+                 fontsize=9)
+    lines = ax.get_legend_handles_labels()
+    more = rate.get_legend_handles_labels()
+    # below the axes: over them it hides the curves of either axis (loc="best" sees only one)
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
 
 
 def speculative_series(models) -> list[dict]:

@@ -60,9 +60,11 @@ def popen_args(env: dict[str, str]) -> dict:
     return {"pass_fds": (fd,), "env": {**env, ENV: f"{fd}:{os.fstat(fd).st_ino}"}}
 
 
-def watch_group(pid: int) -> subprocess.Popen:
-    """A watcher that kills the process group ``pid`` leads when this process is gone."""
-    return subprocess.Popen([sys.executable, "-m", __name__, str(pid)], stdin=subprocess.DEVNULL,
+def watch_group(pid: int, remove: str | None = None) -> subprocess.Popen:
+    """A watcher that kills the process group ``pid`` leads when this process is gone, and then
+    deletes the file ``remove`` (the group's log, which this process would have deleted)."""
+    return subprocess.Popen([sys.executable, "-m", __name__, str(pid), *([remove] if remove else [])],
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, start_new_session=True,
                             **popen_args({**os.environ}))
 
@@ -126,8 +128,9 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def watch(pgid: int, environ=os.environ) -> None:
-    """The watcher's loop: kill the group when the parent is gone; return when the group is."""
+def watch(pgid: int, environ=os.environ, remove: str | None = None) -> None:
+    """The watcher's loop: kill the group (and delete ``remove``) when the parent is gone; return
+    when the group is."""
     fd = _line(environ)
     if fd is None:
         sys.exit("macprof.run.lifeline: no lifeline was handed over")
@@ -137,8 +140,13 @@ def watch(pgid: int, environ=os.environ) -> None:
                 os.killpg(pgid, signal.SIGKILL)
             except OSError:
                 pass
+            if remove:
+                try:
+                    os.unlink(remove)
+                except OSError:
+                    pass
             return
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]))
+    watch(int(sys.argv[1]), remove=sys.argv[2] if len(sys.argv) > 2 else None)

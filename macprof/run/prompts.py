@@ -25,6 +25,8 @@ class Prompt:
     # a rendered chat prompt: its special-token texts read as those tokens (the engine's tokenize_chat),
     # as the request's own tokenization must read them
     chat: bool = False
+    # a conversation's messages, sent as they are to a server that applies its own template (--api chat)
+    messages: tuple[dict, ...] | None = None
 
 
 class PromptBuilder:

@@ -37,6 +37,14 @@ STOP_GRACE_S = 10.0
 # where each answers once its model is loaded (mlx_lm.server's /v1/models lists the Hugging
 # Face cache and fails without one, so its /health; llama-server's /health answers 503 until loaded)
 READY_PATH = {"mlx": "/health", "llama.cpp": "/v1/models", "llama-server": "/health"}
+# how many conversations each holds in its cache as macprof starts it, and why (the conversation
+# phase says where --apps is more): read from each server's code for the versions macprof runs
+HOLDS: dict[str, tuple[int | None, str]] = {
+    "mlx": (1, "mlx_lm.server's prompt cache, started with --prompt-cache-size 1: one prompt and its reply"),
+    "llama.cpp": (1, "llama-cpp-python's server: one Llama, no prompt cache (--cache off, its default): it "
+                     "keeps the tokens it last evaluated and reuses their longest common prefix"),
+    "llama-server": (None, "llama-server's slots (--parallel), as its defaults set them: not read here"),
+}
 LOG_TAIL = 1500  # characters of the server's log kept with a failure to start
 
 
@@ -64,7 +72,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -> tuple[list[str], str, str]:
+def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None,
+            slots: int = 1) -> tuple[list[str], str, str]:
     """(command line, the model name requests ask for, the distribution whose version it is).
     Every value is a number, an absolute path (it starts with "/"), a value joined to its option
     by "=", or a name that cannot start with "-": none can be read as an option."""
@@ -73,16 +82,23 @@ def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None) -
     if kind == "mlx":
         if not path.is_dir():
             raise MacprofError(f"--serve mlx: {path} is not an MLX model directory")
-        # one cached prompt: the engine's untimed reset request then displaces it (engines/openai.py)
+        # one cached prompt (--serve-slots: more, for several apps' conversations): the engine's
+        # untimed reset requests, one per prompt it holds, then displace them all (engines/openai.py)
         return ([py, "-m", "mlx_lm", "server", "--model", str(path), "--host", HOST, "--port", str(port),
-                 "--prompt-cache-size", "1", "--log-level", "WARNING"], "default_model", "mlx-lm")
+                 "--prompt-cache-size", str(slots), "--log-level", "WARNING"], "default_model", "mlx-lm")
+    if slots != 1:
+        raise MacprofError(f"--serve-slots {slots}: applies to --serve mlx (mlx_lm.server's prompt cache holds that "
+                           f"many prompts); {HOLDS[kind][1]}")
     if kind == "llama.cpp":
         if not path.is_file():
             raise MacprofError(f"--serve llama.cpp: {path} is not a GGUF file")
         # interrupt_requests off: by default a new request cuts the one streaming, which would
-        # turn every concurrent level into a cascade of broken streams instead of a queue
+        # turn every concurrent level into a cascade of broken streams instead of a queue.
+        # verbose on: the prefix it kept ("Llama.generate: N prefix-match hit") is said only in its
+        # log (its replies carry no cached-token count), which the engine reads (engines/openai.py
+        # LOG_REUSE); the lines it prints cost nothing inside a request's timed span
         cmd = [py, "-m", "llama_cpp.server", "--model", str(path), "--host", HOST, "--port", str(port),
-               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", f"--model_alias={path.stem}", "--verbose", "False"]
+               "--n_ctx", str(n_ctx), "--interrupt_requests", "False", f"--model_alias={path.stem}", "--verbose", "True"]
         return (cmd + (["--n_threads", str(threads)] if threads else []), path.stem, "llama_cpp_python")
     if kind == "llama-server":
         if not path.is_file():
@@ -114,24 +130,26 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, wait_s: float = 300.0) -> Server:
+def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, wait_s: float = 300.0,
+          slots: int = 1) -> Server:
     """Start the server and wait until it lists its models; MacprofError (with its log's tail)
     when it exits first or does not answer within ``wait_s``."""
     port = free_port()
-    cmd, model, dist = command(kind, path, port, n_ctx, threads)
+    cmd, model, dist = command(kind, path, port, n_ctx, threads, slots)
     version = _version(dist)
     if version is None:
         extra = "mlx-lm" if kind == "mlx" else "llama-cpp-python[server]"
         if kind == "llama-server":
             raise MacprofError("--serve llama-server: the llama-server on PATH does not run (`llama-server --version`)")
         raise MacprofError(f"--serve {kind}: {dist} is not installed (pip install '{extra}')")
-    log = tempfile.TemporaryFile()
+    # a named file: the worker's engine reads what the server says of each request (its reuse)
+    log = tempfile.NamedTemporaryFile(prefix="macprof-server-", suffix=".log", delete=False)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     # however macprof ends, SIGKILL included, the server ends with it: a watcher beside it
     server = Server(kind, path, proc, f"http://{HOST}:{port}/v1", model, cmd, version, log,
-                    watcher=lifeline.watch_group(proc.pid))
+                    watcher=lifeline.watch_group(proc.pid, remove=log.name))
     while True:
         if proc.poll() is not None:
             tail = _tail(log)
@@ -144,8 +162,13 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
             break
         time.sleep(0.1)
     server.startup_s = time.monotonic() - t0
+    held, how = HOLDS[kind]
+    if kind == "mlx" and slots != 1:
+        held, how = slots, how.replace("--prompt-cache-size 1: one prompt and its reply",
+                                       f"--prompt-cache-size {slots}: {slots} prompts and their replies")
     server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
-                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), **_cold_request(server, t0)}
+                   "pid": proc.pid, "startup_s": round(server.startup_s, 3), "prompt_slots": held,
+                   "prompt_slots_how": how, "log_path": log.name, **_cold_request(server, t0)}
     return server
 
 
@@ -199,6 +222,10 @@ def stop(server: Server) -> None:
         server.watcher.kill()
         server.watcher.wait()
     server.log.close()
+    try:
+        os.unlink(server.log.name)
+    except OSError:
+        pass
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -209,9 +236,9 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 @contextmanager
-def serving(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None) -> Iterator[Server]:
+def serving(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, slots: int = 1) -> Iterator[Server]:
     """The server for the span of the ``with``, stopped whatever ends it (KeyboardInterrupt too)."""
-    server = start(kind, path, n_ctx, threads)
+    server = start(kind, path, n_ctx, threads, slots=slots)
     try:
         yield server
     finally:

@@ -16,6 +16,19 @@ phase, so the replies are the same length whatever the model says. Between the t
 natural state is put back, untimed, by computing the held ids again where the other half (or
 the output check's diagnosis) emptied the cache. A turn whose prompt no longer fits the context
 stops that app's conversation; the turns before are kept.
+
+Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
+completions request, as an app that sends text does; the model's own template where its file is
+known here, engines/openai.py ``chat_template``), and what it reused is what the server reports
+(``usage.prompt_tokens_details.cached_tokens``, llama.cpp's ``timings.cache_n``), raw in each
+request's ``server`` record; where it reports none the reuse is unknown, with the reason, never
+guessed from TTFT. Its cache is not addressable: it is emptied by a short unrelated request (the
+engine's ``reset``: it displaces a one-prompt cache, which is how macprof starts both servers), and
+the natural state is put back, untimed, by sending the request that left it again (greedy: the
+same reply). The server does not return the ids it generated, so what its cache held is known
+exactly up to the previous prompt, and by its count beyond: a turn's ``reuse_bound`` is the most
+the server may have reused, and a report above it fails the check. How many conversations the
+server holds at once (``cache_holds``) is said where ``--apps`` is more (``holds``).
 """
 
 from __future__ import annotations
@@ -49,6 +62,63 @@ def schedule(apps: int, turns: int, order: str, seed: int = 0) -> list[tuple[int
         if next_turn[a] == turns:
             del next_turn[a]
     return out
+
+
+def server_stop(held: list[int], n_reply: int, held_by: int | None, app: int, ids: list[int], text: str,
+                previous: tuple[list[int], str, list[int]] | None, reported: int | None,
+                unreported: str | None) -> tuple[int, int, str, str]:
+    """Through a server: (the prompt's ids shared with the previous prompt's, from the start; the
+    most the server may have reused: those, and where the prompt extends all of them the reply's
+    ``n_reply`` tokens too, the prompt's last token recomputed; the stop kind; the reason). The
+    server's generated ids are not known here: inside the reply, where reuse stopped is where the
+    server says (``reported``)."""
+    d = common_prefix(held, ids)
+    bound = min(d + (n_reply if held and d == len(held) else 0), len(ids) - 1)
+    if held_by is None:  # the cache held the displacing request of ``reset`` (a server's is not addressable)
+        return d, bound, "empty", (f"the cache held only the {len(held)} tokens of the request that displaced what "
+                                   f"it held: they share the first {d}")
+    if held_by != app or d < len(held):
+        kind, reason = _divergence(d, held, held_by, app, ids, text, previous)
+        if held and held_by == app and reported is not None and reported < bound:
+            return d, bound, "kept_less", (f"{reason}; the server reused {reported} of the {bound} tokens "
+                                           f"the ids it held allow (its own cache policy)")
+        return d, bound, kind, reason
+    if reported is None:
+        return d, bound, "unreported", (f"the prompt extends all {len(held)} tokens of the previous prompt; "
+                                        f"where reuse stopped in its {n_reply}-token reply is not known: {unreported}")
+    if reported >= bound - 1:  # a server may or may not hold the reply's last token
+        return d, bound, "none_lost", (f"the server reused {reported}: the prompt extends the previous prompt "
+                                       f"and reply it held")
+    if reported >= len(held):
+        return d, bound, "reply_retokenized", (
+            f"at token {reported}, {reported - len(held)} tokens into the previous reply (where the server says): "
+            f"its text tokenizes to other ids than the {n_reply} the server generated")
+    return d, bound, "kept_less", (f"the server reused {reported} though the prompt extends all {len(held)} "
+                                   f"tokens of the previous prompt (its own cache policy)")
+
+
+def counted_stop(held_n: int, n_reply: int, held_by: int | None, app: int, prompt_n: int, reported: int | None,
+                 unreported: str | None) -> tuple[int | None, int | None, str, str]:
+    """Through a server that renders the messages itself (--api chat): its ids are not known here,
+    only its counts. (the common prefix: not known; the most it may have reused: what it held, not
+    known after the displacing request, whose count the server does not say; the stop kind; the reason)."""
+    bound = max(0, min(held_n + n_reply, prompt_n - 1))
+    if held_by is None:
+        return None, None, "empty", "the cache held only the request that displaced what it held"
+    if held_by != app:
+        return None, bound, "evicted", (f"the cache held app {held_by}'s conversation (where the two part is not "
+                                        f"known here: the server renders and tokenizes the messages)")
+    if reported is None:
+        return None, bound, "unreported", f"where reuse stopped is not known: {unreported}"
+    if reported >= bound - 1:
+        return None, bound, "none_lost", f"the server reused {reported} of the {held_n + n_reply} tokens it held"
+    if reported >= held_n:
+        return None, bound, "reply_retokenized", (
+            f"at token {reported}, {reported - held_n} tokens into the previous reply (where the server says): "
+            f"its text tokenizes to other ids than the {n_reply} the server generated")
+    return None, bound, "template_rewrite", (
+        f"at token {reported}, inside the previous prompt of {held_n} tokens as the server rendered it: its template "
+        f"rendered the earlier turns otherwise, or they tokenize otherwise where they join (its ids are not known here)")
 
 
 def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
@@ -92,7 +162,7 @@ class _Cache:
         self.engine = engine
         self.ids: list[int] | None = None  # None: not known (emptied by a diagnosis, or before the first request)
 
-    def hold(self, ids: list[int]) -> None:
+    def hold(self, ids: list[int], prompts: list[Prompt]) -> None:
         if self.ids == ids:
             return
         self.engine.reset()
@@ -101,35 +171,116 @@ class _Cache:
                 pass
         self.ids = list(ids)
 
+    def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
+        self.ids = ids + list(reply[:-1])
+
+    def empty(self) -> None:
+        self.engine.reset()
+
+    def forget(self) -> None:
+        self.ids = None
+
+
+class _ServerCache:
+    """A server's cache as this protocol knows it: the last requests it served, as many as it
+    holds (``slots``; it then holds their prompts and replies, least recently served first out);
+    the untimed way back to a state is the displacing requests of ``reset``, then those requests
+    sent again in their order, greedy, for as many tokens (the same replies)."""
+
+    def __init__(self, engine, n: int, slots: int) -> None:
+        self.engine, self.n, self.slots = engine, n, slots
+        self.state: list[Prompt] | None = None  # [] nothing of this phase's (displaced); None: not known
+        self.seen = engine.displacements  # a counting request displaces the cache too (engines/openai.py _count)
+
+    def hold(self, ids: list[int], prompts: list[Prompt]) -> None:
+        from macprof.engines import wire
+
+        if self.state == prompts:
+            return
+        self.engine.reset()
+        try:
+            for prompt in prompts:
+                sent = self.engine.generate(list(prompt.ids), self.n, prompt.messages, prompt.text) \
+                    if prompt.messages else self.engine.generate(list(prompt.ids), self.n)
+                for _ in sent:
+                    pass
+        except wire.ServerError as exc:
+            raise MacprofError(f"conversation: the natural cache could not be put back (an untimed request "
+                               f"of a previous prompt again): {exc}") from None
+        self.state, self.seen = list(prompts), self.engine.displacements
+
+    def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
+        # a counting request after it (the same prompt, after a displacement) leaves it alone
+        held = self.state or [] if self.engine.displacements == self.seen else []
+        self.state, self.seen = after(held, prompt, self.slots), self.engine.displacements
+
+    def empty(self) -> None:
+        self.engine.reset()
+        self.state, self.seen = [], self.engine.displacements
+
+    def forget(self) -> None:
+        self.state = None
+
+
+def after(held: list, item, slots: int) -> list:
+    """What a cache of ``slots`` entries holds after serving ``item``: it, most recent last, and the
+    ``slots - 1`` served before it (least recently served out first)."""
+    return ([x for x in held if x != item] + [item])[-slots:]
+
+
+def holds(engine, server: bool, apps: int) -> str | None:
+    """What the log says where ``--apps`` is more than the cache holds at once: the apps then evict
+    each other, measured so (never truncated to what fits); None where it holds them all."""
+    if not server:
+        slots, how = 1, "an in-process engine's one cache holds one sequence"
+    else:
+        slots, how = engine.cache_holds()
+    if slots is not None and apps <= slots:
+        return None
+    if slots is None:
+        return f"--apps {apps}: how many conversations the server holds at once is {how}"
+    return (f"--apps {apps} is more than the {slots} conversation(s) the cache holds at once ({how}): the apps "
+            f"evict each other, and each turn is measured as it finds the cache")
+
 
 def run_conversation(ctx: PhaseContext) -> None:
     engine, s, builder = ctx.engine, ctx.settings, ctx.builder
-    if not lacks(engine, "stream"):
-        raise MacprofError("the conversation phase is measured in process (llama.cpp, MLX): what a server reuses is "
-                           "decided by its slots and prompt cache, which this phase does not read yet")
+    server = not lacks(engine, "stream")  # requests go to a server (engines/openai.py)
+    # --api chat: the messages go as they are and the server applies its own template; their text
+    # and ids are the server's (the text rendered here only names the request)
+    renders = server and engine.renders_messages
+    if renders and s.chat_template:
+        raise MacprofError(f"--chat-template {s.chat_template}: through --api chat the server applies its model's "
+                           f"own template to the messages (give --api completions to send text rendered here)")
     template = template_for(engine, s.chat_template)
     order = schedule(s.apps, s.turns, s.app_order)
-    ctx.emit(ConversationStart(phase=PHASE, template_source=template.source, template_path=template.path,
-                               template_sha256=hashlib.sha256(template.text.encode()).hexdigest(), apps=s.apps,
-                               turns=s.turns, order=tuple(order)))
+    ctx.emit(ConversationStart(phase=PHASE, template_source="server" if renders else template.source,
+                               template_path=None if renders else template.path,
+                               template_sha256=None if renders else hashlib.sha256(template.text.encode()).hexdigest(),
+                               apps=s.apps, turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps)))
     messages = {a: [{"role": "system", "content": builder.words_text(f"conversation:system:{a}", s.system_tokens)}]
                 for a in range(s.apps)}
     heads = {(a, t): {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
                       for mode in ("natural", "emptied")} for a, t in order}
     if all(request_key(h) in ctx.done for pair in heads.values() for h in pair.values()):
         return
-    cache = _Cache(engine)
+    slots = (engine.cache_holds()[0] or 1) if server else 1
+    cache = _ServerCache(engine, s.gen_tokens, slots) if server else _Cache(engine)
     engine.reset_peak_memory()
     # a warm-up, discarded: a worker's first request pays one-off costs (the same prompt as app 0's first turn)
     first = messages[0] + [{"role": "user", "content": builder.words_text("conversation:user:0:0", s.turn_tokens)}]
     warm_text = template.render(first)
-    warm_ids = engine.tokenize_chat(warm_text)
+    warm = Prompt(warm_text, tuple(engine.tokenize_chat(warm_text)), chat=True,
+                  messages=tuple(first) if renders else None)
     engine.reset()
     announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
-              lambda: timed_request(engine, Prompt(warm_text, tuple(warm_ids), chat=True), s.gen_tokens, ctx.clock), record=False)
-    held: list[int] = []
+              lambda: timed_request(engine, warm, s.gen_tokens, ctx.clock), record=False)
+    held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
+    held_n = 0  # its prompt tokens, as the server counted them (--api chat: its ids are the server's)
     held_by: int | None = None
-    last: dict[int, tuple[list[int], str, list[int]]] = {}
+    # through a server: the requests its cache holds, least recently served first: (app, ids, prompt, count)
+    recent: list[tuple[int, list[int], Prompt, int]] = []
+    last: dict[int, tuple[list[int], str, list]] = {}
     stopped: set[int] = set()
     for i, (a, t) in enumerate(order):
         if a in stopped:
@@ -138,8 +289,9 @@ def run_conversation(ctx: PhaseContext) -> None:
             messages[a].append({"role": "tool", "content": builder.words_text(f"conversation:tool:{a}:{t}", s.tool_tokens)})
         messages[a].append({"role": "user", "content": builder.words_text(f"conversation:user:{a}:{t}", s.turn_tokens)})
         text = template.render(messages[a])
-        ids = engine.tokenize_chat(text)
-        if ctx.n_ctx and len(ids) + s.gen_tokens > ctx.n_ctx:
+        ids = engine.tokenize_chat(text) if not renders else []  # --api chat: the server's, not known here
+        prompt = Prompt(text, tuple(ids), chat=True, messages=tuple(dict(m) for m in messages[a]) if renders else None)
+        if ctx.n_ctx and not renders and len(ids) + s.gen_tokens > ctx.n_ctx:
             ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), fits=False,
                                       stop_kind="empty", stop_reason=f"{len(ids)} prompt + {s.gen_tokens} generated "
                                       f"tokens exceed the context of {ctx.n_ctx}: app {a}'s conversation stops here"))
@@ -148,50 +300,89 @@ def run_conversation(ctx: PhaseContext) -> None:
         pair = heads[(a, t)]
         recorded = {mode: ctx.done.get(request_key(h)) for mode, h in pair.items()}
         if all(v is not None for v in recorded.values()):  # measured before a resume: its reply is the recorded one
-            reply = list(recorded["natural"] or ())
+            reply, counted = list(recorded["natural"] or ()), len(ids)
         else:
-            reply = _turn(ctx, cache, pair, i, a, t, ids, text, held, held_by, last.get(a))
+            if server and recent:  # of what it holds, the server serves the prompt the longest shared prefix
+                held_by, held, _, held_n = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
+            reply, counted = _turn(ctx, cache, pair, i, a, t, prompt, (held, [r[2] for r in recent], held_by, held_n),
+                                   last.get(a), server)
         last[a] = (ids, text, reply)
-        held, held_by = ids + reply[:-1], a  # what the app's request leaves in the cache
-        messages[a].append({"role": "assistant", "content": engine.detokenize(reply)})
+        # what the app's request leaves in the cache (a server's: this prompt and a reply of its own ids)
+        held, held_by, held_n = (list(ids) if server else ids + reply[:-1]), a, counted
+        recent = after(recent, (a, list(ids), prompt, counted), slots)
+        # a server's reply is its chunks' texts
+        messages[a].append({"role": "assistant", "content": "".join(reply) if server else engine.detokenize(reply)})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
 
 
-def _turn(ctx: PhaseContext, cache: _Cache, pair: dict, i: int, a: int, t: int, ids: list[int], text: str,
-          held: list[int], held_by: int | None, previous) -> list[int]:
-    """One turn measured both ways (the natural cache first on even turns); returns the reply."""
+def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: Prompt,
+          state: tuple[list[int], list[Prompt], int | None, int], previous, server: bool) -> tuple[list, int]:
+    """One turn measured both ways (the natural cache first on even turns); returns the reply
+    and the prompt's tokens as the request counted them."""
     engine, s = ctx.engine, ctx.settings
-    prompt = Prompt(text, tuple(ids), chat=True)
+    held, natural, held_by, held_n = state
+    ids, text = list(prompt.ids), prompt.text
+    renders = bool(prompt.messages)
     out: dict[str, tuple] = {}
-    reused, refused = None, None
+    counted = len(ids)
+    reused, refused, unreported, n_reply, emptied_reused, not_emptied = None, None, None, 0, None, None
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
         _pause(s)
         if mode == "natural":
-            cache.hold(held)
+            cache.hold(held, natural)
         else:
-            engine.reset()
+            cache.empty()
         rec = announced(ctx.emit, pair[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock))
         out[mode] = rec.tokens
-        cache.ids = ids + list(rec.tokens[:-1])
+        cache.sent(ids, rec.tokens, prompt)
         if mode == "natural":
             reused, refused = rec.reused_tokens, engine.reuse_refused
+            if server:
+                unreported = engine.reuse_unreported
+        else:
+            emptied_reused = rec.reused_tokens
         if rec.status != "ok":
             raise MacprofError(f"conversation: app {a} turn {t} ({mode}): {rec.error}")
-        if rec.prompt_tokens != len(ids):  # the request tokenizes its text again, timed: it must read the same ids
+        if renders:  # the server rendered and counted it
+            counted = rec.prompt_tokens
+        elif rec.prompt_tokens != len(ids):  # the request tokenizes its text again, timed: it must read the same ids
             raise MacprofError(f"conversation: app {a} turn {t}: the request read {rec.prompt_tokens} prompt tokens, "
                                f"the rendered prompt has {len(ids)}")
     reply = list(out["natural"])
     check = compare_outputs(engine, prompt, out["emptied"], reply)
-    if check.first_divergence is not None:  # its diagnosis (top2) empties the cache
-        cache.ids = None
-    d, kind, reason = why_stopped(held, held_by, a, ids, text, previous, refused)
+    if check.first_divergence is not None and not lacks(engine, "top2"):  # its diagnosis (top2) empties the cache
+        cache.forget()
     prev_ids, _, prev_reply = previous if previous else ([], "", [])
-    equal = (ids[len(prev_ids):len(prev_ids) + len(prev_reply)] == list(prev_reply)) if previous and \
-        ids[:len(prev_ids)] == list(prev_ids) else None
-    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), held_tokens=len(held), held_by=held_by,
-                              common_prefix=d, expected_reuse=reusable_prefix(held, ids), reused_tokens=reused,
-                              reuse_refused=refused,
-                              # what a cache of this app's own last prompt and reply would serve
-                              ideal_reuse=reusable_prefix(prev_ids + prev_reply[:-1], ids),
-                              stop_kind=kind, stop_reason=reason, reply_text_ids_equal=equal, check=check))
-    return reply
+    if renders:  # --api chat: no ids here, the server's counts only
+        n_reply = s.gen_tokens if held_by is not None else 0
+        d, bound, kind, reason = counted_stop(held_n, n_reply, held_by, a, counted, reused, unreported)
+        ideal, equal = None, None
+    elif server:
+        # the reply's ids are the server's, known by their count: as many as asked (EOS is held off;
+        # a request that got fewer says so in its server record)
+        n_reply = s.gen_tokens if held_by is not None else 1
+        if held_by is None:  # nothing of this phase's: what the displacing request left
+            held = engine.displacing_ids()
+        d, bound, kind, reason = server_stop(held, n_reply, held_by, a, ids, text, previous, reused, unreported)
+        ideal = server_stop(prev_ids, s.gen_tokens, a, a, ids, text, previous, None, None)[1] if previous else 0
+        equal = None
+        # the emptied half: after the displacing requests, the server may share no more than they leave
+        most = server_stop(engine.displacing_ids(), 1, None, a, ids, text, None, None, None)[1]
+        if emptied_reused is not None and emptied_reused > most:
+            not_emptied = (f"the emptied request reused {emptied_reused} tokens, more than the displacing requests "
+                           f"leave shared ({most}): the server holds more than they displaced (its slots or prompt "
+                           f"cache), so that half is not an empty cache's")
+    else:
+        d, kind, reason = why_stopped(held, held_by, a, ids, text, previous, refused)
+        bound = None
+        # what a cache of this app's own last prompt and reply would serve
+        ideal = reusable_prefix(prev_ids + prev_reply[:-1], ids)
+        equal = (ids[len(prev_ids):len(prev_ids) + len(prev_reply)] == list(prev_reply)) if previous and \
+            ids[:len(prev_ids)] == list(prev_ids) else None
+    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=counted,
+                              held_tokens=(held_n if renders else len(held)) + n_reply, held_by=held_by,
+                              common_prefix=d, expected_reuse=None if renders else reusable_prefix(held, ids),
+                              reused_tokens=reused, reuse_refused=refused, reuse_bound=bound,
+                              reuse_unreported=unreported, ideal_reuse=ideal, stop_kind=kind, stop_reason=reason,
+                              reply_text_ids_equal=equal, not_emptied=not_emptied, check=check))
+    return reply, counted

@@ -27,12 +27,15 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     its count settled after it, within what the request's time limit leaves."""
     from macprof.engines import wire
 
-    counted = engine.server_prompt_tokens(prompt.text)  # untimed: before t0
-    ids = engine.tokenize(prompt.text)
+    sent = prompt.messages if prompt.messages and engine.renders_messages else None  # the server renders them
+    # untimed, before t0; messages the server renders are counted by the server alone
+    counted = None if sent else engine.server_prompt_tokens(prompt.text)
+    ids = (engine.tokenize_chat if prompt.chat else engine.tokenize)(prompt.text)  # a chat prompt: as it was built
     times: list[int] = []
     t0 = clock()
     try:
-        for _ in engine.generate(ids, n):  # each chunk's token count; its text: engine.last_chunks
+        # each chunk's token count; its text: engine.last_chunks
+        for _ in (engine.generate(ids, n, sent, prompt.text) if sent else engine.generate(ids, n)):
             times.append(clock())
         status, error = "ok", None
     except wire.ServerError as exc:
@@ -40,9 +43,9 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     raw = {"t0": t0, "times": times, "chunks": list(engine.last_chunks[: len(times)]), "status": status,
            "error": error, "final": engine.last_final if status == "ok" else None}
     spent = (time.perf_counter_ns() - t0) / 1e9
-    out = finish(engine, raw, prompt.text, n, counted, budget_s=max(0.0, engine.timeout - spent))
+    out = finish(engine, raw, prompt.text, n, counted, budget_s=max(0.0, engine.timeout - spent), messages=sent)
     srv = out["server"]
-    if engine.exact_prompts and status == "ok":  # a tokenizer here built the prompt
+    if engine.exact_prompts and status == "ok" and not sent:  # a tokenizer here built the prompt
         if not srv.prompt_tokens_source:  # the server counted none: the prompt's own count stands
             out.update(prompt_tokens=len(ids), computed_prompt_tokens=len(ids) - (out["reused_tokens"] or 0))
             out["server"] = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
@@ -75,13 +78,15 @@ def stream_request(engine, text: str, n: int, clock: Clock = time.perf_counter_n
     return {"t0": t0, "times": times, "chunks": chunks, "status": status, "error": error, "final": final}
 
 
-def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: float | None = None) -> dict:
+def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: float | None = None,
+           messages=None) -> dict:
     """The request's record from its timed part: its count settled (untimed), then ``record``."""
     from macprof.engines import counting, wire
 
     final = raw["final"] or wire.Final()
     if raw["status"] == "ok":
-        settled = engine.settle(text, n, raw["chunks"], final, budget_s)
+        settled = engine.settle(text, n, raw["chunks"], final, budget_s, messages) if messages else \
+            engine.settle(text, n, raw["chunks"], final, budget_s)
     else:
         settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
     return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,
@@ -116,7 +121,8 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
         chunk_tokens_source=s.chunk_source, unstamped_tokens=s.unstamped,
         prompt_tokens_source="usage" if f.prompt_tokens is not None else ("tokenize endpoint" if counted is not None
                                                                           else None),
-        cached_tokens=cached, finish_reason=f.finish_reason, eos=eos,
+        cached_tokens=cached, cached_tokens_source=f.cached_source if cached is not None else None,
+        finish_reason=f.finish_reason, eos=eos,
         counting=CountingRequest(**s.counting) if s.counting else None, timings=f.timings or None, flags=tuple(flags))
     out: dict[str, Any] = {
         "status": status, "error": error, "t0": t0, "t_tokenized": t0, "token_times": times,
