@@ -276,7 +276,8 @@ def test_each_flag_sets_only_its_own_settings():
     examples = {"ints": [1, 2], "rates": [0.5, 1.0], "int": 2, "float": 1.5, "switch": True, "file": __file__,
                 "choice": None, "str": None}
     words = {"--phases": "warm", "--shape": "rag", "--hosts": "2", "--reference": "a", "--slo": "ttft:1s,itl:50ms",
-             "--kv-type": "q8_0", "--backend": "ring", "--parallel": "pipeline", "--app-order": "random", "--draft": "ngram"}
+             "--kv-type": "q8_0", "--backend": "ring", "--parallel": "pipeline", "--app-order": "random", "--draft": "ngram",
+             "--speculative-impl": "both"}
     for name, s in SPECS.items():
         if not s.flags:
             continue
