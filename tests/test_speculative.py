@@ -109,6 +109,9 @@ class _WrongDraft:
     def __init__(self, target) -> None:
         self.target = target
 
+    def prepare(self, ids):
+        pass
+
     def propose(self, context, k):
         return [3] * k  # one byte token throughout: rejected wherever the target picks another
 

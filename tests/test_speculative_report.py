@@ -113,6 +113,9 @@ def test_self_draft_gives_alpha_one_and_k_plus_one_tokens_per_round_predicted_ex
 class _Rejected:
     """A drafter whose every token the target rejects (one byte token it never picks)."""
 
+    def prepare(self, ids):
+        pass
+
     def propose(self, context, k):
         return [3] * k
 

@@ -34,6 +34,7 @@ from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
 _CLEAR_EVERY = 256  # as generate_step: return freed buffers to the allocator cache now and then
+_ONE_CALL = 4  # uncached prompt tokens fed with the first step itself, without a prefill pass of their own
 BATCH_API = "0.31.3"  # the first mlx-lm whose BatchGenerator takes stream= and has next_generated()
 # what generate_batch passes to BatchGenerator and calls on it: batch_api_missing checks each
 # (tests/test_macos.py holds these to the call itself, benchmarks/mlx_floor_check.py to the floor's wheel)
@@ -259,7 +260,10 @@ class MlxEngine(PrefixReuse):
             return pick(model(tokens[None], cache=cache)[:, -1, :])
 
         with mx.stream(self._stream):
-            while prompt.size > 1:  # chunked prefill, all but the last prompt token
+            # chunked prefill, all but the last prompt token; a remainder of a few tokens (a draft's
+            # catch-up in the speculative loop: the accepted last draft and the target's token) goes
+            # in the first step's one call, as mlx-lm's speculative_generate_step feeds its draft
+            while prompt.size > _ONE_CALL:
                 k = min(self._prefill_step, prompt.size - 1)
                 model(prompt[:k][None], cache=cache)
                 mx.eval([c.state for c in cache])

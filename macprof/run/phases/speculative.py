@@ -46,6 +46,13 @@ class ModelDraft:
     def __init__(self, engine) -> None:
         self.engine = engine
 
+    def prepare(self, ids: Sequence[int]) -> None:
+        """The prompt into the draft's cache before the first token, as the target's prefill is
+        (and as mlx-lm's speculative_generate_step prefills both before its first round): else
+        the first round's proposal would carry the draft's whole prefill, inside the decode time.
+        generate of one token: its cache then holds the prompt, the token itself not fed."""
+        list(self.engine.generate(list(ids), 1))
+
     def propose(self, context: Sequence[int], k: int) -> list[int]:
         return list(self.engine.generate(list(context), k))
 
@@ -63,6 +70,9 @@ class NgramDraft:
     def __init__(self, n: int) -> None:
         self.n = n
 
+    def prepare(self, ids: Sequence[int]) -> None:
+        """Nothing to prefill."""
+
     def propose(self, context: Sequence[int], k: int) -> list[int]:
         return ngram_draft(context, self.n, k)
 
@@ -79,6 +89,7 @@ def speculative_tokens(target, draft, ids: Sequence[int], n: int, k: int, rounds
     (fewer in the last round, so the count is exact); each round appended to ``rounds``. The
     first token is the target's prefill, as in plain decoding."""
     ids = list(ids)
+    draft.prepare(ids)  # both prompts prefilled before the first token (time to first token)
     emitted = list(target.generate(ids, 1))  # the cache then holds the prompt; emitted[-1] is not in it
     yield from emitted
     while len(emitted) < n:
