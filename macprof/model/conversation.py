@@ -5,25 +5,15 @@ stopped, and TTFT with the natural cache against the cache emptied."""
 
 from __future__ import annotations
 
-from dataclasses import field
+from msgspec import UnsetType, field
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
-from macprof.model.records import ABSENT, Record, record
-
-# Why reuse stopped where it did (ConversationTurn.stop_kind), in the order they are told apart:
-STOP_KINDS = (
-    "empty",  # the cache held nothing (the first request, or the cache was emptied)
-    "none_lost",  # the prompt extends all the cache held: nothing was lost
-    "evicted",  # the cache held another app's conversation (one slot, several apps)
-    "cannot_go_back",  # the prompt diverges inside what the cache holds, and a sliding window or a recurrent state cannot be cut back
-    "reply_retokenized",  # inside the previous reply: its text, tokenized again, is not the ids that were generated
-    "tokenization_join",  # the text extends the previous prompt's, but tokenizes otherwise where they join
-    "template_rewrite",  # the template rendered the earlier turns otherwise than before
-)
+from macprof.model.records import ABSENT, Number, Record
+from macprof.model.vocab import STOP_KINDS, StopKind  # noqa: F401  # STOP_KINDS: readers import it from here
 
 
-@record
+
 class ConversationStart(Event):
     """The phase's template and schedule, before its first request."""
 
@@ -37,7 +27,6 @@ class ConversationStart(Event):
     order: tuple[tuple[int, int], ...] = ()  # (app, turn) in the order they ran
 
 
-@record
 class ConversationTurn(Event):
     """One turn of one app: its prompt against what the cache held before its natural request."""
 
@@ -60,7 +49,6 @@ class ConversationTurn(Event):
     fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
 
 
-@record
 class Turn(Record):
     app: int = 0
     turn: int = 0
@@ -70,34 +58,33 @@ class Turn(Record):
     common_prefix: int = 0
     expected_reuse: int = 0
     reused_tokens: int | None = None
-    reuse_rate: float | None = None  # reused_tokens / prompt_tokens
+    reuse_rate: Number | None = None  # reused_tokens / prompt_tokens
     ideal_reuse: int = 0
-    ideal_rate: float | None = None
+    ideal_rate: Number | None = None
     reuse_refused: str | None = None
     reuse_checked: bool | None = None  # the engine's report equals what the held ids allow (or it said why not)
-    stop_kind: str = "empty"
+    stop_kind: StopKind = "empty"
     stop_reason: str = ""
     reply_text_ids_equal: bool | None = None
     fits: bool = True
-    natural: Request | None = ABSENT
-    emptied: Request | None = ABSENT
-    ttft_saved_s: float | None = None  # emptied TTFT - natural TTFT
+    natural: Request | None | UnsetType = ABSENT
+    emptied: Request | None | UnsetType = ABSENT
+    ttft_saved_s: Number | None = None  # emptied TTFT - natural TTFT
     check: OutputCheck | None = None
 
 
-@record
 class ConversationSummary(Record):
     reuse_rate: Summary = field(default_factory=Summary)  # per turn after the first of each app
-    reuse_rate_p10: float | None = None
+    reuse_rate_p10: Number | None = None
     ideal_rate: Summary = field(default_factory=Summary)
-    hit_rate: float | None = None  # all turns' reused tokens over all their prompt tokens
-    ideal_hit_rate: float | None = None
+    hit_rate: Number | None = None  # all turns' reused tokens over all their prompt tokens
+    ideal_hit_rate: Number | None = None
     ttft_natural_s: Summary = field(default_factory=Summary)
     ttft_emptied_s: Summary = field(default_factory=Summary)
     ttft_saved_s: Summary = field(default_factory=Summary)
     # TTFT growth with context: seconds per 1,000 prompt tokens (least squares over the turns)
-    ttft_growth_natural_s_per_kt: float | None = None
-    ttft_growth_emptied_s_per_kt: float | None = None
+    ttft_growth_natural_s_per_kt: Number | None = None
+    ttft_growth_emptied_s_per_kt: Number | None = None
     stops: dict[str, int] = field(default_factory=dict)  # turns per stop_kind
     identical: int = 0
     near_ties: int = 0
@@ -105,7 +92,6 @@ class ConversationSummary(Record):
     unchecked_reports: int = 0  # turns where the engine's reported reuse is not what its held ids allow
 
 
-@record
 class ConversationPhase(Record):
     template_source: str | None = None
     template_path: str | None = None

@@ -8,20 +8,20 @@ from __future__ import annotations
 from typing import Any
 
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
-from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency, ServerReport
 from macprof.model.event_base import Event
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
                                         RankTimeline)
-from macprof.model.records import ABSENT, record
+from msgspec import UnsetType, field
+
+from macprof.model.records import ABSENT, Number
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
 from macprof.model.speculative import DraftLoaded, SpeculativeCheck, SpeculativeRounds
-from macprof.model.telemetry import TelemetryRaw
+from macprof.model.telemetry import TelemetrySample
 
 
 # -- the orchestrator ------------------------------------------------------------------------
-@record
 class RunStart(Event):
     KIND = "run_start"
     schema_version: int | None = None
@@ -33,22 +33,20 @@ class RunStart(Event):
     memory: SystemMemory | None = None
     # what the run measures, so `--resume` can refuse a command that asks for something else:
     # per model its name, engine, resolved path and settings (journals before it lack it)
-    models: tuple[dict[str, Any], ...] | None = ABSENT
+    models: tuple[dict[str, Any], ...] | None | UnsetType = ABSENT
 
 
-@record
 class ModelStart(Event):
     KIND = "model_start"
     utc: str | None = None
     identity: Identity
     shape: dict[str, Any] | None = None
     shape_error: str | None = None
-    files_error: str | None = ABSENT  # journals before it existed lack it
+    files_error: str | None | UnsetType = ABSENT  # journals before it existed lack it
     settings: ModelSettings
     memory: SystemMemory | None = None
 
 
-@record
 class Plan(Event):
     """The sweep cases planned for a model, refused ones included (journals before it existed
     are rebuilt with the plan recomputed from the settings)."""
@@ -57,7 +55,6 @@ class Plan(Event):
     cases: dict[str, tuple[PlannedCase, ...]]
 
 
-@record
 class ColdTrial(Event):
     KIND = "cold_trial"
     index: int
@@ -65,7 +62,6 @@ class ColdTrial(Event):
     residency: Residency
 
 
-@record
 class WorkerSpawn(Event):
     KIND = "worker_spawn"
     phases: tuple[str, ...]
@@ -74,7 +70,6 @@ class WorkerSpawn(Event):
     pid: int | None = None
 
 
-@record
 class Failure(Event):
     """A worker that crashed, hung or reported an error, or a model or case refused."""
 
@@ -82,28 +77,25 @@ class Failure(Event):
     status: str
     reason: str | None = None
     phase: str | None = None
-    index: int | None = ABSENT
-    kind: str | None = ABSENT
-    case: str | None = ABSENT
-    mode: str | None = ABSENT
-    exit_code: int | None = ABSENT
-    signal: str | None = ABSENT
-    stderr_tail: str | None = ABSENT
+    index: int | None | UnsetType = ABSENT
+    kind: str | None | UnsetType = ABSENT
+    case: str | None | UnsetType = ABSENT
+    mode: str | None | UnsetType = ABSENT
+    exit_code: int | None | UnsetType = ABSENT
+    signal: str | None | UnsetType = ABSENT
+    stderr_tail: str | None | UnsetType = ABSENT
 
 
-@record
 class Interrupted(Event):
     KIND = "interrupted"
     utc: str | None = None
 
 
-@record
 class ModelEnd(Event):
     KIND = "model_end"
     memory: SystemMemory | None = None
 
 
-@record
 class RunEnd(Event):
     KIND = "run_end"
     utc: str | None = None
@@ -112,7 +104,6 @@ class RunEnd(Event):
 
 
 # -- the worker ------------------------------------------------------------------------------
-@record
 class Started(Event):
     KIND = "started"
     pid: int | None = None
@@ -120,10 +111,9 @@ class Started(Event):
     rss_bytes: int | None = None
 
 
-@record
 class Loaded(Event):
     KIND = "loaded"
-    t_import_start: int | None = ABSENT  # macprof's own start-up in the worker ends (absent in older journals)
+    t_import_start: int | None | UnsetType = ABSENT  # macprof's own start-up in the worker ends (absent in older journals)
     t_imported: int | None = None
     t_model: int | None = None
     t_tokenizer: int | None = None
@@ -132,74 +122,67 @@ class Loaded(Event):
     versions: dict[str, Any] | None = None
     vocab_size: int | None = None
     tokenizer_separate: bool = True
-    footprint_bytes: int | None = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
+    footprint_bytes: int | None | UnsetType = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
 
 
-@record
 class PhaseStart(Event):
     KIND = "phase_start"
     DURABLE = False
     phase: str
     rss_bytes: int | None = None
-    footprint_bytes: int | None = ABSENT  # macOS only: phys_footprint now
-    footprint_max_bytes: int | None = ABSENT  # macOS only: the process's lifetime maximum so far
-    thermal_state: str | None = ABSENT  # macOS only: NSProcessInfo.thermalState at the boundary
-    t: int | None = ABSENT  # perf_counter_ns as the phase begins (journals before telemetry lack it)
-    t_idle_start: int | None = ABSENT  # the start of the idle wait before it (the power baseline's window)
+    footprint_bytes: int | None | UnsetType = ABSENT  # macOS only: phys_footprint now
+    footprint_max_bytes: int | None | UnsetType = ABSENT  # macOS only: the process's lifetime maximum so far
+    thermal_state: str | None | UnsetType = ABSENT  # macOS only: NSProcessInfo.thermalState at the boundary
+    t: int | None | UnsetType = ABSENT  # perf_counter_ns as the phase begins (journals before telemetry lack it)
+    t_idle_start: int | None | UnsetType = ABSENT  # the start of the idle wait before it (the power baseline's window)
 
 
-@record
 class PhaseEnd(Event):
     KIND = "phase_end"
     phase: str
     rss_bytes: int | None = None
-    os_peak_rss_bytes: int | None = ABSENT  # the worker's own OS high-water mark (collect/peak.py)
-    os_peak_scope: str | None = ABSENT  # "phase" (reset at its start) or "process" (lifetime maximum)
-    peak_rss_bytes: int | None = ABSENT  # max of the parent's RSS samples and a phase-scoped OS peak
-    rss_samples: int | None = ABSENT
-    footprint_bytes: int | None = ABSENT  # macOS only, as phase_start's
-    footprint_max_bytes: int | None = ABSENT
-    thermal_state: str | None = ABSENT
-    peak_footprint_bytes: int | None = ABSENT  # added by the parent (collect/footprint.py, phase_peak)
-    footprint_samples: int | None = ABSENT
-    t: int | None = ABSENT  # perf_counter_ns as the phase ends
-    weights_held: str | None = ABSENT  # engines/base.py WEIGHTS_HELD; absent where a server holds them
-    mapped_resident_bytes: int | None = ABSENT  # mapped weights: the model files' resident bytes (mincore)
+    os_peak_rss_bytes: int | None | UnsetType = ABSENT  # the worker's own OS high-water mark (collect/peak.py)
+    os_peak_scope: str | None | UnsetType = ABSENT  # "phase" (reset at its start) or "process" (lifetime maximum)
+    peak_rss_bytes: int | None | UnsetType = ABSENT  # max of the parent's RSS samples and a phase-scoped OS peak
+    rss_samples: int | None | UnsetType = ABSENT
+    footprint_bytes: int | None | UnsetType = ABSENT  # macOS only, as phase_start's
+    footprint_max_bytes: int | None | UnsetType = ABSENT
+    thermal_state: str | None | UnsetType = ABSENT
+    peak_footprint_bytes: int | None | UnsetType = ABSENT  # added by the parent (collect/footprint.py, phase_peak)
+    footprint_samples: int | None | UnsetType = ABSENT
+    t: int | None | UnsetType = ABSENT  # perf_counter_ns as the phase ends
+    weights_held: str | None | UnsetType = ABSENT  # engines/base.py WEIGHTS_HELD; absent where a server holds them
+    mapped_resident_bytes: int | None | UnsetType = ABSENT  # mapped weights: the model files' resident bytes (mincore)
 
 
-@record
 class PhaseMemory(Event):
     KIND = "phase_memory"
     phase: str
     engine_memory: dict[str, Any] | None = None
 
 
-@record
 class Error(Event):
     KIND = "error"
     message: str | None = None
 
 
-@record
 class Done(Event):
     KIND = "done"
 
 
 # -- the measurement protocols (macprof/run/phases) -----------------------------------------------
-@record
 class _RequestHead(Event):
     """What a request_start and its request share: which phase, index, kind, case..."""
 
     phase: str
     index: int
     kind: str
-    mode: str | None = ABSENT  # prefix
-    case: str | None = ABSENT  # sweeps
-    batch: int | None = ABSENT  # batch
-    cached_tokens_before: int | None = ABSENT  # depth
+    mode: str | None | UnsetType = ABSENT  # prefix
+    case: str | None | UnsetType = ABSENT  # sweeps
+    batch: int | None | UnsetType = ABSENT  # batch
+    cached_tokens_before: int | None | UnsetType = ABSENT  # depth
 
 
-@record
 class RequestStart(_RequestHead):
     """Before a measurement: the parent's per-request timeout runs from it."""
 
@@ -207,7 +190,6 @@ class RequestStart(_RequestHead):
     DURABLE = False
 
 
-@record
 class Request(_RequestHead):
     """One measured request: raw timestamps and token ids (a batch's: one list per sequence)."""
 
@@ -219,37 +201,46 @@ class Request(_RequestHead):
     token_times: tuple[int, ...] = ()
     tokens: tuple[Any, ...] = ()
     prompt_tokens: int = 0
-    reused_tokens: int | None = ABSENT  # a batch has none of these three
-    computed_prompt_tokens: int | None = ABSENT
-    cached_tokens_after: int | None = ABSENT
-    kv_cache_bytes: int | None = ABSENT
+    reused_tokens: int | None | UnsetType = ABSENT  # a batch has none of these three
+    computed_prompt_tokens: int | None | UnsetType = ABSENT
+    cached_tokens_after: int | None | UnsetType = ABSENT
+    kv_cache_bytes: int | None | UnsetType = ABSENT
     engine_memory: dict[str, Any] | None = None
     # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
     # texts; what the server reported (count, tokens per chunk, its timings, flags)
-    server: ServerReport | None = ABSENT
+    server: ServerReport | None | UnsetType = ABSENT
 
 
-@record
-class PrefixCheck(Event, OutputCheck):
+class PrefixCheck(Event):
     """The reuse and noreuse outputs of one prompt compared: an OutputCheck, journaled."""
 
     KIND = "prefix_check"
+    # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
+    identical_fraction: Number | None = None
+    first_divergence: int | None = None
+    margin: Number | None = None
+    near_tie: bool | None = None
+    passed: bool = False
     phase: str
     index: int
     kind: str
 
 
-@record
-class DepthFill(Event, Fill):
+class DepthFill(Event):
     """A depth case's cache filled once (a phases.DepthFill, journaled with its case)."""
 
     KIND = "depth_fill"
+    # phases.DepthFill's fields (held equal by tests/test_model_schema.py)
+    t_start: int | None = None
+    t_end: int | None = None
+    fill_s: Number | None = None
+    cached_tokens: int | None = None
+    kv_cache_bytes: int | None = None
     phase: str
     case: str
     depth: int
 
 
-@record
 class BatchCheck(Event):
     KIND = "batch_check"
     phase: str
@@ -259,7 +250,6 @@ class BatchCheck(Event):
     sequences: tuple[OutputCheck, ...]
 
 
-@record
 class CaseError(Event):
     KIND = "case_error"
     phase: str
@@ -267,7 +257,6 @@ class CaseError(Event):
     reason: str | None = None
 
 
-@record
 class ReuseNotPossible(Event):
     """The engine's cache could not be cut back to a prefix (the prefix phase: that pair was
     measured from an empty cache; a depth case: its fill was recomputed, untimed, before each
@@ -275,24 +264,37 @@ class ReuseNotPossible(Event):
 
     KIND = "reuse_not_possible"
     phase: str
-    case: str | None = ABSENT
+    case: str | None | UnsetType = ABSENT
     reason: str
 
 
-@record
 class CaseUnsupported(Event):
     KIND = "case_unsupported"
     phase: str
     case: str
-    batch: int | None = ABSENT
+    batch: int | None | UnsetType = ABSENT
     reason: str | None = None
 
 
-@record
-class Telemetry(Event, TelemetryRaw):
+class Telemetry(Event):
     """The parent's telemetry of one phase (run/sampling.py), journaled after its phase_end."""
 
     KIND = "telemetry"
+    # TelemetryRaw's fields (held equal by tests/test_model_schema.py)
+    phase: str = ""
+    source: str | None = None
+    total_domain: str | None = None
+    domains: tuple[str, ...] = ()
+    unavailable: dict[str, str] = field(default_factory=dict)
+    period_s: Number | None = None
+    t_idle_start: int | None = None
+    t_start: int | None = None
+    t_end: int | None = None
+    power_source_start: str | None = None
+    power_source_end: str | None = None
+    thermal_pressure_start: str | None = None
+    thermal_pressure_end: str | None = None
+    samples: tuple[TelemetrySample, ...] = ()
 
 
 # -- the registry ----------------------------------------------------------------------------

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Checks, Failure, OutputCheck, Request
-from macprof.model.records import ABSENT, Record, record
+from msgspec import UnsetType
+
+from macprof.model.records import ABSENT, Count, Number, Positive, Record
+from macprof.model.vocab import DraftStatus
 
 
 # -- raw, as journaled ---------------------------------------------------------------------------
-@record
 class Round(Record):
     """One round of a speculative request: k drafted, a accepted, the four stamps
     (perf_counter_ns) and the tokens it drafted and emitted (the a accepted and the target's)."""
 
-    drafted: int
-    accepted: int
+    drafted: Count
+    accepted: Count
     t_draft_start: int
     t_verify_start: int
     t_verify_end: int
@@ -25,7 +27,6 @@ class Round(Record):
     tokens: tuple[int, ...] = ()
 
 
-@record
 class DraftLoaded(Event):
     """The speculative phase's draft: loaded (its load's stamps, memory and vocabulary), refused
     (another tokenizer: ``reason`` names both) or failed to load; ngram needs no load."""
@@ -46,7 +47,6 @@ class DraftLoaded(Event):
     shape: dict | None = None  # the draft's, as the parent inspected it (collect/modelinfo.py)
 
 
-@record
 class SpeculativeRounds(Event):
     """A speculative request's rounds, journaled after its request event."""
 
@@ -59,11 +59,16 @@ class SpeculativeRounds(Event):
     rounds: tuple[Round, ...] = ()
 
 
-@record
-class SpeculativeCheck(Event, OutputCheck):
+class SpeculativeCheck(Event):
     """A speculative request's output against the plain greedy one of the same prompt."""
 
     KIND = "speculative_check"
+    # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
+    identical_fraction: Number | None = None
+    first_divergence: int | None = None
+    margin: Number | None = None
+    near_tie: bool | None = None
+    passed: bool = False
     phase: str
     index: int
     kind: str
@@ -71,7 +76,6 @@ class SpeculativeCheck(Event, OutputCheck):
 
 
 # -- the run log -------------------------------------------------------------------------------
-@record
 class SpeculativeRequest(Record):
     """One speculative request: the request (its token stamps) and its rounds and check."""
 
@@ -80,44 +84,41 @@ class SpeculativeRequest(Record):
     check: OutputCheck | None = None
 
 
-@record
 class Interval(Record):
-    value: float | None = None
-    low: float | None = None
-    high: float | None = None
+    value: Number | None = None
+    low: Number | None = None
+    high: Number | None = None
 
 
-@record
 class SpeculativeCase(Record):
     """One draft length k: its requests and what they give against plain decoding."""
 
     id: str
-    k: int
+    k: Positive
     requests: tuple[SpeculativeRequest, ...] = ()
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
-    acceptance: float | None = None  # α = accepted / drafted
-    tokens_per_round: float | None = None
-    draft_s_per_round: float | None = None  # medians over the measured rounds
-    verify_s_per_round: float | None = None
-    rewind_s_per_round: float | None = None
-    decode_tok_s: float | None = None  # median of the measured requests
+    acceptance: Number | None = None  # α = accepted / drafted
+    tokens_per_round: Number | None = None
+    draft_s_per_round: Number | None = None  # medians over the measured rounds
+    verify_s_per_round: Number | None = None
+    rewind_s_per_round: Number | None = None
+    decode_tok_s: Number | None = None  # median of the measured requests
     speedup: Interval | None = None  # decode tok/s against plain, with its bootstrap interval
-    predicted_speedup: float | None = None  # the roofline's at the measured α (analyse/ceilings.py)
-    predicted_round_s: float | None = None
+    predicted_speedup: Number | None = None  # the roofline's at the measured α (analyse/ceilings.py)
+    predicted_round_s: Number | None = None
     checks: Checks | None = None
 
 
-@record
 class SpeculativePhase(Record):
     draft: str | None = None
     draft_engine: str | None = None
-    draft_status: str | None = None  # ok, refused, error; None: no draft_loaded event
+    draft_status: DraftStatus | None = None  # ok, refused, error; None: no draft_loaded event
     draft_reason: str | None = None
-    draft_load_s: float | None = None
+    draft_load_s: Number | None = None
     plain: tuple[Request, ...] = ()
-    plain_decode_tok_s: float | None = None
+    plain_decode_tok_s: Number | None = None
     cases: tuple[SpeculativeCase, ...] = ()
     failures: tuple[Failure, ...] = ()
-    native: tuple[SpeculativeCase, ...] | None = ABSENT  # the engine's own speculative path, measured the same way
+    native: tuple[SpeculativeCase, ...] | None | UnsetType = ABSENT  # the engine's own speculative path, measured the same way
