@@ -185,6 +185,8 @@ def holds_text(hint: Any) -> bool:
     hint = plain(hint)
     if hint in (str, Any):
         return True
+    if typing.get_origin(hint) is typing.Literal:  # a word of model/vocab.py
+        return any(isinstance(a, str) for a in typing.get_args(hint))
     return any(holds_text(a) for a in typing.get_args(hint) if a is not type(None) and a is not Ellipsis)
 
 

@@ -208,15 +208,15 @@ class Phases(Record, omit_defaults=True):
 
 
 class ModelResult(Record):
-    identity: Identity = field(default_factory=Identity)
+    identity: Identity
     shape: dict[str, Any] | None = None  # the model's metadata: macprof.collect.modelinfo
     shape_error: str | None = None
-    settings: ModelSettings = field(default_factory=ModelSettings)
+    settings: ModelSettings
     engine_versions: dict[str, Any] | None = None
-    phases: Phases = field(default_factory=Phases)
-    memory: ModelMemory = field(default_factory=ModelMemory)
-    failures: tuple[Failure, ...] = ()
-    complete: bool = False
+    phases: Phases
+    memory: ModelMemory
+    failures: tuple[Failure, ...]
+    complete: bool
     distributed: GroupResult | None | UnsetType = ABSENT  # a model sharded over an MLX distributed group
 
 
