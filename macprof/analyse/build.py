@@ -30,7 +30,7 @@ from macprof.model.log import Bandwidth, KvCache, ModelMemory, ModelResult, Phas
 from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, DepthFill, Failure, Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
                                   Request, Sweep, SweepCase, WarmPhase)
 from macprof.model.quality import QualityPhase
-from macprof.model.records import ABSENT, known
+from macprof.model.records import ABSENT
 from macprof.model.serving import ConcurrencyPhase
 from macprof.model.tasks import TasksPhase
 from macprof.phases import REGISTRY, load
@@ -47,7 +47,7 @@ def build(events: Sequence[ev.Event]) -> RunLog:
     order: list[str] = []
     by_model: dict[str, list[ev.Event]] = {}
     for e in events:
-        if not e.model:  # absent: an event of no model (the run's own)
+        if e.model is None:
             continue
         if isinstance(e, ev.ModelStart):  # a resumed run measures a partial model afresh
             if e.model not in order:
@@ -86,7 +86,7 @@ def build_model(events: list[ev.Event], bw: Bandwidth | None = None) -> ModelRes
 
 def _group(events: list[ev.Event], head: ev.ModelStart, phases: Phases, bw: Bandwidth | None) -> dict:
     """A sharded model's group (analyse/distributed.py); nothing for a one-machine model."""
-    if not head.settings.distributed:  # None, or absent from a log before it
+    if head.settings.distributed is None:
         return {}
     spec = head.settings.distributed.to_json()
     s = head.settings
@@ -221,11 +221,11 @@ def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.E
     """One entry per planned case, in plan order, each with its requests, summary and ceiling
     at its own context; a case refused, unsupported or never reached says so."""
     built = tuple(_sweep_case(phase, case, events, failures, shape, file_bytes, bw) for case in cases)
-    sweep = _with_telemetry(Sweep(cases=built, failures=tuple(f for f in failures if known(f.case) is None),
+    sweep = _with_telemetry(Sweep(cases=built, failures=tuple(f for f in failures if f.case is None),
                                   memory=_phase_memory(events, phase),
                                   tradeoff=batch_tradeoff(built) if phase == "batch" else ABSENT),
                             events, phase, [r for c in built for r in c.requests if r.kind == "measured"], trend=False)
-    tel = known(sweep.telemetry)
+    tel = sweep.telemetry
     if tel is None:
         return sweep
     raw = energy.merged([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase])
@@ -253,14 +253,13 @@ def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failu
         if refused:
             extra["reuse_not_possible"] = refused.reason
     if phase == "batch":
-        batch = known(case.batch)
-        assert batch is not None, "a planned batch case has its batch size"
-        extra["prediction"] = batch_prediction(shape, case.context_tokens, batch, bw)
+        assert case.batch is not None, "a planned batch case has its batch size"
+        extra["prediction"] = batch_prediction(shape, case.context_tokens, case.batch, bw)
         check = next(iter(of(ev.BatchCheck)), None)
         extra["check"] = check and BatchCheck(**_counts(check.sequences), sequences=check.sequences)
     roofline = roofline_for(metrics, shape, case.context_tokens, bw, file_bytes)
     if phase == "batch":
-        aggregate = [known(r.aggregate_decode_tok_s) for r in measured if r.status == "ok"]
+        aggregate = [r.aggregate_decode_tok_s for r in measured if r.status == "ok"]
         metrics = metrics.replace(aggregate_decode_tok_s=summarized(aggregate, len(fails)))
     return SweepCase(
         id=case.id, status=_case_status(measured, fails, unsupported),
@@ -286,7 +285,7 @@ def batch_record(e: ev.Request) -> Request:
     are per sequence (what each user sees); prefill counts all B prompts; the aggregate is B x
     the per-sequence rate."""
     rec = request_record(e)
-    b = known(e.batch)
+    b = e.batch
     assert b is not None, "a batch request has its batch size"
     return rec.replace(aggregate_decode_tok_s=b * rec.decode_tok_s if rec.decode_tok_s else None,
                        aggregate_e2e_tok_s=b * rec.e2e_tok_s if rec.e2e_tok_s else None)
@@ -303,7 +302,7 @@ def _phase_memory(events: Sequence[ev.Event], phase: str) -> PhaseMemory:
     start = next((e for e in events if isinstance(e, ev.PhaseStart) and e.phase == phase), None)
     eng = next((e for e in events if isinstance(e, ev.PhaseMemory) and e.phase == phase), None)
     memory = PhaseMemory(rss_start_bytes=start.rss_bytes if start else None, rss_end_bytes=end.rss_bytes if end else None,
-                         peak_rss_bytes=known(end.peak_rss_bytes) if end else None, rss_samples=known(end.rss_samples) if end else None,
+                         peak_rss_bytes=end.peak_rss_bytes if end else None, rss_samples=end.rss_samples if end else None,
                          engine=eng.engine_memory if eng else None)
     if (start and start.has("footprint_bytes")) or (end and end.has("footprint_bytes")):  # macOS workers only
         memory = memory.replace(footprint_start_bytes=start.footprint_bytes if start else None,

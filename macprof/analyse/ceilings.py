@@ -9,7 +9,6 @@ from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
 from macprof.measure.roofline import Roofline, efficiency
 from macprof.measure.stats import ratio
 from macprof.model.log import Bandwidth
-from macprof.model.records import known
 from macprof.model.phases import Ceiling, CeilingSide, Metrics, Prediction, PredictionSide, SweepCase, TradeoffRow
 
 
@@ -104,13 +103,12 @@ def _measured_and_predicted(c: SweepCase) -> TradeoffRow:
     measured, spec = (c.prediction.measured, c.prediction.spec) if c.prediction else (None, None)
     which, pred = ("measured", measured) if measured and measured.itl_s else ("spec", spec)
     aggregate = c.summary.aggregate_decode_tok_s
-    batch = known(c.batch)
-    assert batch is not None, "a batch case has its batch size"
-    return TradeoffRow(batch=batch, aggregate_tok_s=aggregate.median if aggregate else None,
+    assert c.batch is not None, "a batch case has its batch size"
+    return TradeoffRow(batch=c.batch, aggregate_tok_s=aggregate.median if aggregate else None,
                        itl_p50_s=c.summary.itl_s.median, itl_p99_s=c.summary.itl_s.p99,
                        predicted_with=which if pred and pred.itl_s else None,
-                       predicted_aggregate_tok_s=known(pred.aggregate_tok_s) if pred else None,
-                       predicted_itl_s=known(pred.itl_s) if pred else None, bound=known(pred.bound) if pred else None)
+                       predicted_aggregate_tok_s=pred.aggregate_tok_s if pred else None,
+                       predicted_itl_s=pred.itl_s if pred else None, bound=pred.bound if pred else None)
 
 
 SPECULATIVE_DEFINITION = (

@@ -8,7 +8,7 @@ from macprof.analyse.requests import phase_failures, request_record, summarized
 from macprof.measure.timeline import span
 from macprof.model import events as ev
 from macprof.model.phases import ColdPhase, ColdSummary, ColdTrial, Failure, Summary
-from macprof.model.records import ABSENT, known
+from macprof.model.records import ABSENT
 
 
 INTERRUPTED = "the run was interrupted while this trial was measured; a resumed run measures it again"
@@ -26,13 +26,13 @@ def build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failu
         return summarized(values, failures=len(failed))
 
     return ColdPhase(trials=tuple(trials), failures=tuple(phase_failures(failures, "cold")),
-                     summary=ColdSummary(interpreter_s=summary([known(t.interpreter_s) for t in ok]),
-                                         import_s=summary([known(t.import_s) for t in ok]),
-                                         model_load_s=summary([known(t.model_load_s) for t in ok]),
-                                         tokenizer_load_s=summary([known(t.tokenizer_load_s) for t in ok]),
-                                         ready_s=summary([known(t.ready_s) for t in ok]),
-                                         first_request_extra_s=summary([known(t.first_request_extra_s) for t in ok]),
-                                         time_to_first_token_s=summary([known(t.time_to_first_token_s) for t in ok])))
+                     summary=ColdSummary(interpreter_s=summary([t.interpreter_s for t in ok]),
+                                         import_s=summary([t.import_s for t in ok]),
+                                         model_load_s=summary([t.model_load_s for t in ok]),
+                                         tokenizer_load_s=summary([t.tokenizer_load_s for t in ok]),
+                                         ready_s=summary([t.ready_s for t in ok]),
+                                         first_request_extra_s=summary([t.first_request_extra_s for t in ok]),
+                                         time_to_first_token_s=summary([t.time_to_first_token_s for t in ok])))
 
 
 def _cold_attempts(events: list[ev.Event], workers: dict[str, list[ev.Event]]):
@@ -71,7 +71,7 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
     t_imported, t_model, t_tokenizer = (loaded.t_imported, loaded.t_model, loaded.t_tokenizer) if loaded else (None,) * 3
     # macprof's own start-up in the worker (reading its job, importing its records) is no part
     # of the engine's cold start: timed apart, and left out of ready_s (older journals lack it)
-    t_import_start = known(loaded.t_import_start) if loaded and loaded.t_import_start is not None else t_main
+    t_import_start = loaded.t_import_start if loaded and loaded.t_import_start is not None else t_main
     harness = span(t_main, t_import_start)
     ready = span(spawn.t_spawn, t_tokenizer)
     if ready is not None and harness:

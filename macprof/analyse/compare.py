@@ -21,7 +21,6 @@ from macprof.analyse.headline import energy_figures, headline, measured_efficien
 from macprof.analyse.tasks import task_outcomes, tasks_figures
 from macprof.measure import proportions
 from macprof.model.log import Machine, ModelResult, RunLog
-from macprof.model.records import known
 from macprof.model.phases import Sweep, SweepCase, WarmPhase
 from macprof.phases import figures_of
 
@@ -66,7 +65,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
             head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=found.summary.ttft_s.median,
                         decode_tok_s=found.summary.decode_tok_s.median, efficiency=measured_efficiency(found.roofline),
                         **memory_figures([sweep.memory] if sweep.memory else [], m.identity.engine))
-            head.update(energy_figures(known(sweep.telemetry)), **_case_energy(found))
+            head.update(energy_figures(sweep.telemetry), **_case_energy(found))
             block, lengths, states = found, (found.prompt_tokens, found.gen_tokens), thermal_state_of(sweep)
         ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
         rows.append({
@@ -133,7 +132,7 @@ def thermal_state_of(phase: WarmPhase | Sweep | None) -> str | None:
 
 
 def _case_energy(case: SweepCase) -> dict:
-    e = known(case.energy)
+    e = case.energy
     return {"decode_j_per_token": e.decode_j_per_token if e else None,
             "prefill_j_per_token": e.prefill_j_per_token if e else None, "avg_w": e.avg_w if e else None,
             "energy_reason": (e.reason if e else "no telemetry for this case") if e is None or e.decode_j_per_token is None

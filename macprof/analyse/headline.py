@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from macprof.model.log import ModelResult
-from macprof.model.records import known
 from macprof.model.phases import Ceiling, PhaseMemory
 from macprof.model.telemetry import PhaseTelemetry
 
@@ -51,7 +50,7 @@ def _mapped(m: PhaseMemory) -> int | None:
     mapped, None where the weights were mapped but their residency is unknown."""
     if not m.has("weights_held") or m.weights_held != "mapped":
         return 0
-    return known(m.mapped_resident_bytes)
+    return m.mapped_resident_bytes if m.has("mapped_resident_bytes") else None
 
 
 def _peak_of(m: PhaseMemory, kind: str) -> int | None:
@@ -105,7 +104,7 @@ def memory_figures(memories: list[PhaseMemory], engine: str | None = None) -> di
 
 def measured_efficiency(roof: Ceiling | None) -> float | None:
     """Decode over the ceiling with the measured bandwidth, where both are known."""
-    return known(roof.measured.efficiency) if roof and roof.measured else None
+    return roof.measured.efficiency if roof and roof.measured else None
 
 
 def headline(m: ModelResult) -> dict:
@@ -120,9 +119,9 @@ def headline(m: ModelResult) -> dict:
         "warm_ttft_s": warm.summary.ttft_s.median if warm else None,
         "prefix_ttft_s": prefix.summary.reuse.ttft_s.median if prefix else None,
         "decode_tok_s": warm.summary.decode_tok_s.median if warm else None,
-        "efficiency": measured_efficiency(known(warm.roofline)) if warm else None,
+        "efficiency": measured_efficiency(warm.roofline) if warm else None,
         **memory_figures(_memories(m), m.identity.engine),
-        **energy_figures(known(warm.telemetry) if warm else None),
+        **energy_figures(warm.telemetry if warm else None),
     }
 
 

@@ -19,7 +19,6 @@ from typing import Sequence
 from macprof.analyse import energy as en
 from macprof.measure import proportions
 from macprof.model import events as ev
-from macprof.model.records import known
 from macprof.model.log import ModelResult
 from macprof.model.phases import Failure, PhaseMemory
 from macprof.model.tasks import (Proportion, TaskAttempt, TaskAttemptDone, TaskRefusal, TaskRefused, TaskResult,
@@ -34,8 +33,7 @@ def proportion(k: int, n: int) -> Proportion:
 
 
 def attempt_window(a: TaskAttempt) -> tuple[int, int] | None:
-    end = known(a.t_end)
-    end = end if end is not None else a.token_times[-1] if a.token_times else a.t_tokenized
+    end = a.t_end if a.t_end is not None else a.token_times[-1] if a.token_times else a.t_tokenized
     return (a.t0, end) if a.t0 is not None and end is not None and end >= a.t0 else None
 
 

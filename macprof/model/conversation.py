@@ -5,7 +5,7 @@ stopped, and TTFT with the natural cache against the cache emptied."""
 
 from __future__ import annotations
 
-from msgspec import UnsetType, field
+from msgspec import field
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
@@ -67,8 +67,8 @@ class Turn(Record):
     stop_reason: str = ""
     reply_text_ids_equal: bool | None = None
     fits: bool = True
-    natural: Request | None | UnsetType = ABSENT
-    emptied: Request | None | UnsetType = ABSENT
+    natural: Request | None = ABSENT
+    emptied: Request | None = ABSENT
     ttft_saved_s: Number | None = None  # emptied TTFT - natural TTFT
     check: OutputCheck | None = None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from msgspec import UnsetType
 
 from macprof.model.records import ABSENT, Record
 
@@ -21,6 +20,6 @@ class Event(Record, tag_field="event"):
     # a measurement, and a request costs one fsync instead of two.
     DURABLE: ClassVar[bool] = True
 
-    model: str | None | UnsetType = ABSENT
-    worker: str | None | UnsetType = ABSENT
-    seq: int | None | UnsetType = ABSENT  # its number in the journal (run/journal.py); a worker's events have none
+    model: str | None = ABSENT
+    worker: str | None = ABSENT
+    seq: int | None = ABSENT  # its number in the journal (run/journal.py); a worker's events have none

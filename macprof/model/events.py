@@ -13,7 +13,7 @@ from macprof.model.event_base import Event
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
                                         RankTimeline)
-from msgspec import UnsetType, field
+from msgspec import field
 
 from macprof.model.records import ABSENT, Number
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
@@ -33,7 +33,7 @@ class RunStart(Event):
     memory: SystemMemory | None = None
     # what the run measures, so `--resume` can refuse a command that asks for something else:
     # per model its name, engine, resolved path and settings (journals before it lack it)
-    models: tuple[dict[str, Any], ...] | None | UnsetType = ABSENT
+    models: tuple[dict[str, Any], ...] | None = ABSENT
 
 
 class ModelStart(Event):
@@ -42,7 +42,7 @@ class ModelStart(Event):
     identity: Identity
     shape: dict[str, Any] | None = None
     shape_error: str | None = None
-    files_error: str | None | UnsetType = ABSENT  # journals before it existed lack it
+    files_error: str | None = ABSENT  # journals before it existed lack it
     settings: ModelSettings
     memory: SystemMemory | None = None
 
@@ -77,13 +77,13 @@ class Failure(Event):
     status: str
     reason: str | None = None
     phase: str | None = None
-    index: int | None | UnsetType = ABSENT
-    kind: str | None | UnsetType = ABSENT
-    case: str | None | UnsetType = ABSENT
-    mode: str | None | UnsetType = ABSENT
-    exit_code: int | None | UnsetType = ABSENT
-    signal: str | None | UnsetType = ABSENT
-    stderr_tail: str | None | UnsetType = ABSENT
+    index: int | None = ABSENT
+    kind: str | None = ABSENT
+    case: str | None = ABSENT
+    mode: str | None = ABSENT
+    exit_code: int | None = ABSENT
+    signal: str | None = ABSENT
+    stderr_tail: str | None = ABSENT
 
 
 class Interrupted(Event):
@@ -113,7 +113,7 @@ class Started(Event):
 
 class Loaded(Event):
     KIND = "loaded"
-    t_import_start: int | None | UnsetType = ABSENT  # macprof's own start-up in the worker ends (absent in older journals)
+    t_import_start: int | None = ABSENT  # macprof's own start-up in the worker ends (absent in older journals)
     t_imported: int | None = None
     t_model: int | None = None
     t_tokenizer: int | None = None
@@ -122,7 +122,7 @@ class Loaded(Event):
     versions: dict[str, Any] | None = None
     vocab_size: int | None = None
     tokenizer_separate: bool = True
-    footprint_bytes: int | None | UnsetType = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
+    footprint_bytes: int | None = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
 
 
 class PhaseStart(Event):
@@ -130,29 +130,29 @@ class PhaseStart(Event):
     DURABLE = False
     phase: str
     rss_bytes: int | None = None
-    footprint_bytes: int | None | UnsetType = ABSENT  # macOS only: phys_footprint now
-    footprint_max_bytes: int | None | UnsetType = ABSENT  # macOS only: the process's lifetime maximum so far
-    thermal_state: str | None | UnsetType = ABSENT  # macOS only: NSProcessInfo.thermalState at the boundary
-    t: int | None | UnsetType = ABSENT  # perf_counter_ns as the phase begins (journals before telemetry lack it)
-    t_idle_start: int | None | UnsetType = ABSENT  # the start of the idle wait before it (the power baseline's window)
+    footprint_bytes: int | None = ABSENT  # macOS only: phys_footprint now
+    footprint_max_bytes: int | None = ABSENT  # macOS only: the process's lifetime maximum so far
+    thermal_state: str | None = ABSENT  # macOS only: NSProcessInfo.thermalState at the boundary
+    t: int | None = ABSENT  # perf_counter_ns as the phase begins (journals before telemetry lack it)
+    t_idle_start: int | None = ABSENT  # the start of the idle wait before it (the power baseline's window)
 
 
 class PhaseEnd(Event):
     KIND = "phase_end"
     phase: str
     rss_bytes: int | None = None
-    os_peak_rss_bytes: int | None | UnsetType = ABSENT  # the worker's own OS high-water mark (collect/peak.py)
-    os_peak_scope: str | None | UnsetType = ABSENT  # "phase" (reset at its start) or "process" (lifetime maximum)
-    peak_rss_bytes: int | None | UnsetType = ABSENT  # max of the parent's RSS samples and a phase-scoped OS peak
-    rss_samples: int | None | UnsetType = ABSENT
-    footprint_bytes: int | None | UnsetType = ABSENT  # macOS only, as phase_start's
-    footprint_max_bytes: int | None | UnsetType = ABSENT
-    thermal_state: str | None | UnsetType = ABSENT
-    peak_footprint_bytes: int | None | UnsetType = ABSENT  # added by the parent (collect/footprint.py, phase_peak)
-    footprint_samples: int | None | UnsetType = ABSENT
-    t: int | None | UnsetType = ABSENT  # perf_counter_ns as the phase ends
-    weights_held: str | None | UnsetType = ABSENT  # engines/base.py WEIGHTS_HELD; absent where a server holds them
-    mapped_resident_bytes: int | None | UnsetType = ABSENT  # mapped weights: the model files' resident bytes (mincore)
+    os_peak_rss_bytes: int | None = ABSENT  # the worker's own OS high-water mark (collect/peak.py)
+    os_peak_scope: str | None = ABSENT  # "phase" (reset at its start) or "process" (lifetime maximum)
+    peak_rss_bytes: int | None = ABSENT  # max of the parent's RSS samples and a phase-scoped OS peak
+    rss_samples: int | None = ABSENT
+    footprint_bytes: int | None = ABSENT  # macOS only, as phase_start's
+    footprint_max_bytes: int | None = ABSENT
+    thermal_state: str | None = ABSENT
+    peak_footprint_bytes: int | None = ABSENT  # added by the parent (collect/footprint.py, phase_peak)
+    footprint_samples: int | None = ABSENT
+    t: int | None = ABSENT  # perf_counter_ns as the phase ends
+    weights_held: str | None = ABSENT  # engines/base.py WEIGHTS_HELD; absent where a server holds them
+    mapped_resident_bytes: int | None = ABSENT  # mapped weights: the model files' resident bytes (mincore)
 
 
 class PhaseMemory(Event):
@@ -177,10 +177,10 @@ class _RequestHead(Event):
     phase: str
     index: int
     kind: str
-    mode: str | None | UnsetType = ABSENT  # prefix
-    case: str | None | UnsetType = ABSENT  # sweeps
-    batch: int | None | UnsetType = ABSENT  # batch
-    cached_tokens_before: int | None | UnsetType = ABSENT  # depth
+    mode: str | None = ABSENT  # prefix
+    case: str | None = ABSENT  # sweeps
+    batch: int | None = ABSENT  # batch
+    cached_tokens_before: int | None = ABSENT  # depth
 
 
 class RequestStart(_RequestHead):
@@ -201,14 +201,14 @@ class Request(_RequestHead):
     token_times: tuple[int, ...] = ()
     tokens: tuple[Any, ...] = ()
     prompt_tokens: int = 0
-    reused_tokens: int | None | UnsetType = ABSENT  # a batch has none of these three
-    computed_prompt_tokens: int | None | UnsetType = ABSENT
-    cached_tokens_after: int | None | UnsetType = ABSENT
-    kv_cache_bytes: int | None | UnsetType = ABSENT
+    reused_tokens: int | None = ABSENT  # a batch has none of these three
+    computed_prompt_tokens: int | None = ABSENT
+    cached_tokens_after: int | None = ABSENT
+    kv_cache_bytes: int | None = ABSENT
     engine_memory: dict[str, Any] | None = None
     # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
     # texts; what the server reported (count, tokens per chunk, its timings, flags)
-    server: ServerReport | None | UnsetType = ABSENT
+    server: ServerReport | None = ABSENT
 
 
 class PrefixCheck(Event):
@@ -264,7 +264,7 @@ class ReuseNotPossible(Event):
 
     KIND = "reuse_not_possible"
     phase: str
-    case: str | None | UnsetType = ABSENT
+    case: str | None = ABSENT
     reason: str
 
 
@@ -272,7 +272,7 @@ class CaseUnsupported(Event):
     KIND = "case_unsupported"
     phase: str
     case: str
-    batch: int | None | UnsetType = ABSENT
+    batch: int | None = ABSENT
     reason: str | None = None
 
 

@@ -4,7 +4,7 @@ memory. ``RunLog.to_json()`` is the file `macprof run` writes (schema SCHEMA_VER
 
 from __future__ import annotations
 
-from msgspec import UnsetType, field
+from msgspec import field
 from typing import Any, Self
 
 from macprof.config import Settings, settings_from_dict
@@ -51,11 +51,11 @@ class Machine(Record):
     low_power_mode: bool | None = None
     thermal_state: str | None = None
     unknown: dict[str, str] = field(default_factory=dict)  # field -> why it is null
-    core_levels: tuple[dict[str, Any], ...] | None | UnsetType = ABSENT  # macOS: the chip's core clusters
-    power_mode: str | None | UnsetType = ABSENT  # macOS: automatic / low / high (pmset); absent from older logs
-    gpu_working_set_bytes: int | None | UnsetType = ABSENT  # macOS: Metal's recommendedMaxWorkingSetSize
-    sources: dict[str, str] | None | UnsetType = ABSENT  # field -> where its value came from (macOS)
-    cores_by_kind: dict[str, int] | None | UnsetType = ABSENT  # macOS: cores per kind as macOS names them (Super, Performance, Efficiency)
+    core_levels: tuple[dict[str, Any], ...] | None = ABSENT  # macOS: the chip's core clusters
+    power_mode: str | None = ABSENT  # macOS: automatic / low / high (pmset); absent from older logs
+    gpu_working_set_bytes: int | None = ABSENT  # macOS: Metal's recommendedMaxWorkingSetSize
+    sources: dict[str, str] | None = ABSENT  # field -> where its value came from (macOS)
+    cores_by_kind: dict[str, int] | None = ABSENT  # macOS: cores per kind as macOS names them (Super, Performance, Efficiency)
 
 
 class SpecBandwidth(Record):
@@ -68,15 +68,15 @@ class MeasuredBandwidth(Record):
     """The bandwidth (and matmul) probe; a failed probe leaves only ``gbs`` (null) and ``reason``."""
 
     gbs: Number | None = None
-    best_gbs: Number | None | UnsetType = ABSENT
-    stdev_gbs: Number | None | UnsetType = ABSENT
-    device: str | None | UnsetType = ABSENT
-    method: str | None | UnsetType = ABSENT
-    utc: str | None | UnsetType = ABSENT
-    cached: bool | None | UnsetType = ABSENT
+    best_gbs: Number | None = ABSENT
+    stdev_gbs: Number | None = ABSENT
+    device: str | None = ABSENT
+    method: str | None = ABSENT
+    utc: str | None = ABSENT
+    cached: bool | None = ABSENT
     reason: str | None = None
-    tflops: Number | None | UnsetType = ABSENT  # absent from logs before the matmul probe
-    tflops_method: str | None | UnsetType = ABSENT
+    tflops: Number | None = ABSENT  # absent from logs before the matmul probe
+    tflops_method: str | None = ABSENT
 
 
 class Bandwidth(Record):
@@ -111,7 +111,7 @@ class Identity(Record):
     n_params: int | None = None
     total_bytes: Count = 0
     files: tuple[ModelFile, ...] = ()
-    source: Source | None | UnsetType = ABSENT  # only a model named on the command line has one
+    source: Source | None = ABSENT  # only a model named on the command line has one
 
 
 class ModelSettings(Record):
@@ -132,37 +132,37 @@ class ModelSettings(Record):
     delay: Number = _DEFAULT.delay
     drop_cache: bool = _DEFAULT.drop_cache
     force: bool = _DEFAULT.force
-    prompt_grid: tuple[int, ...] | None | UnsetType = ABSENT
-    gen_grid: tuple[int, ...] | None | UnsetType = ABSENT
-    shapes: tuple[str, ...] | None | UnsetType = ABSENT
-    depths: tuple[int, ...] | None | UnsetType = ABSENT
-    batches: tuple[int, ...] | None | UnsetType = ABSENT
-    kv_type: str | None | UnsetType = ABSENT  # absent from logs before the option: f16
-    distributed: DistributedSettings | None | UnsetType = ABSENT  # a sharded model: hosts, backend, parallel, link_gbs
-    quality_tokens: int | None | UnsetType = ABSENT  # absent from logs before the quality phase
-    quality_ctx: int | None | UnsetType = ABSENT
-    reference: str | None | UnsetType = ABSENT
-    text: str | None | UnsetType = ABSENT
-    draft: str | None | UnsetType = ABSENT  # the speculative phase's (absent before it)
-    draft_tokens: tuple[int, ...] | None | UnsetType = ABSENT
-    ngram: int | None | UnsetType = ABSENT
-    concurrency: tuple[int, ...] | None | UnsetType = ABSENT  # the concurrency phase's levels (absent before it)
-    rates: tuple[Number, ...] | None | UnsetType = ABSENT
-    load_requests: int | None | UnsetType = ABSENT
-    load_seconds: Number | None | UnsetType = ABSENT
-    slo_ttft: Number | None | UnsetType = ABSENT
-    slo_itl: Number | None | UnsetType = ABSENT
-    turns: int | None | UnsetType = ABSENT  # the conversation phase's (absent before it)
-    turn_tokens: int | None | UnsetType = ABSENT
-    system_tokens: int | None | UnsetType = ABSENT
-    tool_tokens: int | None | UnsetType = ABSENT
-    apps: int | None | UnsetType = ABSENT
-    app_order: str | None | UnsetType = ABSENT
-    chat_template: str | None | UnsetType = ABSENT
-    tasks: str | None | UnsetType = ABSENT  # the tasks phase's (absent before it)
-    attempts: int | None | UnsetType = ABSENT
-    temperature: Number | None | UnsetType = ABSENT
-    seed: int | None | UnsetType = ABSENT
+    prompt_grid: tuple[int, ...] | None = ABSENT
+    gen_grid: tuple[int, ...] | None = ABSENT
+    shapes: tuple[str, ...] | None = ABSENT
+    depths: tuple[int, ...] | None = ABSENT
+    batches: tuple[int, ...] | None = ABSENT
+    kv_type: str | None = ABSENT  # absent from logs before the option: f16
+    distributed: DistributedSettings | None = ABSENT  # a sharded model: hosts, backend, parallel, link_gbs
+    quality_tokens: int | None = ABSENT  # absent from logs before the quality phase
+    quality_ctx: int | None = ABSENT
+    reference: str | None = ABSENT
+    text: str | None = ABSENT
+    draft: str | None = ABSENT  # the speculative phase's (absent before it)
+    draft_tokens: tuple[int, ...] | None = ABSENT
+    ngram: int | None = ABSENT
+    concurrency: tuple[int, ...] | None = ABSENT  # the concurrency phase's levels (absent before it)
+    rates: tuple[Number, ...] | None = ABSENT
+    load_requests: int | None = ABSENT
+    load_seconds: Number | None = ABSENT
+    slo_ttft: Number | None = ABSENT
+    slo_itl: Number | None = ABSENT
+    turns: int | None = ABSENT  # the conversation phase's (absent before it)
+    turn_tokens: int | None = ABSENT
+    system_tokens: int | None = ABSENT
+    tool_tokens: int | None = ABSENT
+    apps: int | None = ABSENT
+    app_order: str | None = ABSENT
+    chat_template: str | None = ABSENT
+    tasks: str | None = ABSENT  # the tasks phase's (absent before it)
+    attempts: int | None = ABSENT
+    temperature: Number | None = ABSENT
+    seed: int | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -179,28 +179,27 @@ class KvCache(Record):
 class ModelMemory(Record):
     rss_before_load_bytes: int | None = None
     rss_after_load_bytes: int | None = None
-    footprint_after_load_bytes: int | None | UnsetType = ABSENT  # macOS: phys_footprint once loaded
+    footprint_after_load_bytes: int | None = ABSENT  # macOS: phys_footprint once loaded
     engine_after_load: dict[str, Any] | None = None
     kv_cache: KvCache = field(default_factory=KvCache)
     system_before: SystemMemory | None = None
     system_after: SystemMemory | None = None
 
 
-class Phases(Record, omit_defaults=True):
-    """The phases the model's settings asked for; the others are absent, and read None (a phase
-    record is never null: None is written as no key, omit_defaults)."""
+class Phases(Record):
+    """The phases the model's settings asked for; the others are absent (None)."""
 
-    cold: ColdPhase | None = None
-    warm: WarmPhase | None = None
-    prefix: PrefixPhase | None = None
-    grid: Sweep | None = None
-    depth: Sweep | None = None
-    batch: Sweep | None = None
-    quality: QualityPhase | None = None
-    speculative: SpeculativePhase | None = None
-    concurrency: ConcurrencyPhase | None = None
-    conversation: ConversationPhase | None = None
-    tasks: TasksPhase | None = None
+    cold: ColdPhase | None = ABSENT
+    warm: WarmPhase | None = ABSENT
+    prefix: PrefixPhase | None = ABSENT
+    grid: Sweep | None = ABSENT
+    depth: Sweep | None = ABSENT
+    batch: Sweep | None = ABSENT
+    quality: QualityPhase | None = ABSENT
+    speculative: SpeculativePhase | None = ABSENT
+    concurrency: ConcurrencyPhase | None = ABSENT
+    conversation: ConversationPhase | None = ABSENT
+    tasks: TasksPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth or batch by name (`compare --case depth:d4096` names one)."""
@@ -217,7 +216,7 @@ class ModelResult(Record):
     memory: ModelMemory
     failures: tuple[Failure, ...]
     complete: bool
-    distributed: GroupResult | None | UnsetType = ABSENT  # a model sharded over an MLX distributed group
+    distributed: GroupResult | None = ABSENT  # a model sharded over an MLX distributed group
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -236,11 +235,11 @@ class RunLog(Record):
     machine: Machine | None = None
     software: dict[str, Any] | None = None
     definitions: dict[str, Any] = field(default_factory=dict)
-    bandwidth: Bandwidth | None | UnsetType = ABSENT  # absent from schema 1 logs until migrated
+    bandwidth: Bandwidth | None = ABSENT  # absent from schema 1 logs until migrated
     memory: RunMemory = field(default_factory=RunMemory)
     models: tuple[ModelResult, ...] = ()
-    redacted: Redacted | None | UnsetType = ABSENT  # a `macprof share` copy
-    migrated_from: int | None | UnsetType = ABSENT
+    redacted: Redacted | None = ABSENT  # a `macprof share` copy
+    migrated_from: int | None = ABSENT
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> Self:

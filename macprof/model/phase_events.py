@@ -7,7 +7,6 @@ from typing import Any
 
 from macprof.model.event_base import Event
 from macprof.model.quality import QualityText
-from msgspec import UnsetType
 
 from macprof.model.records import ABSENT, Number
 
@@ -26,7 +25,7 @@ class QualityStart(Event):
     reference: str | None = None
     is_reference: bool = False
     reference_reason: str | None = None
-    rescore_reason: str | None | UnsetType = ABSENT  # the reference scored again: why its stored log-probs were not used
+    rescore_reason: str | None = ABSENT  # the reference scored again: why its stored log-probs were not used
 
 
 class QualityStored(Event):

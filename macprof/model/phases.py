@@ -5,7 +5,7 @@ layout as a JSON Schema (tests/test_model_schema.py keeps the two in step)."""
 
 from __future__ import annotations
 
-from msgspec import UnsetType, field
+from msgspec import field
 from typing import Any
 
 from macprof.model.records import ABSENT, Count, Number, Positive, Record
@@ -37,7 +37,7 @@ class Metrics(Record):
     decode_tok_s: Summary = field(default_factory=Summary)
     e2e_tok_s: Summary = field(default_factory=Summary)
     itl_s: Summary = field(default_factory=Summary)
-    aggregate_decode_tok_s: Summary | None | UnsetType = ABSENT  # batch cases: B x the per-sequence decode rate
+    aggregate_decode_tok_s: Summary | None = ABSENT  # batch cases: B x the per-sequence decode rate
 
 
 class Itl(Record):
@@ -72,12 +72,12 @@ class ServerReport(Record):
     count_source: str | None = None
     chunk_tokens: tuple[Count, ...] | None = None  # per received chunk with text; None: not known
     chunk_tokens_source: str | None = None
-    unstamped_tokens: int | None | UnsetType = ABSENT  # counted by the server after the last chunk with text (its EOS)
+    unstamped_tokens: int | None = ABSENT  # counted by the server after the last chunk with text (its EOS)
     prompt_tokens_source: str | None = None
     cached_tokens: int | None = None
     finish_reason: str | None = None
-    eos: str | None | UnsetType = ABSENT  # how EOS was held off on this request (absent in older logs)
-    counting: CountingRequest | None | UnsetType = ABSENT
+    eos: str | None = ABSENT  # how EOS was held off on this request (absent in older logs)
+    counting: CountingRequest | None = ABSENT
     timings: dict[str, Any] | None = None
     flags: tuple[str, ...] = ()
 
@@ -99,10 +99,10 @@ class Request(Record):
     computed_prompt_tokens: int | None = None
     cached_tokens_after: int | None = None
     kv_cache_bytes: int | None = None
-    engine_memory: dict[str, Any] | None | UnsetType = ABSENT  # absent from schema 1 logs
-    case: str | None | UnsetType = ABSENT
-    batch: Positive | None | UnsetType = ABSENT
-    cached_tokens_before: int | None | UnsetType = ABSENT
+    engine_memory: dict[str, Any] | None = ABSENT  # absent from schema 1 logs
+    case: str | None = ABSENT
+    batch: Positive | None = ABSENT
+    cached_tokens_before: int | None = ABSENT
     n_tokens: Count = 0
     ttft_s: Number | None = None
     prefill_tok_s: Number | None = None
@@ -111,28 +111,28 @@ class Request(Record):
     tokenize_s: Number | None = None
     total_s: Number | None = None
     itl: Itl | None = None
-    aggregate_decode_tok_s: Number | None | UnsetType = ABSENT
-    aggregate_e2e_tok_s: Number | None | UnsetType = ABSENT
-    server: ServerReport | None | UnsetType = ABSENT  # a server's request: what it counted and reported
+    aggregate_decode_tok_s: Number | None = ABSENT
+    aggregate_e2e_tok_s: Number | None = ABSENT
+    server: ServerReport | None = ABSENT  # a server's request: what it counted and reported
 
 
 class Failure(Record):
     """A failure as the orchestrator journaled it (worker crash, timeout, refusal) or a sweep
     case's error; only ``status`` and ``reason`` are always there."""
 
-    event: str | None | UnsetType = ABSENT
-    model: str | None | UnsetType = ABSENT
-    worker: str | None | UnsetType = ABSENT
+    event: str | None = ABSENT
+    model: str | None = ABSENT
+    worker: str | None = ABSENT
     status: FailureStatus = "error"
     reason: str | None = None
-    phase: PhaseName | None | UnsetType = ABSENT
-    case: str | None | UnsetType = ABSENT
-    index: int | None | UnsetType = ABSENT
-    kind: str | None | UnsetType = ABSENT
-    mode: str | None | UnsetType = ABSENT
-    exit_code: int | None | UnsetType = ABSENT
-    signal: str | None | UnsetType = ABSENT
-    stderr_tail: str | None | UnsetType = ABSENT
+    phase: PhaseName | None = ABSENT
+    case: str | None = ABSENT
+    index: int | None = ABSENT
+    kind: str | None = ABSENT
+    mode: str | None = ABSENT
+    exit_code: int | None = ABSENT
+    signal: str | None = ABSENT
+    stderr_tail: str | None = ABSENT
 
 
 class OutputCheck(Record):
@@ -163,15 +163,15 @@ class PhaseMemory(Record):
     rss_samples: int | None = None
     engine: dict[str, Any] | None = None
     # macOS: phys_footprint, what Activity Monitor shows (GPU buffers included); absent elsewhere
-    footprint_start_bytes: int | None | UnsetType = ABSENT
-    footprint_end_bytes: int | None | UnsetType = ABSENT
-    peak_footprint_bytes: int | None | UnsetType = ABSENT
-    footprint_samples: int | None | UnsetType = ABSENT
+    footprint_start_bytes: int | None = ABSENT
+    footprint_end_bytes: int | None = ABSENT
+    peak_footprint_bytes: int | None = ABSENT
+    footprint_samples: int | None = ABSENT
     # how the engine held its weights ("mapped" / "copied", engines/base.py) and, mapped, the
     # model files' resident bytes at the phase's end: clean file pages macOS's footprint leaves
     # out, added to it in the headline (analyse/headline.py); absent in older logs and servers
-    weights_held: WeightsHeld | None | UnsetType = ABSENT
-    mapped_resident_bytes: int | None | UnsetType = ABSENT
+    weights_held: WeightsHeld | None = ABSENT
+    mapped_resident_bytes: int | None = ABSENT
 
 
 # -- the ceilings --------------------------------------------------------------------------
@@ -180,48 +180,48 @@ class CeilingSide(Record):
     unknown, only ``reason``."""
 
     bandwidth_gbs: Number | None = None
-    reason: str | None | UnsetType = ABSENT
-    ceiling_tok_s: Number | None | UnsetType = ABSENT
-    efficiency: Number | None | UnsetType = ABSENT
-    bound: str | None | UnsetType = ABSENT
-    file_size_ceiling_tok_s: Number | None | UnsetType = ABSENT
-    prefill_compute_ceiling_tok_s: Number | None | UnsetType = ABSENT
-    prefill_efficiency: Number | None | UnsetType = ABSENT
-    prefill_reason: str | None | UnsetType = ABSENT
+    reason: str | None = ABSENT
+    ceiling_tok_s: Number | None = ABSENT
+    efficiency: Number | None = ABSENT
+    bound: str | None = ABSENT
+    file_size_ceiling_tok_s: Number | None = ABSENT
+    prefill_compute_ceiling_tok_s: Number | None = ABSENT
+    prefill_efficiency: Number | None = ABSENT
+    prefill_reason: str | None = ABSENT
 
 
 class Ceiling(Record):
     """A phase's or a case's decode figure against the roofline at its context; where the model's
     shape is unknown (or the log predates ceilings), only ``reason``."""
 
-    reason: str | None | UnsetType = ABSENT
-    context_tokens: Number | None | UnsetType = ABSENT
-    weight_bytes_per_token: Number | None | UnsetType = ABSENT
-    kv_bytes_per_token: Number | None | UnsetType = ABSENT  # where K/V grows linearly with the context (full attention, MLA)
-    kv_bytes_read: Number | None | UnsetType = ABSENT  # K/V and recurrent state read per token at context_tokens
-    kv_type: str | None | UnsetType = ABSENT
-    decode_tok_s: Number | None | UnsetType = ABSENT
-    spec: CeilingSide | None | UnsetType = ABSENT
-    measured: CeilingSide | None | UnsetType = ABSENT
+    reason: str | None = ABSENT
+    context_tokens: Number | None = ABSENT
+    weight_bytes_per_token: Number | None = ABSENT
+    kv_bytes_per_token: Number | None = ABSENT  # where K/V grows linearly with the context (full attention, MLA)
+    kv_bytes_read: Number | None = ABSENT  # K/V and recurrent state read per token at context_tokens
+    kv_type: str | None = ABSENT
+    decode_tok_s: Number | None = ABSENT
+    spec: CeilingSide | None = ABSENT
+    measured: CeilingSide | None = ABSENT
 
 
 class PredictionSide(Record):
     bandwidth_gbs: Number | None = None
-    reason: str | None | UnsetType = ABSENT
-    batch: int | None | UnsetType = ABSENT
-    step_s: Number | None | UnsetType = ABSENT
-    itl_s: Number | None | UnsetType = ABSENT
-    aggregate_tok_s: Number | None | UnsetType = ABSENT
-    per_user_tok_s: Number | None | UnsetType = ABSENT
-    bound: str | None | UnsetType = ABSENT
+    reason: str | None = ABSENT
+    batch: int | None = ABSENT
+    step_s: Number | None = ABSENT
+    itl_s: Number | None = ABSENT
+    aggregate_tok_s: Number | None = ABSENT
+    per_user_tok_s: Number | None = ABSENT
+    bound: str | None = ABSENT
 
 
 class Prediction(Record):
     """The roofline's batching model for one batch case."""
 
-    reason: str | None | UnsetType = ABSENT
-    spec: PredictionSide | None | UnsetType = ABSENT
-    measured: PredictionSide | None | UnsetType = ABSENT
+    reason: str | None = ABSENT
+    spec: PredictionSide | None = ABSENT
+    measured: PredictionSide | None = ABSENT
 
 
 class TradeoffRow(Record):
@@ -264,21 +264,21 @@ class ColdTrial(Record):
     residency: Residency | None = None
     drop_cache: DropCache | None = None
     status: TrialStatus = "ok"  # ok | failed | interrupted (the run ended while it was measured)
-    interpreter_s: Number | None | UnsetType = ABSENT
-    harness_s: Number | None | UnsetType = ABSENT  # macprof's own start-up in the worker: not in ready_s
-    import_s: Number | None | UnsetType = ABSENT
-    model_load_s: Number | None | UnsetType = ABSENT
-    tokenizer_load_s: Number | None | UnsetType = ABSENT
-    ready_s: Number | None | UnsetType = ABSENT
-    first_request: Request | None | UnsetType = ABSENT
-    second_request: Request | None | UnsetType = ABSENT
-    first_request_extra_s: Number | None | UnsetType = ABSENT
-    time_to_first_token_s: Number | None | UnsetType = ABSENT
-    prompt_build_s: Number | None | UnsetType = ABSENT
-    tokenizer_note: str | None | UnsetType = ABSENT
-    failure: Failure | None | UnsetType = ABSENT
-    note: str | None | UnsetType = ABSENT  # why a trial is "interrupted"
-    energy: ColdEnergy | None | UnsetType = ABSENT  # spawn -> ready, where the trial's telemetry was journaled
+    interpreter_s: Number | None = ABSENT
+    harness_s: Number | None = ABSENT  # macprof's own start-up in the worker: not in ready_s
+    import_s: Number | None = ABSENT
+    model_load_s: Number | None = ABSENT
+    tokenizer_load_s: Number | None = ABSENT
+    ready_s: Number | None = ABSENT
+    first_request: Request | None = ABSENT
+    second_request: Request | None = ABSENT
+    first_request_extra_s: Number | None = ABSENT
+    time_to_first_token_s: Number | None = ABSENT
+    prompt_build_s: Number | None = ABSENT
+    tokenizer_note: str | None = ABSENT
+    failure: Failure | None = ABSENT
+    note: str | None = ABSENT  # why a trial is "interrupted"
+    energy: ColdEnergy | None = ABSENT  # spawn -> ready, where the trial's telemetry was journaled
 
 
 class ColdSummary(Record):
@@ -302,11 +302,11 @@ class WarmPhase(Record):
     summary: Metrics = field(default_factory=Metrics)
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
-    roofline: Ceiling | None | UnsetType = ABSENT  # a schema 1 log gets it (with the reason) on migration
-    telemetry: PhaseTelemetry | None | UnsetType = ABSENT  # logs before telemetry lack it
+    roofline: Ceiling | None = ABSENT  # a schema 1 log gets it (with the reason) on migration
+    telemetry: PhaseTelemetry | None = ABSENT  # logs before telemetry lack it
     # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
-    thermal_state_start: ThermalState | None | UnsetType = ABSENT
-    thermal_state_end: ThermalState | None | UnsetType = ABSENT
+    thermal_state_start: ThermalState | None = ABSENT
+    thermal_state_end: ThermalState | None = ABSENT
 
 
 class PrefixPair(Record):
@@ -315,9 +315,9 @@ class PrefixPair(Record):
 
     index: int | None = None
     kind: PairKind = ""
-    reuse: Request | None | UnsetType = ABSENT
-    noreuse: Request | None | UnsetType = ABSENT
-    check: OutputCheck | None | UnsetType = ABSENT
+    reuse: Request | None = ABSENT
+    noreuse: Request | None = ABSENT
+    check: OutputCheck | None = ABSENT
 
 
 class PrefixSummary(Record):
@@ -333,22 +333,22 @@ class PrefixPhase(Record):
     summary: PrefixSummary = field(default_factory=PrefixSummary)
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
-    roofline: Ceiling | None | UnsetType = ABSENT
+    roofline: Ceiling | None = ABSENT
     # why the engine could not keep the cached prefix (its pairs then ran from an empty cache)
-    reuse_not_possible: str | None | UnsetType = ABSENT
-    telemetry: PhaseTelemetry | None | UnsetType = ABSENT
+    reuse_not_possible: str | None = ABSENT
+    telemetry: PhaseTelemetry | None = ABSENT
     # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
-    thermal_state_start: ThermalState | None | UnsetType = ABSENT
-    thermal_state_end: ThermalState | None | UnsetType = ABSENT
+    thermal_state_start: ThermalState | None = ABSENT
+    thermal_state_end: ThermalState | None = ABSENT
 
 
 class PlannedCase(Record):
     """A sweep case as planned (macprof.cases.plan): what the case is, before it runs."""
 
     id: str
-    shape: str | None | UnsetType = ABSENT  # grid
-    depth: int | None | UnsetType = ABSENT  # depth
-    batch: int | None | UnsetType = ABSENT  # batch
+    shape: str | None = ABSENT  # grid
+    depth: int | None = ABSENT  # depth
+    batch: int | None = ABSENT  # batch
     prompt_tokens: int
     gen_tokens: int
     context_tokens: Number
@@ -367,9 +367,9 @@ class SweepCase(Record):
 
     id: str = ""
     status: CaseStatus = "not run"
-    shape: str | None | UnsetType = ABSENT
-    depth: Count | None | UnsetType = ABSENT
-    batch: Positive | None | UnsetType = ABSENT
+    shape: str | None = ABSENT
+    depth: Count | None = ABSENT
+    batch: Positive | None = ABSENT
     prompt_tokens: Positive = 0
     gen_tokens: Positive = 0
     context_tokens: Number = 0.0
@@ -378,11 +378,11 @@ class SweepCase(Record):
     failures: tuple[Failure, ...] = ()
     reason: str | None = None
     roofline: Ceiling | None = None
-    fill: DepthFill | None | UnsetType = ABSENT  # depth
-    reuse_not_possible: str | None | UnsetType = ABSENT  # depth: the fill could not be cut back to, so it was refilled
-    prediction: Prediction | None | UnsetType = ABSENT  # batch
-    check: BatchCheck | None | UnsetType = ABSENT  # batch
-    energy: Energy | None | UnsetType = ABSENT  # this case's requests against its phase's telemetry
+    fill: DepthFill | None = ABSENT  # depth
+    reuse_not_possible: str | None = ABSENT  # depth: the fill could not be cut back to, so it was refilled
+    prediction: Prediction | None = ABSENT  # batch
+    check: BatchCheck | None = ABSENT  # batch
+    energy: Energy | None = ABSENT  # this case's requests against its phase's telemetry
 
 
 class Sweep(Record):
@@ -391,8 +391,8 @@ class Sweep(Record):
     cases: tuple[SweepCase, ...] = ()
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
-    tradeoff: tuple[TradeoffRow, ...] | None | UnsetType = ABSENT  # batch
-    telemetry: PhaseTelemetry | None | UnsetType = ABSENT
+    tradeoff: tuple[TradeoffRow, ...] | None = ABSENT  # batch
+    telemetry: PhaseTelemetry | None = ABSENT
     # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
-    thermal_state_start: ThermalState | None | UnsetType = ABSENT
-    thermal_state_end: ThermalState | None | UnsetType = ABSENT
+    thermal_state_start: ThermalState | None = ABSENT
+    thermal_state_end: ThermalState | None = ABSENT

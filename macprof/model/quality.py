@@ -6,7 +6,6 @@ from __future__ import annotations
 
 
 from macprof.model.phases import Failure, PhaseMemory
-from msgspec import UnsetType
 
 from macprof.model.records import ABSENT, Count, Number, Record
 
@@ -19,7 +18,7 @@ class QualityText(Record):
     bytes: int | None = None
     tokens: int | None = None  # the ids of what was tokenized: the whole text, or its start (tokenized_chars)
     # a text far longer than the scored tokens need: the characters of its start that were tokenized
-    tokenized_chars: int | None | UnsetType = ABSENT
+    tokenized_chars: int | None = ABSENT
 
 
 class QualityChunk(Record):
@@ -56,7 +55,7 @@ class QualityPhase(Record):
     reference: str | None = None  # the model compared against
     is_reference: bool = False
     reference_reason: str | None = None  # why there is no KLD (no reference, tokenizers differ, ...)
-    rescore_reason: str | None | UnsetType = ABSENT  # the reference: why it scored again (its stored log-probs changed)
+    rescore_reason: str | None = ABSENT  # the reference: why it scored again (its stored log-probs changed)
     scored_tokens: Count = 0
     ppl: Number | None = None
     ppl_unc: Number | None = None
@@ -66,4 +65,4 @@ class QualityPhase(Record):
     score_tok_s: Number | None = None  # median over chunks of tokens / forward-pass seconds
     chunks: tuple[QualityChunk, ...] = ()
     failures: tuple[Failure, ...] = ()
-    memory: PhaseMemory | None | UnsetType = ABSENT
+    memory: PhaseMemory | None = ABSENT

@@ -7,12 +7,10 @@ journal have one typed vocabulary, nothing reads them through string paths, and 
   Decoding checks every value against its type (a string where a count belongs, a negative
   count, an unknown phase), so the types are the log's schema.
 - Some keys are written only sometimes (a field of another phase, a log of an older version,
-  a journal event before the orchestrator adds the model). Such a field is typed
-  ``T | None | UnsetType`` with the default ``ABSENT`` (msgspec.UNSET): an absent key reads
-  ABSENT and stays absent when the record is written back, an explicit null reads None and
-  stays null, so a log or a journal line reads and writes to the same JSON. ``known(x)`` reads
-  such a field as ``T | None`` (ABSENT as None) where the two mean the same to a reader;
-  ``has(name)`` tells them apart. ABSENT is false, like None.
+  a journal event before the orchestrator adds the model). Their default is ``ABSENT``
+  (msgspec.UNSET): the attribute reads None, like a null, but the key stays absent when the
+  record is written back (msgspec omits UNSET), so a log or a journal line reads and writes to
+  the same JSON. ``has(name)`` tells an absent key from a null.
 - A figure that may be fractional is ``Number`` (int | float), not float: msgspec would read
   512 as 512.0 and write it back so; the log keeps what was measured, as it was written.
 - An event (model/event_base.py) is one arm of a tagged union on the ``"event"`` key, its tag
@@ -22,51 +20,69 @@ journal have one typed vocabulary, nothing reads them through string paths, and 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Self, TypeVar, dataclass_transform
+from typing import Annotated, Any, Self, dataclass_transform
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from macprof.errors import MacprofError
 
-ABSENT: Any = UNSET  # typed as Any so that it is every absent-able field's default and a value to construct with
+# Typed as Any so that it can be the default of a field of any type; read back, it is None.
+ABSENT: Any = UNSET
 Number = int | float  # a figure: 512 stays 512, 0.5 stays 0.5
 Count = Annotated[int, Meta(ge=0)]  # tokens, bytes, requests: never negative
 Positive = Annotated[int, Meta(ge=1)]  # a batch, a draft length, an attempt's number
 NonNegative = Annotated[int, Meta(ge=0)] | Annotated[float, Meta(ge=0)]  # a temperature
 Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 
-T = TypeVar("T")
 
+class _Absentable:
+    """A field whose key may be absent, as Python reads it: ABSENT reads None. msgspec itself
+    (decode, encode, replace, equality, repr) reads the slot beneath, so the key stays absent."""
 
-def known(value: T | None | UnsetType) -> T | None:
-    """An absent-able field's value, ABSENT read as None (a key an older log lacks is unknown)."""
-    return None if value is UNSET else value  # type: ignore[return-value]  # UNSET ruled out
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        value = self.slot.__get__(obj, owner)
+        return None if value is UNSET else value
 
 
 class _RecordMeta(msgspec.StructMeta):
-    """Every record keyword-only (msgspec's kw_only is per class, not inherited) and every event
-    tagged with its KIND, so that a record is declared as a plain class."""
+    """Every record keyword-only (msgspec's kw_only is per class, not inherited), every event
+    tagged with its KIND, every field defaulting to ABSENT read as None: a record is declared as
+    a plain class."""
 
     def __new__(mcls, name: str, bases: tuple, namespace: dict, **kwargs: Any) -> Any:
         kwargs.setdefault("kw_only", True)
         if "KIND" in namespace:
             kwargs.setdefault("tag", namespace["KIND"])
-        return super().__new__(mcls, name, bases, namespace, **kwargs)
+        cls = super().__new__(mcls, name, bases, namespace, **kwargs)
+        for f in msgspec.structs.fields(cls):  # type: ignore[arg-type]  # cls is a Struct class
+            slot = cls.__dict__.get(f.name)  # a base's fields are wrapped in the base
+            if f.default is UNSET and slot is not None and not isinstance(slot, _Absentable):
+                type.__setattr__(cls, f.name, _Absentable(slot))
+        return cls
 
 
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(msgspec.field,))
 class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
     """Base of every record: keyword construction with the fields' defaults, immutability,
-    equality over the fields (a record of the very same class), repr: msgspec's."""
+    equality over the fields (a record of the very same class; an absent key is not a null),
+    repr (ABSENT shows as UNSET): msgspec's."""
 
     def has(self, name: str) -> bool:
         """Whether the key ``name`` is there (a null is there; an absent key is not)."""
-        return getattr(self, name) is not UNSET
+        field = getattr(type(self), name)
+        return not isinstance(field, _Absentable) or field.slot.__get__(self) is not UNSET
 
     def replace(self, **changes: Any) -> Self:
         """A copy with ``changes``; a key this record lacked is present in the copy (ABSENT
-        given as a change makes it absent)."""
+        as a change makes it absent)."""
         return msgspec.structs.replace(self, **changes)
 
     @classmethod
@@ -79,7 +95,7 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
             raise MacprofError(f"{where or cls.__name__}: {misfit(exc)}") from None
 
     def to_json(self) -> dict:
-        """The record as JSON values (lists, not the tuples it holds), as json.loads would give them."""
+        """The record as JSON values (lists, not the tuples it holds), as json.loads gives them."""
         return _DECODE(_ENCODE(self))
 
 

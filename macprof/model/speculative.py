@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Checks, Failure, OutputCheck, Request
-from msgspec import UnsetType
 
 from macprof.model.records import ABSENT, Count, Number, Positive, Record
 from macprof.model.vocab import DraftStatus
@@ -121,4 +120,4 @@ class SpeculativePhase(Record):
     plain_decode_tok_s: Number | None = None
     cases: tuple[SpeculativeCase, ...] = ()
     failures: tuple[Failure, ...] = ()
-    native: tuple[SpeculativeCase, ...] | None | UnsetType = ABSENT  # the engine's own speculative path, measured the same way
+    native: tuple[SpeculativeCase, ...] | None = ABSENT  # the engine's own speculative path, measured the same way

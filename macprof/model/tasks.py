@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, PhaseMemory
-from msgspec import UnsetType
 
 from macprof.model.records import ABSENT, Count, NonNegative, Number, Positive, Record
 from macprof.model.vocab import OkOrError, TaskStop
@@ -56,10 +55,10 @@ class TaskAttempt(Record):
     text: str = ""  # the reply: the ids before the EOS, detokenized
     correct: bool | None = None
     message: str | None = None  # the checker's message (the next user turn's on a retry)
-    tool: ToolCall | None | UnsetType = ABSENT  # tool-call tasks only
+    tool: ToolCall | None = ABSENT  # tool-call tasks only
     # through a server (one chat completion, not streamed): its end stamp and its usage count
-    t_end: int | None | UnsetType = ABSENT
-    completion_tokens: int | None | UnsetType = ABSENT
+    t_end: int | None = ABSENT
+    completion_tokens: int | None = ABSENT
 
 
 class TaskResult(Record):
@@ -119,7 +118,7 @@ class TasksPhase(Record):
     results: tuple[TaskResult, ...] = ()
     refusals: tuple[TaskRefusal, ...] = ()
     failures: tuple[Failure, ...] = ()
-    memory: PhaseMemory | None | UnsetType = ABSENT
+    memory: PhaseMemory | None = ABSENT
 
 
 # -- events (registered in model/events.py EVENTS) -------------------------------------------
@@ -159,10 +158,10 @@ class TaskAttemptDone(Event):
     text: str = ""
     correct: bool | None = None
     message: str | None = None
-    tool: ToolCall | None | UnsetType = ABSENT
+    tool: ToolCall | None = ABSENT
     # through a server (one chat completion, not streamed): its end stamp and its usage count
-    t_end: int | None | UnsetType = ABSENT
-    completion_tokens: int | None | UnsetType = ABSENT
+    t_end: int | None = ABSENT
+    completion_tokens: int | None = ABSENT
 
 
 class TaskRefused(Event):

@@ -4,7 +4,7 @@ docs/runlog.md defines every field; collect/telemetry.py says where each comes f
 
 from __future__ import annotations
 
-from msgspec import UnsetType, field
+from msgspec import field
 
 from macprof.model.records import ABSENT, Number, Record
 
@@ -74,7 +74,7 @@ class Energy(Record):
     requests: int = 0
     samples: int = 0
     short_windows: int = 0  # windows shorter than the sampling period: per request unresolved
-    note: str | None | UnsetType = ABSENT
+    note: str | None = ABSENT
 
 
 class RequestEnergy(Record):
@@ -84,8 +84,8 @@ class RequestEnergy(Record):
 
     index: int | None = None
     kind: str | None = None
-    case: str | None | UnsetType = ABSENT  # a sweep's case id
-    mode: str | None | UnsetType = ABSENT  # prefix: reuse / noreuse
+    case: str | None = ABSENT  # a sweep's case id
+    mode: str | None = ABSENT  # prefix: reuse / noreuse
     seconds: Number | None = None  # t_n - t0
     gross_j: Number | None = None  # E(t0, t_n)
     net_j: Number | None = None
@@ -131,4 +131,4 @@ class PhaseTelemetry(TelemetryRaw):
     thermal_pressure_max: str | None = None
     temp_max_c: Number | None = None
     throttle: Throttle = field(default_factory=Throttle)
-    per_request: tuple[RequestEnergy, ...] | None | UnsetType = ABSENT  # absent from logs before it
+    per_request: tuple[RequestEnergy, ...] | None = ABSENT  # absent from logs before it

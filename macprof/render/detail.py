@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from macprof.model.log import Machine, RunLog
-from macprof.model.records import known
 from macprof.model.phases import Metrics, PhaseMemory, PrefixPhase, PrefixSummary, WarmPhase
 from macprof.render.energy import cold_energy, phase_energy
 from macprof.render.distributed import group_lines
@@ -48,7 +47,7 @@ def render_detail(log: RunLog) -> str:
             if roof and not roof.reason:
                 bound = (roof.measured.bound if roof.measured else None) or (roof.spec.bound if roof.spec else None)
                 lines.append(f"   {phase} ceiling at {roof.context_tokens:.0f} tokens of context: decode "
-                             f"{fmt_rate(known(roof.decode_tok_s))} tok/s = {ceiling_text(roof)}; bound: {bound}")
+                             f"{fmt_rate(roof.decode_tok_s)} tok/s = {ceiling_text(roof)}; bound: {bound}")
             lines += _conditions(phase, ph)
         lines += detail_lines(m.phases)  # each phase's own lines (render/report.py)
         kv = m.memory.kv_cache
@@ -99,7 +98,7 @@ def _conditions(phase: str, ph: WarmPhase | PrefixPhase) -> list[str]:
     mem = ph.memory
     lines = [f"   {phase} memory: {_peak(mem)}" + (f", engine {_engine_mem(mem.engine)}" if mem and mem.engine else "")]
     if ph.has("telemetry"):  # logs from before telemetry: no line
-        lines.append(f"   {phase} energy: {phase_energy(known(ph.telemetry))}")
+        lines.append(f"   {phase} energy: {phase_energy(ph.telemetry)}")
     if ph.has("thermal_state_start") or ph.has("thermal_state_end"):  # macOS workers only
         lines.append(f"   {phase} thermal state (NSProcessInfo): {ph.thermal_state_start or '?'} at the start, "
                      f"{ph.thermal_state_end or '?'} at the end")
@@ -114,11 +113,11 @@ def _peak(mem: PhaseMemory | None) -> str:
         return rss + held
     if mem.has("weights_held") and mem.weights_held == "mapped":
         # the mapped weights' clean file pages are outside the footprint: added (analyse/headline.py)
-        mapped, foot = known(mem.mapped_resident_bytes), known(mem.peak_footprint_bytes)
-        total = fmt_bytes(foot + mapped) if foot and mapped is not None else "?"
-        return (f"peak footprint+mapped {total} = footprint {fmt_bytes(foot)} + mapped weights "
+        mapped = mem.mapped_resident_bytes if mem.has("mapped_resident_bytes") else None
+        total = fmt_bytes(mem.peak_footprint_bytes + mapped) if mem.peak_footprint_bytes and mapped is not None else "?"
+        return (f"peak footprint+mapped {total} = footprint {fmt_bytes(mem.peak_footprint_bytes)} + mapped weights "
                 f"{fmt_bytes(mapped) if mapped is not None else 'unknown (not measured)'} resident ({rss})")
-    return f"peak footprint {fmt_bytes(known(mem.peak_footprint_bytes))} ({rss}{held})"
+    return f"peak footprint {fmt_bytes(mem.peak_footprint_bytes)} ({rss}{held})"
 
 
 def _engine_mem(mem: dict) -> str:

@@ -11,7 +11,6 @@ from pathlib import Path
 from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
-from macprof.model.records import known
 from macprof.model.phases import Ceiling, SweepCase
 from macprof.render.frontier import frontier_panel
 from macprof.render.text import clean
@@ -48,7 +47,7 @@ def _models(logs: list[tuple[str, RunLog]]):
 
 def _ceiling(roof: Ceiling | None, which: str) -> float | None:
     side = (roof.spec if which == "spec" else roof.measured) if roof else None
-    return known(side.ceiling_tok_s) if side else None
+    return side.ceiling_tok_s if side else None
 
 
 def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
@@ -63,7 +62,7 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
     for source, log in logs:
         for row, m in zip(rows_from(log, source), log.models):
             rows.append(row)
-            roof = known(m.phases.warm.roofline) if m.phases.warm else None
+            roof = m.phases.warm.roofline if m.phases.warm else None
             ceilings.append((_ceiling(roof, "spec"), _ceiling(roof, "measured")))
     if not rows:
         raise MacprofError("plot: the run logs hold no models")

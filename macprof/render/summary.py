@@ -7,7 +7,6 @@ from macprof.analyse.headline import headline
 from macprof.cases import SWEEP_PHASES
 from macprof.measure.stats import median, relative_spread
 from macprof.model.log import Machine, RunLog
-from macprof.model.records import known
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
 from macprof.render.exporters import Column, Table, cell, to_text
@@ -33,7 +32,7 @@ def summary_rows(log: RunLog) -> list[dict]:
             "prefix_speedup": ph.prefix.summary.ttft_speedup if ph.prefix else None,
             "prefix_reuse_not_possible": ph.prefix.reuse_not_possible if ph.prefix else None,
             "itl_p99_s": ph.warm.summary.itl_s.p99 if ph.warm else None,
-            "ceiling": ceiling_text(known(ph.warm.roofline) if ph.warm else None),
+            "ceiling": ceiling_text(ph.warm.roofline if ph.warm else None),
             "ceiling_measured_tok_s": _ceiling(ph.warm.roofline.measured if ph.warm and ph.warm.roofline else None),
             "ceiling_spec_tok_s": _ceiling(ph.warm.roofline.spec if ph.warm and ph.warm.roofline else None),
             "failures": len(m.failures),

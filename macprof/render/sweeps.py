@@ -41,7 +41,7 @@ def batch_table(phase: Sweep) -> Table:
                "predicted ITL", "vs B=1", "measured / predicted", "same tokens as B=1", ""]
     rows = []
     for c in phase.cases:
-        t = (trade.get(c.batch) if isinstance(c.batch, int) else None) or TradeoffRow()
+        t = (trade.get(c.batch) if c.batch is not None else None) or TradeoffRow()
         chk = c.check
         same = "-" if not chk else f"{chk.identical}/{chk.n}" + (f" ({chk.near_ties} near-tie)" if chk.near_ties else "") \
             + (f" {chk.failed} FAILED" if chk.failed else "")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from macprof.model.phases import Ceiling
-from macprof.model.records import known
 from macprof.sanitise import clean, clean_lines  # noqa: F401 - re-exported: every renderer's sanitisers
 
 
@@ -63,11 +62,10 @@ def ceiling_text(roof: Ceiling | None) -> str:
         return "-"
     parts = []
     for which, r in (("spec", roof.spec), ("measured", roof.measured)):
-        ceiling, efficiency = (known(r.ceiling_tok_s), known(r.efficiency)) if r else (None, None)
-        if ceiling is None:
+        if not r or r.ceiling_tok_s is None:
             parts.append(f"? ({which})")
-        elif efficiency is None:
-            parts.append(f"{ceiling:.1f} ({which})")
+        elif r.efficiency is None:
+            parts.append(f"{r.ceiling_tok_s:.1f} ({which})")
         else:
-            parts.append(f"{fmt_pct(efficiency)} of {ceiling:.1f} ({which})")
+            parts.append(f"{fmt_pct(r.efficiency)} of {r.ceiling_tok_s:.1f} ({which})")
     return " / ".join(parts)

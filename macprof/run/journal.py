@@ -21,7 +21,6 @@ from typing import IO, Sequence
 from macprof.collect.filekind import not_a_folder
 from macprof.errors import MacprofError
 from macprof.model.events import Event
-from macprof.model.records import known
 from macprof.run import signals
 
 
@@ -73,7 +72,7 @@ class Journal:
     def continue_with(self, events: Sequence[Event]) -> None:
         """The events read back from this journal: new ones are numbered after them."""
         self.events = list(events)
-        numbered = [seq for e in self.events if (seq := known(e.seq)) is not None]
+        numbered = [e.seq for e in self.events if e.seq is not None]
         # a journal of a macprof before numbering: its lines are numbered by their place
         self.next_seq = max(numbered) + 1 if numbered else len(self.events)
 

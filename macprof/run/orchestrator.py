@@ -26,7 +26,6 @@ from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.model.records import known
 from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
@@ -326,7 +325,7 @@ def memory_refusal(model: ModelSpec, machine: Machine | None, platform: str = sy
 def memory_limit(engine: str, machine: Machine | None, platform: str = sys.platform) -> tuple[int | None, str]:
     """The limit a model must fit under on this machine, from its recorded facts (fit.memory_limit)."""
     return fit.memory_limit(engine, available=psutil.virtual_memory().available,
-                            working_set=known(machine.gpu_working_set_bytes) if machine else None,
+                            working_set=machine.gpu_working_set_bytes if machine else None,
                             working_set_source=((machine.sources or {}) if machine else {}).get("gpu_working_set_bytes"),
                             memory_bytes=machine.memory_bytes if machine else None, platform=platform)
 

@@ -29,7 +29,6 @@ from macprof.collect import facts
 from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.model.records import known
 
 SUFFIX = ".journal.jsonl"
 
@@ -71,7 +70,7 @@ def _plain(value):
 
 def _difference(start: ev.RunStart, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> str | None:
     now = {m["name"]: m for m in _plain(plan_of(models))}
-    if known(start.models) is not None:  # absent from journals before it
+    if start.models is not None:
         then = _plain(start.models)
         if [t["name"] for t in then] != list(now):
             return f"the models {', '.join(t['name'] for t in then)}, not {', '.join(now) or 'none'}"

@@ -15,7 +15,6 @@ import time
 
 from macprof.collect.telemetry import TELEMETRY_PERIOD_S, Source
 from macprof.model import events as ev
-from macprof.model.records import known
 from macprof.model.telemetry import TelemetrySample
 
 KEEP_BEFORE_PHASE = 64  # samples kept between phases (the idle wait needs a few; loading needs none)
@@ -51,14 +50,13 @@ class TelemetrySampler:
         self.tick(force=True)  # the last interval reaches past the phase's end
         end = self.source.boundary()
         start = self.start
-        t_from = self.t_from or ((start.t_idle_start or known(start.t)) if start else None)
+        t_from = self.t_from or ((start.t_idle_start or start.t) if start else None)
         kept = tuple(s for s in self.samples if t_from is None or s.t1 > t_from)
         self.samples, self.start, self.t_from = [], None, None
         return ev.Telemetry(
             phase=event.phase, source=self.source.name, total_domain=self.source.total,
             domains=tuple(self.source.domains), unavailable=dict(self.source.unavailable), period_s=self.period_s,
-            t_idle_start=known(start.t_idle_start) if start else None, t_start=known(start.t) if start else None,
-            t_end=known(event.t),
+            t_idle_start=start.t_idle_start if start else None, t_start=start.t if start else None, t_end=event.t,
             power_source_start=self.boundary.get("power_source"), power_source_end=end.get("power_source"),
             thermal_pressure_start=self.boundary.get("thermal_pressure"),
             thermal_pressure_end=end.get("thermal_pressure"), samples=kept)

@@ -25,7 +25,6 @@ from macprof.collect import footprint
 from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.model.records import known
 from macprof.run import distributed, lifeline
 from macprof.run.job import WorkerJob, encode
 from macprof.run.sampling import TelemetrySampler
@@ -70,7 +69,7 @@ class _State:
             self.loaded = True
         elif isinstance(event, ev.PhaseStart):
             self.phase, self.peak, self.samples = event.phase, 0, 0
-            self.footprint_peak, self.footprint_samples, self.footprint_max_at_start = 0, 0, known(event.footprint_max_bytes)
+            self.footprint_peak, self.footprint_samples, self.footprint_max_at_start = 0, 0, event.footprint_max_bytes
         elif isinstance(event, ev.PhaseEnd):
             own = event.os_peak_rss_bytes if event.os_peak_scope == "phase" and self.own_peak else None
             peak = max(self.peak, own or 0)
@@ -78,7 +77,7 @@ class _State:
             if event.has("footprint_bytes") and self.own_peak:
                 event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=footprint.phase_peak(
                     max(self.footprint_peak, event.footprint_bytes or 0), self.footprint_max_at_start,
-                    known(event.footprint_max_bytes)))
+                    event.footprint_max_bytes))
             elif event.has("footprint_bytes"):  # a server holds the model: its footprint is the parent's samples
                 # alone, the worker's own figures are the client's
                 event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=self.footprint_peak or None)

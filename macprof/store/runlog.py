@@ -17,7 +17,7 @@ from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.events import Event, parse_event
 from macprof.model.log import RunLog
-from macprof.model.records import MAX_DEPTH, json_refusal, known
+from macprof.model.records import MAX_DEPTH, json_refusal
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -118,15 +118,14 @@ def in_order(events: list[Event], where: Path | str) -> list[Event]:
     seen: dict[int, Event] = {}
     keyed = []
     for place, e in enumerate(events):
-        seq = known(e.seq)
-        if seq is not None:
-            if seq in seen:
-                if seen[seq].to_json() != e.to_json():
-                    raise MacprofError(f"{where}: two different events numbered {seq}: the journal was edited "
+        if e.seq is not None:
+            if e.seq in seen:
+                if seen[e.seq].to_json() != e.to_json():
+                    raise MacprofError(f"{where}: two different events numbered {e.seq}: the journal was edited "
                                        f"or two runs wrote to it; it cannot be read as one run")
                 continue
-            seen[seq] = e
-        keyed.append((seq if seq is not None else place, place, e))
+            seen[e.seq] = e
+        keyed.append((e.seq if e.seq is not None else place, place, e))
     return [e for _, _, e in sorted(keyed, key=lambda k: k[:2])]
 
 

@@ -26,7 +26,6 @@ import random
 from macprof.engines.base import common_prefix, lacks, reusable_prefix
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.model.records import known
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.run.chat import template_for
 from macprof.run.phases.common import PhaseContext, _pause, announced, compare_outputs, request_key, timed_request
@@ -175,7 +174,7 @@ def _turn(ctx: PhaseContext, cache: _Cache, pair: dict, i: int, a: int, t: int, 
         out[mode] = rec.tokens
         cache.ids = ids + list(rec.tokens[:-1])
         if mode == "natural":
-            reused, refused = known(rec.reused_tokens), engine.reuse_refused
+            reused, refused = rec.reused_tokens, engine.reuse_refused
         if rec.status != "ok":
             raise MacprofError(f"conversation: app {a} turn {t} ({mode}): {rec.error}")
         if rec.prompt_tokens != len(ids):  # the request tokenizes its text again, timed: it must read the same ids
