@@ -129,10 +129,11 @@ def misfit(exc: msgspec.ValidationError) -> str:
     missing = re.fullmatch(r"Object missing required field `(.+)`", what)
     if missing:
         return f"{at}: no {missing[1]!r}"
-    typed = re.fullmatch(r"Expected `([^`]+)`(.*), got `([^`]+)`", what)
+    typed = re.fullmatch(r"Expected `([^`]+)`(.*?)(?:, got `([^`]+)`)?", what)
     if typed:
-        want = " or ".join(_WORDS.get(w, w) for w in typed[1].split(" | "))
-        return f"{at}: expected {want}{typed[2]}, found {_WORDS.get(typed[3], typed[3])}"
+        want = " or ".join(_WORDS.get(w, w) for w in typed[1].split(" | ")).replace("an integer or a number", "a number")
+        found = f", found {_WORDS.get(typed[3], typed[3])}" if typed[3] else ""
+        return f"{at}: expected {want}{typed[2]}{found}"
     return f"{at}: {what[:1].lower()}{what[1:]}"
 
 
