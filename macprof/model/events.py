@@ -316,4 +316,4 @@ def parse_event(data: Any, where: str = "journal") -> Event | None:
     cls = EVENTS.get(data["event"])
     if cls is None:
         return None
-    return cls.from_json({k: v for k, v in data.items() if k != "event"}, f"{where}: {data['event']} event")
+    return cls.from_json(data, f"{where}: {data['event']} event")  # "event" is the tag msgspec checks

@@ -19,6 +19,7 @@ journal have one typed vocabulary, nothing reads them through string paths, and 
 
 from __future__ import annotations
 
+import numbers
 import re
 from typing import Annotated, Any, Self, dataclass_transform
 
@@ -104,8 +105,24 @@ def record_fields(cls: type) -> tuple[msgspec.structs.FieldInfo, ...]:
     return msgspec.structs.fields(cls)
 
 
+def _number(value: Any) -> Any:
+    """A figure msgspec does not know as one: a numpy scalar (numpy registers its numbers as
+    numbers.Real), as json.dumps wrote it."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"a record holds a {type(value).__name__}, which is no JSON value")
+
+
 # to_builtins keeps tuples; the JSON's own decoder gives lists, and is as fast
-_ENCODE, _DECODE = msgspec.json.Encoder().encode, msgspec.json.Decoder().decode
+_ENCODE, _DECODE = msgspec.json.Encoder(enc_hook=_number).encode, msgspec.json.Decoder().decode
+
+
+def json_line(record: Record) -> str:
+    """The record as one line of compact JSON (the journal's, a worker's): a non-finite float
+    is written null (NaN and Infinity are not JSON), non-ASCII text as UTF-8."""
+    return _ENCODE(record).decode() + "\n"
 
 
 def encode(value: Any) -> Any:
@@ -156,6 +173,9 @@ def json_refusal(data: Any) -> str | None:
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
                 return f"{_place(at)}: nested more than {MAX_DEPTH} deep"
+            if type(value) is list and value and set(map(type, value)) == {int}:  # ids, stamps: at C speed
+                if max(value).bit_length() <= MAX_INT_BITS and min(value).bit_length() <= MAX_INT_BITS:
+                    continue
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, v in items:
                 if isinstance(v, (dict, list)):
