@@ -78,7 +78,7 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
 
     def has(self, name: str) -> bool:
         """Whether the key ``name`` is there (a null is there; an absent key is not)."""
-        field = getattr(type(self), name)
+        field = getattr(type(self), name, None)
         return not isinstance(field, _Absentable) or field.slot.__get__(self) is not UNSET
 
     def replace(self, **changes: Any) -> Self:
