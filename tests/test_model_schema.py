@@ -9,6 +9,7 @@ import pytest
 from macprof.model.events import EVENTS, parse_event
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.log import RunLog
+from macprof.errors import MacprofError
 from macprof.model.records import ABSENT, record_fields
 from macprof.store import runlog
 from tests.conftest import FIXTURES
@@ -239,3 +240,21 @@ def test_every_log_s_settings_re_encode_in_their_order(name):
     data = runlog.migrate(json.loads((LOGS / name).read_text()))
     for model, again in zip(data["models"], RunLog.from_json(data).to_json()["models"]):
         assert json.dumps(again["settings"]) == json.dumps(model["settings"])
+
+
+def test_the_keys_every_log_has_are_fields_and_required():
+    """A record's REQUIRED_KEYS are its fields, and the schema requires them: a log lacking
+    one is refused on load (a model without its identity), though code may leave them out."""
+    from macprof.model import kinds
+    from macprof.store.schema import generate
+
+    defs = generate()["$defs"]
+    for cls in kinds.reachable():
+        names = [f.name for f in record_fields(cls)]
+        assert set(cls.REQUIRED_KEYS) <= set(names), cls.__name__
+        if cls.REQUIRED_KEYS and cls.__name__ in defs:
+            assert set(cls.REQUIRED_KEYS) <= set(defs[cls.__name__]["required"]), cls.__name__
+    data = runlog.migrate(json.loads((LOGS / "tiny-a.json").read_text()))
+    del data["models"][0]["identity"]
+    with pytest.raises(MacprofError, match="does not match the run-log schema at models/0: 'identity' is a required property"):
+        runlog.validate(data, "x.json")

@@ -326,7 +326,7 @@ def test_sweep_warnings():
         return {"id": cid, "summary": {"decode_tok_s": {"median": median, "stdev": stdev}},
                 "check": {"failed": failed} if failed is not None else None}
 
-    model = {"identity": {"name": "m"}, "settings": {}, "memory": {}, "complete": True, "failures": [], "phases": {
+    model = {"identity": {"name": "m"}, "failures": [], "phases": {
         "depth": {"cases": [case("d0", 100.0, 2.0, None), case("d4096", 50.0, 9.0, None)]},
         "batch": {"cases": [case("b1", 100.0, 1.0), case("b8", 80.0, 1.0, failed=2)]}}}
     out = warnings(RunLog.from_json({"complete": True, "models": [model]}))

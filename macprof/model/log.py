@@ -35,6 +35,9 @@ class RunMemory(Record):
 
 
 class Machine(Record):
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "os", "os_version", "arch", "cpu_model", "memory_bytes")
     os: str | None = None
     os_version: str | None = None
     arch: str | None = None
@@ -87,6 +90,7 @@ class Bandwidth(Record):
 
 # -- one model -----------------------------------------------------------------------------
 class ModelFile(Record):
+    REQUIRED_KEYS = ("name", "bytes", "sha256")  # in every log (the schema's required), though code may leave them out
     name: str = ""
     bytes: int = 0
     sha256: Sha256 = ""
@@ -96,12 +100,14 @@ class Source(Record):
     """A model named on the command line: the reference as typed, the store it was found in
     and the path it resolved to (models.toml entries have none)."""
 
+    REQUIRED_KEYS = ("ref", "store", "path")  # in every log (the schema's required), though code may leave them out
     ref: str = ""
     store: Store = ""
     path: str | None = None
 
 
 class Identity(Record):
+    REQUIRED_KEYS = ("name", "engine", "path", "total_bytes", "files")  # in every log, though code may leave them out
     name: str = ""
     engine: EngineName = ""
     path: str | None = None
@@ -177,6 +183,7 @@ class KvCache(Record):
 
 
 class ModelMemory(Record):
+    REQUIRED_KEYS = ("kv_cache",)  # in every log (the schema's required), though code may leave them out
     rss_before_load_bytes: int | None = None
     rss_after_load_bytes: int | None = None
     footprint_after_load_bytes: int | None = ABSENT  # macOS: phys_footprint once loaded
@@ -207,15 +214,18 @@ class Phases(Record):
 
 
 class ModelResult(Record):
-    identity: Identity
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "identity", "settings", "phases", "memory", "failures", "complete")
+    identity: Identity = field(default_factory=Identity)
     shape: dict[str, Any] | None = None  # the model's metadata: macprof.collect.modelinfo
     shape_error: str | None = None
-    settings: ModelSettings
+    settings: ModelSettings = field(default_factory=ModelSettings)
     engine_versions: dict[str, Any] | None = None
-    phases: Phases
-    memory: ModelMemory
-    failures: tuple[Failure, ...]
-    complete: bool
+    phases: Phases = field(default_factory=Phases)
+    memory: ModelMemory = field(default_factory=ModelMemory)
+    failures: tuple[Failure, ...] = ()
+    complete: bool = False
     distributed: GroupResult | None = ABSENT  # a model sharded over an MLX distributed group
 
 
@@ -226,6 +236,10 @@ class Redacted(Record):
 
 
 class RunLog(Record):
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "schema_version", "tool_version", "started_utc", "ended_utc", "complete", "machine", "software",
+        "definitions", "memory", "models")
     schema_version: Positive = SCHEMA_VERSION
     tool_version: str | None = None
     started_utc: str | None = None

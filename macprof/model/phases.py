@@ -17,6 +17,9 @@ from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
 class Summary(Record):
     """One figure over raw samples: macprof.measure.stats.summarize."""
 
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "n", "failures", "median", "p95", "p99", "mean", "stdev", "min", "max")
     n: Count = 0
     failures: Count = 0
     dropped: Count = 0
@@ -32,6 +35,9 @@ class Summary(Record):
 class Metrics(Record):
     """The summaries of a phase's (or a case's) measured requests."""
 
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s", "itl_s")
     ttft_s: Summary = field(default_factory=Summary)
     prefill_tok_s: Summary = field(default_factory=Summary)
     decode_tok_s: Summary = field(default_factory=Summary)
@@ -55,6 +61,7 @@ class CountingRequest(Record):
     server's own free count did not settle them (engines/counting.py): the same prompt and
     greedy settings, not streamed; used only when its text is the timed request's."""
 
+    REQUIRED_KEYS = ("status",)  # in every log (the schema's required), though code may leave them out
     status: CountStatus  # "ok" (used), "differs" (its text is not the timed request's: not used), "error"
     completion_tokens: int | None = None
     named_by: str | None = None  # what placed each token in the text: "ids" (detokenized), "raw token strings",
@@ -85,6 +92,10 @@ class ServerReport(Record):
 class Request(Record):
     """A request as journaled (raw timestamps, token ids) plus what its timestamps give."""
 
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "kind", "status", "t0", "t_tokenized", "token_times", "tokens", "prompt_tokens", "n_tokens", "ttft_s",
+        "decode_tok_s", "e2e_tok_s", "prefill_tok_s")
     index: int | None = None
     kind: RequestKind = ""
     mode: RequestMode | None = None
@@ -120,6 +131,7 @@ class Failure(Record):
     """A failure as the orchestrator journaled it (worker crash, timeout, refusal) or a sweep
     case's error; only ``status`` and ``reason`` are always there."""
 
+    REQUIRED_KEYS = ("status", "reason")  # in every log (the schema's required), though code may leave them out
     event: str | None = ABSENT
     model: str | None = ABSENT
     worker: str | None = ABSENT
@@ -138,6 +150,7 @@ class Failure(Record):
 class OutputCheck(Record):
     """Token-by-token agreement of two outputs of the same prompt (prefix reuse, batching)."""
 
+    REQUIRED_KEYS = ("identical_fraction", "first_divergence", "passed")  # in every log, though code may leave them out
     identical_fraction: Number | None = None
     first_divergence: int | None = None
     margin: Number | None = None
@@ -227,6 +240,7 @@ class Prediction(Record):
 class TradeoffRow(Record):
     """One batch size: measured and predicted, each also relative to B = 1."""
 
+    REQUIRED_KEYS = ("batch",)  # in every log (the schema's required), though code may leave them out
     batch: Positive = 1
     aggregate_tok_s: Number | None = None
     itl_p50_s: Number | None = None
@@ -260,6 +274,7 @@ class DropCache(Record):
 class ColdTrial(Record):
     """One fresh worker process; a trial whose worker never ran has only the first four."""
 
+    REQUIRED_KEYS = ("index", "residency", "status")  # in every log, though code may leave them out
     index: int = 0
     residency: Residency | None = None
     drop_cache: DropCache | None = None
@@ -292,12 +307,14 @@ class ColdSummary(Record):
 
 
 class ColdPhase(Record):
+    REQUIRED_KEYS = ("trials", "summary")  # in every log (the schema's required), though code may leave them out
     trials: tuple[ColdTrial, ...] = ()
     summary: ColdSummary = field(default_factory=ColdSummary)
     failures: tuple[Failure, ...] = ()
 
 
 class WarmPhase(Record):
+    REQUIRED_KEYS = ("requests", "summary", "failures")  # in every log, though code may leave them out
     requests: tuple[Request, ...] = ()
     summary: Metrics = field(default_factory=Metrics)
     failures: tuple[Failure, ...] = ()
@@ -321,6 +338,7 @@ class PrefixPair(Record):
 
 
 class PrefixSummary(Record):
+    REQUIRED_KEYS = ("reuse", "noreuse", "ttft_speedup", "checks")  # in every log, though code may leave them out
     reuse: Metrics = field(default_factory=Metrics)
     noreuse: Metrics = field(default_factory=Metrics)
     ttft_speedup: Number | None = None
@@ -329,6 +347,7 @@ class PrefixSummary(Record):
 
 
 class PrefixPhase(Record):
+    REQUIRED_KEYS = ("pairs", "summary", "failures")  # in every log, though code may leave them out
     pairs: tuple[PrefixPair, ...] = ()
     summary: PrefixSummary = field(default_factory=PrefixSummary)
     failures: tuple[Failure, ...] = ()
@@ -365,6 +384,10 @@ class DepthFill(Record):
 class SweepCase(Record):
     """One planned case and what came of it; a case that never ran is listed as ``not run``."""
 
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "id", "status", "prompt_tokens", "gen_tokens", "context_tokens", "requests", "summary", "failures",
+        "roofline")
     id: str = ""
     status: CaseStatus = "not run"
     shape: str | None = ABSENT
@@ -388,6 +411,7 @@ class SweepCase(Record):
 class Sweep(Record):
     """grid, depth or batch: its cases in plan order, the failures tied to no case, memory."""
 
+    REQUIRED_KEYS = ("cases", "failures")  # in every log (the schema's required), though code may leave them out
     cases: tuple[SweepCase, ...] = ()
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None

@@ -24,6 +24,7 @@ class QualityText(Record):
 class QualityChunk(Record):
     """One chunk's raw figures, one value per scored position (the chunk's second half)."""
 
+    REQUIRED_KEYS = ("index", "nll")  # in every log (the schema's required), though code may leave them out
     index: int = 0
     t_start: int | None = None
     t_end: int | None = None
@@ -48,6 +49,7 @@ class KldSummary(Record):
 
 
 class QualityPhase(Record):
+    REQUIRED_KEYS = ("chunks", "failures")  # in every log (the schema's required), though code may leave them out
     text: QualityText | None = None
     n_ctx: int | None = None
     chunks_planned: int | None = None

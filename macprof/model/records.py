@@ -11,6 +11,8 @@ journal have one typed vocabulary, nothing reads them through string paths, and 
   (msgspec.UNSET): the attribute reads None, like a null, but the key stays absent when the
   record is written back (msgspec omits UNSET), so a log or a journal line reads and writes to
   the same JSON. ``has(name)`` tells an absent key from a null.
+- ``REQUIRED_KEYS`` names the keys every file has that code may leave to their defaults: the
+  schema requires them (a field without a default is required anyway).
 - A figure that may be fractional is ``Number`` (int | float), not float: msgspec would read
   512 as 512.0 and write it back so; the log keeps what was measured, as it was written.
 - An event (model/event_base.py) is one arm of a tagged union on the ``"event"`` key, its tag
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import numbers
 import re
-from typing import Annotated, Any, Self, dataclass_transform
+from typing import Annotated, Any, ClassVar, Self, dataclass_transform
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -75,6 +77,11 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
     """Base of every record: keyword construction with the fields' defaults, immutability,
     equality over the fields (a record of the very same class; an absent key is not a null),
     repr (ABSENT shows as UNSET): msgspec's."""
+
+    # Keys every log of this record has, though code may construct it without them (a default
+    # for code, not for a file): the schema's "required" beside the fields that have no default.
+    # A log lacking one is refused on load (store/runlog.py validates against the schema).
+    REQUIRED_KEYS: ClassVar[tuple[str, ...]] = ()
 
     def has(self, name: str) -> bool:
         """Whether the key ``name`` is there (a null is there; an absent key is not)."""

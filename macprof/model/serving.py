@@ -13,6 +13,7 @@ from macprof.model.vocab import LoadMode
 class LoadLevelResult(Record):
     """A closed-loop level (``concurrency`` clients) or an open-loop one (Poisson ``rate``/s)."""
 
+    REQUIRED_KEYS = ("id", "mode")  # in every log (the schema's required), though code may leave them out
     id: str
     mode: LoadMode
     concurrency: int | None = None
@@ -37,6 +38,7 @@ class LoadLevelResult(Record):
 
 
 class ConcurrencyPhase(Record):
+    REQUIRED_KEYS = ("levels",)  # in every log (the schema's required), though code may leave them out
     slo: dict[str, Any] | None = None
     levels: tuple[LoadLevelResult, ...] = ()
     failures: tuple[Failure, ...] = ()

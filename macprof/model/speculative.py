@@ -78,6 +78,7 @@ class SpeculativeCheck(Event):
 class SpeculativeRequest(Record):
     """One speculative request: the request (its token stamps) and its rounds and check."""
 
+    REQUIRED_KEYS = ("request",)  # in every log (the schema's required), though code may leave them out
     request: Request
     rounds: tuple[Round, ...] = ()
     check: OutputCheck | None = None
@@ -92,6 +93,7 @@ class Interval(Record):
 class SpeculativeCase(Record):
     """One draft length k: its requests and what they give against plain decoding."""
 
+    REQUIRED_KEYS = ("id", "k")  # in every log (the schema's required), though code may leave them out
     id: str
     k: Positive
     requests: tuple[SpeculativeRequest, ...] = ()
@@ -111,6 +113,7 @@ class SpeculativeCase(Record):
 
 
 class SpeculativePhase(Record):
+    REQUIRED_KEYS = ("cases", "failures")  # in every log (the schema's required), though code may leave them out
     draft: str | None = None
     draft_engine: str | None = None
     draft_status: DraftStatus | None = None  # ok, refused, error; None: no draft_loaded event

@@ -26,6 +26,7 @@ class TaskRefusal(Record):
     """A task that did not run, in one line: a malformed line (its number), a task longer than
     the context, a template that did not render."""
 
+    REQUIRED_KEYS = ("reason",)  # in every log (the schema's required), though code may leave them out
     line: int | None = None
     task: str | None = None
     reason: str = ""
@@ -42,6 +43,7 @@ class ToolCall(Record):
 class TaskAttempt(Record):
     """One attempt at a task: the raw stamps and ids, the reply, why it ended, the verdict."""
 
+    REQUIRED_KEYS = ("task", "attempt", "status")  # in every log, though code may leave them out
     task: str = ""
     attempt: Positive = 1  # 1 is the first; a retry adds the checker's message as the next user turn
     status: OkOrError = "ok"  # "ok", or "error" (the engine raised: the error, and no verdict)
@@ -64,6 +66,7 @@ class TaskAttempt(Record):
 class TaskResult(Record):
     """One task's attempts, as run: solved at which attempt (None: not within the attempts)."""
 
+    REQUIRED_KEYS = ("task", "attempts")  # in every log (the schema's required), though code may leave them out
     task: str = ""
     category: str | None = None
     checker: str = ""  # the checker's type
@@ -74,6 +77,7 @@ class TaskResult(Record):
 class Proportion(Record):
     """k of n, with its 95 % Wilson score interval."""
 
+    REQUIRED_KEYS = ("k", "n")  # in every log (the schema's required), though code may leave them out
     k: Count = 0
     n: Count = 0
     value: Number | None = None
@@ -106,6 +110,7 @@ class TasksSummary(Record):
 
 
 class TasksPhase(Record):
+    REQUIRED_KEYS = ("results", "refusals", "failures")  # in every log, though code may leave them out
     task_set: TaskSetInfo | None = None
     prompt_format: str | None = None  # the model's chat template, or the plain fallback
     tool_format: str | None = None  # how tool calls were read (measure/checkers.py TOOL_FORMATS)

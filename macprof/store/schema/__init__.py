@@ -1,8 +1,9 @@
 """The run log's JSON Schema, generated from the record types (macprof/model) by msgspec: every
 record a ``$defs`` entry named after its class, titled and described by it, its enums the words
-of model/vocab.py (the phases from the registry) and its minimums the types' own. Two facts the
-types do not carry are added here: the log's title and version, and the settings record, whose
-enums, minimums and required keys come from the settings' declarations (config/settings.py).
+of model/vocab.py (the phases from the registry) and its minimums the types' own. What the types
+do not carry is added here: the log's title and version, the keys every log has though code may
+leave them to a default (a record's REQUIRED_KEYS), and the settings record, whose enums,
+minimums and required keys come from the settings' declarations (config/settings.py).
 
 runlog.schema.json beside this file is the generated schema, checked in so that a reader needs
 no macprof to read a log; tests/test_model_schema.py fails when it differs from what
@@ -23,9 +24,16 @@ def generate() -> dict:
 
     from macprof.config.settings import settings_schema
     from macprof.model.definitions import SCHEMA_VERSION
+    from macprof.model.kinds import reachable
     from macprof.model.log import ModelSettings, RunLog
 
     (root,), defs = msgspec.json.schema_components([RunLog], ref_template="#/$defs/{name}")
+    for cls in reachable(RunLog):  # the keys every log has, though code may leave them out
+        required = getattr(cls, "REQUIRED_KEYS", ())  # every class reachable is a Record
+        if required and cls.__name__ in defs:
+            node = defs[cls.__name__]
+            keys = set(node.get("required", ())) | set(required)
+            node["required"] = [name for name in node["properties"] if name in keys]
     top = defs.pop(RunLog.__name__)
     defs[ModelSettings.__name__] = {"title": ModelSettings.__name__, **settings_schema()}
     schema: dict[str, Any] = {
