@@ -247,7 +247,7 @@ class RunLog(Record):
     complete: bool = False
     interrupted: bool = False
     machine: Machine | None = None
-    software: dict[str, Any] | None = None
+    software: dict[str, str | None] | None = None  # package -> its version (null: not installed), collect/machine.py
     definitions: dict[str, Any] = field(default_factory=dict)
     bandwidth: Bandwidth | None = ABSENT  # absent from schema 1 logs until migrated
     memory: RunMemory = field(default_factory=RunMemory)

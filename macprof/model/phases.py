@@ -104,7 +104,7 @@ class Request(Record):
     t0: int = 0
     t_tokenized: int | None = None
     token_times: tuple[int, ...] = ()
-    tokens: tuple[Any, ...] = ()  # ids; one list of ids per sequence in a batch
+    tokens: tuple[int | str | tuple[int, ...], ...] = ()  # ids; one list of ids per sequence in a batch; a server's chunk texts
     prompt_tokens: Count = 0
     reused_tokens: int | None = None
     computed_prompt_tokens: int | None = None
