@@ -258,3 +258,22 @@ def test_the_keys_every_log_has_are_fields_and_required():
     del data["models"][0]["identity"]
     with pytest.raises(MacprofError, match="does not match the run-log schema at models/0: 'identity' is a required property"):
         runlog.validate(data, "x.json")
+
+
+def test_every_field_that_may_be_absent_reads_none_when_it_is():
+    """Each field defaulting to ABSENT, in every record and event, reads None from Python while
+    its key stays out of the JSON (records.py's descriptor, set as each class is made)."""
+    from macprof.model import records
+    from macprof.model.log import Machine
+
+    def every(cls):
+        yield cls
+        for sub in cls.__subclasses__():
+            yield from every(sub)
+
+    absent = [(cls, f.name) for cls in every(records.Record) for f in record_fields(cls) if f.default is ABSENT]
+    assert len(absent) > 100
+    assert all(isinstance(getattr(cls, name), records._Absentable) for cls, name in absent)
+    mac = Machine(os="Linux")
+    assert mac.power_mode is None and not mac.has("power_mode") and "power_mode" not in mac.to_json()
+    assert mac.replace(power_mode=None).to_json()["power_mode"] is None and mac.replace(power_mode=None).has("power_mode")

@@ -65,10 +65,13 @@ class _RecordMeta(msgspec.StructMeta):
         if "KIND" in namespace:
             kwargs.setdefault("tag", namespace["KIND"])
         cls = super().__new__(mcls, name, bases, namespace, **kwargs)
-        for f in msgspec.structs.fields(cls):  # type: ignore[arg-type]  # cls is a Struct class
-            slot = cls.__dict__.get(f.name)  # a base's fields are wrapped in the base
-            if f.default is UNSET and slot is not None and not isinstance(slot, _Absentable):
-                type.__setattr__(cls, f.name, _Absentable(slot))
+        # the defaults are the last fields' (msgspec's layout); structs.fields would evaluate every
+        # annotation, most of the data model's import time
+        names, defaults = cls.__struct_fields__, cls.__struct_defaults__
+        for name, default in zip(names[len(names) - len(defaults):], defaults):
+            slot = cls.__dict__.get(name)  # a base's fields are wrapped in the base
+            if default is UNSET and slot is not None and not isinstance(slot, _Absentable):
+                type.__setattr__(cls, name, _Absentable(slot))
         return cls
 
 
