@@ -277,3 +277,24 @@ def test_every_field_that_may_be_absent_reads_none_when_it_is():
     mac = Machine(os="Linux")
     assert mac.power_mode is None and not mac.has("power_mode") and "power_mode" not in mac.to_json()
     assert mac.replace(power_mode=None).to_json()["power_mode"] is None and mac.replace(power_mode=None).has("power_mode")
+
+
+def test_no_record_field_is_a_bare_float():
+    """A figure is Number (int | float): a float field reads 512 as 512.0 and writes it back so,
+    and the log would not re-encode to the same JSON. A field added as float fails here."""
+    from macprof.model import records
+
+    def every(cls):
+        yield cls
+        for sub in cls.__subclasses__():
+            yield from every(sub)
+
+    def floats(hint) -> bool:
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, type(int | None)) and float in args:
+            return int not in args or any(floats(a) for a in args if a not in (int, float))
+        return hint is float or any(floats(a) for a in args)
+
+    bare = [f"{cls.__name__}.{name}" for cls in every(records.Record)
+            for name, hint in typing.get_type_hints(cls).items() if name in cls.__struct_fields__ and floats(hint)]
+    assert bare == [], f"typed float, not Number: {bare}"
