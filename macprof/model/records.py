@@ -135,10 +135,6 @@ def json_line(record: Record) -> str:
     return _ENCODE(record).decode() + "\n"
 
 
-def encode(value: Any) -> Any:
-    """Records (and containers of them) as JSON values."""
-    return _DECODE(_ENCODE(value))
-
 
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<at>.*)`)?$", re.S)
 _WORDS = {"object": "an object", "array": "an array", "str": "a string", "int": "an integer", "float": "a number",

@@ -27,7 +27,7 @@ def generate() -> dict:
     from macprof.model.kinds import reachable
     from macprof.model.log import ModelSettings, RunLog
 
-    (root,), defs = msgspec.json.schema_components([RunLog], ref_template="#/$defs/{name}")
+    _, defs = msgspec.json.schema_components([RunLog], ref_template="#/$defs/{name}")
     for cls in reachable(RunLog):  # the keys every log has, though code may leave them out
         required = getattr(cls, "REQUIRED_KEYS", ())  # every class reachable is a Record
         if required and cls.__name__ in defs:
