@@ -16,7 +16,8 @@ from macprof.engines import ENGINES
 from macprof.engines.base import WEIGHTS_HELD
 from macprof.phases import NAMES
 
-THERMAL_STATES = ("nominal", "fair", "serious", "critical")  # NSProcessInfo.thermalState, in order (collect/macos.py)
+# NSProcessInfoThermalState (Foundation, NSProcessInfo.h), in its order: collect/macos.py reads it
+THERMAL_STATES = ("nominal", "fair", "serious", "critical")
 # Why reuse stopped where it did (ConversationTurn.stop_kind), in the order they are told apart:
 STOP_KINDS = (
     "empty",  # the cache held nothing (the first request, or the cache was emptied)
