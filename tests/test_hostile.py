@@ -332,9 +332,11 @@ def test_a_log_its_own_readers_would_refuse_is_never_written(tmp_path):
     good = runlog.load(A)  # migrated to this schema version on load
     runlog.save(good, tmp_path / "good.json")
     assert runlog.load(tmp_path / "good.json").to_json() == good.to_json()
-    data = good.to_json()
-    data["models"][0]["phases"]["warm"]["requests"][0]["prompt_tokens"] = -7
-    bad = good.from_json(data)
+    # decoding refuses -7 too (the types are the schema): built as code would build it
+    m = good.models[0]
+    warm = m.phases.warm
+    requests = (warm.requests[0].replace(prompt_tokens=-7), *warm.requests[1:])
+    bad = good.replace(models=(m.replace(phases=m.phases.replace(warm=warm.replace(requests=requests))), *good.models[1:]))
     with pytest.raises(MacprofError) as caught:
         runlog.save(bad, tmp_path / "bad.json")
     line = str(caught.value)

@@ -399,3 +399,16 @@ def test_a_sigterm_during_the_bandwidth_probe_is_not_a_failed_probe(monkeypatch)
     monkeypatch.setattr(probes, "cached", interrupted)
     with pytest.raises(Interrupted):
         facts.machine_bandwidth({"chip": None, "gpu_cores": None})
+
+
+def test_a_worker_event_its_types_refuse_is_said_on_stderr_not_dropped_in_silence(capsys):
+    from macprof.run.watch import _parse_event
+
+    assert _parse_event(b"a library's line on fd 1") is None  # not JSON: passed over, as a journal reader does
+    assert _parse_event(b'{"event": "a kind of a later macprof"}') is None
+    assert capsys.readouterr().err == ""
+    bad = (b'{"event": "speculative_native", "phase": "speculative", "index": "x", "kind": "measured", '
+           b'"case": "k1", "k": 1, "impl": "i"}')
+    assert _parse_event(bad) is None
+    err = capsys.readouterr().err
+    assert "speculative_native" in err and "index" in err and "refused" in err

@@ -9,82 +9,102 @@ import pytest
 from macprof.model.events import EVENTS, parse_event
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.log import RunLog
-from macprof.model.records import ABSENT, Record, record_fields
+from macprof.errors import MacprofError
+from macprof.model.records import ABSENT, record_fields
 from macprof.store import runlog
 from tests.conftest import FIXTURES
 
 LOGS = FIXTURES / "runlogs"
 
 
-def _resolve(node: dict, schema: dict) -> dict:
-    """Follow $ref, and of ``anyOf: [X, null]`` take X."""
-    while "$ref" in node or "anyOf" in node:
-        if "$ref" in node:
-            node = schema["$defs"][node["$ref"].removeprefix("#/$defs/")]
-        else:
-            (node,) = [arm for arm in node["anyOf"] if arm != {"type": "null"}]
-    return node
-
-
-def _kinds(node: dict) -> set:
-    kind = node.get("type", [])
-    return {kind} if isinstance(kind, str) else set(kind)
-
-
 def _without_none(hint):
     if typing.get_origin(hint) in (typing.Union, type(int | None)):
-        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        arms = [a for a in typing.get_args(hint) if a is not type(None)]
+        return arms[0] if len(arms) == 1 else typing.Union[tuple(arms)]
     return hint
 
 
-def _is_record(hint) -> bool:
-    return isinstance(hint, type) and issubclass(hint, Record)
+def _as_logged(hint):
+    """A declared setting's type as the log's record types it: a float is a Number (int | float)."""
+    import functools
+    import operator
+
+    if hint is float:
+        return int | float
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, type(int | None)):
+        return functools.reduce(operator.or_, [_as_logged(a) for a in args])
+    if typing.get_origin(hint) is tuple:
+        return tuple[tuple(a if a is Ellipsis else _as_logged(a) for a in args)]
+    return hint
 
 
-def _disagreements(cls: type, node: dict, schema: dict, at: str) -> list[str]:
-    """Where the record ``cls`` and the schema ``node`` differ: a field that is not a property,
-    a property that is not a field, or a field of records against a schema that is no object."""
-    node = _resolve(node, schema)
-    props = node.get("properties", {})
-    names = {f.name for f in record_fields(cls)}
-    out = [f"{at}.{n}: a field of {cls.__name__}, not in the schema" for n in sorted(names - props.keys())]
-    out += [f"{at}.{n}: in the schema, not a field of {cls.__name__}" for n in sorted(props.keys() - names)]
-    out += [f"{at}: required {n!r} is not a field of {cls.__name__}" for n in node.get("required", []) if n not in names]
-    hints = typing.get_type_hints(cls)
-    for name in sorted(names & props.keys()):
-        hint, sub = _without_none(hints[name]), _resolve(props[name], schema)
-        args = typing.get_args(hint)
-        if (_is_record(hint) or typing.get_origin(hint) is dict) and "object" not in _kinds(sub):
-            out.append(f"{at}.{name}: an object in the types, {sub.get('type')} in the schema")
-        if typing.get_origin(hint) is tuple and "array" not in _kinds(sub):
-            out.append(f"{at}.{name}: an array in the types, {sub.get('type')} in the schema")
-        if _is_record(hint):
-            out += _disagreements(hint, sub, schema, f"{at}.{name}")
-        elif typing.get_origin(hint) is tuple and _is_record(args[0]):
-            out += _disagreements(args[0], sub.get("items", {}), schema, f"{at}.{name}[]")
-        elif typing.get_origin(hint) is dict and _is_record(args[1]):
-            out += _disagreements(args[1], sub.get("additionalProperties", {}), schema, f"{at}.{name}{{}}")
-        elif "properties" in sub:  # a free-form value in the types is free-form in the schema too
-            out.append(f"{at}.{name}: the schema lists properties, the type {hint} does not")
-    return out
+def test_the_checked_in_schema_is_the_generated_one():
+    """macprof/store/schema/runlog.schema.json is what the record types give (enums included):
+    a field, a word or a minimum changed in macprof/model and not regenerated fails here,
+    naming each place. Regenerate with `python -m macprof.store.schema`."""
+    from macprof.store.schema import FILE, differences, generate
+
+    found = differences(json.loads(FILE.read_text()), generate())
+    assert found == [], "the checked-in schema is not the generated one (python -m macprof.store.schema):\n" + \
+        "\n".join(found)
 
 
-def test_types_and_schema_agree():
+def test_the_schema_check_names_a_hand_edited_enum():
+    """Not vacuous: a phase removed from failure.phase's words by hand is named."""
+    from macprof.store.schema import differences, generate
+
+    edited = generate()
+    words = next(arm for arm in edited["$defs"]["Failure"]["properties"]["phase"]["anyOf"] if "enum" in arm)["enum"]
+    words.remove("concurrency")
+    (found,) = differences(edited, generate())
+    assert found.startswith("/$defs/Failure/properties/phase/anyOf/0/enum: checked in [") and "concurrency" in found
+
+
+def test_the_schema_s_words_are_the_registries():
+    """The enums are taken from where macprof declares them: the phases from the registry, the
+    engines from theirs; a phase or an engine added there is a word of the log, nothing edited."""
+    from macprof.engines import ENGINES
+    from macprof.phases import NAMES
+    from macprof.store.schema import generate
+
+    defs = generate()["$defs"]
+    phase = next(arm for arm in defs["Failure"]["properties"]["phase"]["anyOf"] if "enum" in arm)["enum"]
+    assert sorted(phase) == sorted(NAMES)
+    assert sorted(defs["Identity"]["properties"]["engine"]["enum"]) == sorted(ENGINES)
+    assert list(defs["Phases"]["properties"]) == list(NAMES)
+
+
+def test_every_fixture_log_matches_the_generated_schema():
+    """The schema documents what decoding accepts: every fixture log (the other machine's too)
+    is valid against it, and the malformed one is not."""
+    import jsonschema
+
     schema = runlog.schema()
-    assert _disagreements(RunLog, schema, schema, "log") == []
+    for name in ("tiny-a.json", "tiny-b.json", "tiny-sweeps.json", "tiny-telemetry.json", "schema1.json",
+                 "other-machine-demo-small.json"):
+        jsonschema.validate(runlog.migrate(json.loads((LOGS / name).read_text())), schema)
+    assert not jsonschema.validators.validator_for(schema)(schema).is_valid(json.loads((LOGS / "malformed.json").read_text()))
 
 
-def test_the_walk_finds_a_difference():
-    """The check above is not vacuous: a schema missing a field, or with one more, is caught."""
-    schema = runlog.schema()
-    del schema["$defs"]["request"]["properties"]["ttft_s"]
-    schema["$defs"]["summary"]["properties"]["p90"] = {"$ref": "#/$defs/num"}
-    found = _disagreements(RunLog, schema, schema, "log")
-    assert "log.models[].phases.warm.requests[].ttft_s: a field of Request, not in the schema" in found
-    assert "log.models[].phases.warm.summary.ttft_s.p90: in the schema, not a field of Summary" in found
+def test_an_event_holds_the_fields_of_the_record_it_journals():
+    """An event cannot also be a record (msgspec: one base with fields), so PrefixCheck,
+    SpeculativeCheck, DepthFill and Telemetry repeat the fields of OutputCheck, DepthFill and
+    TelemetryRaw: held equal here (names, types, defaults)."""
+    from macprof.model import events as ev
+    from macprof.model.phases import DepthFill, OutputCheck
+    from macprof.model.speculative import SpeculativeCheck
+    from macprof.model.telemetry import TelemetryRaw
+
+    for event, rec in ((ev.PrefixCheck, OutputCheck), (SpeculativeCheck, OutputCheck), (ev.DepthFill, DepthFill),
+                       (ev.Telemetry, TelemetryRaw)):
+        have = {f.name: (f.type, f.default) for f in record_fields(event)}
+        for f in record_fields(rec):
+            assert have.get(f.name) == (f.type, f.default), f"{event.__name__}.{f.name}"
 
 
-@pytest.mark.parametrize("name", ["tiny-a.json", "tiny-b.json", "tiny-sweeps.json", "tiny-telemetry.json", "schema1.json"])
+@pytest.mark.parametrize("name", ["tiny-a.json", "tiny-b.json", "tiny-sweeps.json", "tiny-telemetry.json", "schema1.json",
+                                  "other-machine-demo-small.json"])
 def test_real_logs_round_trip(name):
     data = runlog.migrate(json.loads((LOGS / name).read_text()))
     runlog.validate(data)
@@ -104,6 +124,8 @@ def test_absent_keys_stay_absent_and_read_as_none():
     log = RunLog.from_json(runlog.migrate(json.loads((LOGS / "schema1.json").read_text())))
     request = log.models[0].phases.warm.requests[0]
     assert request.engine_memory is None and "engine_memory" not in request.to_json()  # schema 1 had none
+    assert not request.has("engine_memory")
+    assert request.replace(engine_memory=None).to_json()["engine_memory"] is None  # a null stays a null
     assert request.replace(engine_memory={"x": 1}).to_json()["engine_memory"] == {"x": 1}
     assert request.replace(error="boom").has("engine_memory") is False
 
@@ -123,7 +145,7 @@ def test_a_misshapen_log_is_one_clear_error(tmp_path):
 
 def test_every_event_kind_is_registered_once():
     assert all(cls.KIND == kind for kind, cls in EVENTS.items())
-    assert ABSENT is not None and repr(ABSENT) == "ABSENT"
+    assert ABSENT is not None and not ABSENT  # false, as None is
 
 
 def test_the_schema_is_a_valid_json_schema():
@@ -152,11 +174,11 @@ def _settings_drift(checked_in: dict, derived: dict) -> list[str]:
 def test_the_settings_schema_is_the_declarations():
     """The checked-in schema's settings object is the one config.settings.settings_schema derives
     (types, enums such as phases and kv_type, minimums, nullability): a phase or a setting added
-    to the declarations and not to the schema fails here. To update the file, paste
-    json.dumps(settings_schema()) in."""
+    to the declarations and not to the schema fails here. To update the file, run
+    `python -m macprof.store.schema`."""
     from macprof.config.settings import settings_schema
 
-    checked_in = runlog.schema()["$defs"]["model"]["properties"]["settings"]
+    checked_in = runlog.schema()["$defs"]["ModelSettings"]
     assert _settings_drift(checked_in, settings_schema()) == []
 
 
@@ -166,7 +188,7 @@ def test_the_settings_check_finds_drift():
 
     from macprof.config.settings import settings_schema
 
-    schema = copy.deepcopy(runlog.schema()["$defs"]["model"]["properties"]["settings"])
+    schema = copy.deepcopy(runlog.schema()["$defs"]["ModelSettings"])
     schema["properties"]["phases"]["items"]["enum"].remove("concurrency")
     schema["properties"]["depths"]["items"]["minimum"] = 1
     del schema["properties"]["slo_itl"]
@@ -191,13 +213,13 @@ def test_the_log_s_settings_record_follows_the_declarations():
     assert [f.name for f in record_fields(ModelSettings)] == [f.name for f in declared]
     logged, hints = typing.get_type_hints(ModelSettings), typing.get_type_hints(Settings)
     for f, g in zip(declared, record_fields(ModelSettings)):
-        hint = hints[f.name]
+        hint = _as_logged(hints[f.name])
         if _without_none(hint) is Distributed:  # a record in the log: the same keys
             hint = DistributedSettings | None
             assert [x.name for x in dataclasses.fields(Distributed)] == [x.name for x in record_fields(DistributedSettings)]
         if SPECS[f.name].logged == "added":
             assert g.default is ABSENT, f.name
-            assert logged[f.name] == (hint if _without_none(hint) is not hint else hint | None), f.name
+            assert logged[f.name] == hint | None, f.name  # nullable, and absent from older logs
         else:
             assert g.default == f.default and logged[f.name] == hint, f.name
 
@@ -218,3 +240,61 @@ def test_every_log_s_settings_re_encode_in_their_order(name):
     data = runlog.migrate(json.loads((LOGS / name).read_text()))
     for model, again in zip(data["models"], RunLog.from_json(data).to_json()["models"]):
         assert json.dumps(again["settings"]) == json.dumps(model["settings"])
+
+
+def test_the_keys_every_log_has_are_fields_and_required():
+    """A record's REQUIRED_KEYS are its fields, and the schema requires them: a log lacking
+    one is refused on load (a model without its identity), though code may leave them out."""
+    from macprof.model import kinds
+    from macprof.store.schema import generate
+
+    defs = generate()["$defs"]
+    for cls in kinds.reachable():
+        names = [f.name for f in record_fields(cls)]
+        assert set(cls.REQUIRED_KEYS) <= set(names), cls.__name__
+        if cls.REQUIRED_KEYS and cls.__name__ in defs:
+            assert set(cls.REQUIRED_KEYS) <= set(defs[cls.__name__]["required"]), cls.__name__
+    data = runlog.migrate(json.loads((LOGS / "tiny-a.json").read_text()))
+    del data["models"][0]["identity"]
+    with pytest.raises(MacprofError, match="does not match the run-log schema at models/0: 'identity' is a required property"):
+        runlog.validate(data, "x.json")
+
+
+def test_every_field_that_may_be_absent_reads_none_when_it_is():
+    """Each field defaulting to ABSENT, in every record and event, reads None from Python while
+    its key stays out of the JSON (records.py's descriptor, set as each class is made)."""
+    from macprof.model import records
+    from macprof.model.log import Machine
+
+    def every(cls):
+        yield cls
+        for sub in cls.__subclasses__():
+            yield from every(sub)
+
+    absent = [(cls, f.name) for cls in every(records.Record) for f in record_fields(cls) if f.default is ABSENT]
+    assert len(absent) > 100
+    assert all(isinstance(getattr(cls, name), records._Absentable) for cls, name in absent)
+    mac = Machine(os="Linux")
+    assert mac.power_mode is None and not mac.has("power_mode") and "power_mode" not in mac.to_json()
+    assert mac.replace(power_mode=None).to_json()["power_mode"] is None and mac.replace(power_mode=None).has("power_mode")
+
+
+def test_no_record_field_is_a_bare_float():
+    """A figure is Number (int | float): a float field reads 512 as 512.0 and writes it back so,
+    and the log would not re-encode to the same JSON. A field added as float fails here."""
+    from macprof.model import records
+
+    def every(cls):
+        yield cls
+        for sub in cls.__subclasses__():
+            yield from every(sub)
+
+    def floats(hint) -> bool:
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, type(int | None)) and float in args:
+            return int not in args or any(floats(a) for a in args if a not in (int, float))
+        return hint is float or any(floats(a) for a in args)
+
+    bare = [f"{cls.__name__}.{name}" for cls in every(records.Record)
+            for name, hint in typing.get_type_hints(cls).items() if name in cls.__struct_fields__ and floats(hint)]
+    assert bare == [], f"typed float, not Number: {bare}"

@@ -15,14 +15,15 @@ import subprocess
 import sys
 from typing import Callable
 
+# NSProcessInfoThermalState's words, in its order (Foundation, NSProcessInfo.h): the log's too
+from macprof.model.vocab import THERMAL_STATES
+
 Runner = Callable[[list[str]], "str | None"]
 
 # `pmset -g`: `powermode` (macOS 12+ on the Macs that offer a High Power mode) or `lowpowermode`
 # (the older key, 0/1); 2 is "high" (pmset -a powermode 2), 0 lets the system choose.
 POWER_MODES = {0: "automatic", 1: "low", 2: "high"}
 
-# NSProcessInfoThermalState (Foundation, NSProcessInfo.h): nominal, fair, serious, critical.
-THERMAL_STATES = ("nominal", "fair", "serious", "critical")
 NS_THERMAL_SOURCE = "NSProcessInfo.thermalState"
 
 PMSET_NO_LEVEL = ("pmset -g therm gave no thermal level (Apple Silicon prints 'No thermal warning level has been "

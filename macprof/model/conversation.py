@@ -5,27 +5,15 @@ stopped, and TTFT with the natural cache against the cache emptied."""
 
 from __future__ import annotations
 
-from dataclasses import field
+from msgspec import field
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
-from macprof.model.records import ABSENT, Record, record
-
-# Why reuse stopped where it did (ConversationTurn.stop_kind), in the order they are told apart:
-STOP_KINDS = (
-    "empty",  # the cache held nothing (the first request, or the cache was emptied)
-    "none_lost",  # the prompt extends all the cache held: nothing was lost
-    "evicted",  # the cache held another app's conversation (one slot, several apps)
-    "cannot_go_back",  # the prompt diverges inside what the cache holds, and a sliding window or a recurrent state cannot be cut back
-    "reply_retokenized",  # inside the previous reply: its text, tokenized again, is not the ids that were generated
-    "tokenization_join",  # the text extends the previous prompt's, but tokenizes otherwise where they join
-    "template_rewrite",  # the template rendered the earlier turns otherwise than before
-    "unreported",  # through a server that reports no reuse: where, inside the previous reply, is not known
-    "kept_less",  # a server reused less than the ids it held allow (its own cache policy)
-)
+from macprof.model.records import ABSENT, Number, Record
+from macprof.model.vocab import STOP_KINDS, StopKind  # noqa: F401  # STOP_KINDS: readers import it from here
 
 
-@record
+
 class ConversationStart(Event):
     """The phase's template and schedule, before its first request."""
 
@@ -40,7 +28,6 @@ class ConversationStart(Event):
     holds: str | None = None  # where --apps is more than the cache holds at once, or that is not known: said so
 
 
-@record
 class ConversationTurn(Event):
     """One turn of one app: its prompt against what the cache held before its natural request."""
 
@@ -70,7 +57,6 @@ class ConversationTurn(Event):
     fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
 
 
-@record
 class Turn(Record):
     app: int = 0
     turn: int = 0
@@ -80,38 +66,37 @@ class Turn(Record):
     common_prefix: int | None = 0
     expected_reuse: int | None = 0
     reused_tokens: int | None = None
-    reuse_rate: float | None = None  # reused_tokens / prompt_tokens
+    reuse_rate: Number | None = None  # reused_tokens / prompt_tokens
     ideal_reuse: int | None = 0
-    ideal_rate: float | None = None
+    ideal_rate: Number | None = None
     reuse_refused: str | None = None
     reuse_bound: int | None = None
     reuse_unreported: str | None = None
     # the engine's report equals what the held ids allow (or it said why not); a server's is at most reuse_bound
     reuse_checked: bool | None = None
-    stop_kind: str = "empty"
+    stop_kind: StopKind = "empty"
     stop_reason: str = ""
     reply_text_ids_equal: bool | None = None
     not_emptied: str | None = None
     fits: bool = True
     natural: Request | None = ABSENT
     emptied: Request | None = ABSENT
-    ttft_saved_s: float | None = None  # emptied TTFT - natural TTFT
+    ttft_saved_s: Number | None = None  # emptied TTFT - natural TTFT
     check: OutputCheck | None = None
 
 
-@record
 class ConversationSummary(Record):
     reuse_rate: Summary = field(default_factory=Summary)  # per turn after the first of each app
-    reuse_rate_p10: float | None = None
+    reuse_rate_p10: Number | None = None
     ideal_rate: Summary = field(default_factory=Summary)
-    hit_rate: float | None = None  # all turns' reused tokens over all their prompt tokens
-    ideal_hit_rate: float | None = None
+    hit_rate: Number | None = None  # all turns' reused tokens over all their prompt tokens
+    ideal_hit_rate: Number | None = None
     ttft_natural_s: Summary = field(default_factory=Summary)
     ttft_emptied_s: Summary = field(default_factory=Summary)
     ttft_saved_s: Summary = field(default_factory=Summary)
     # TTFT growth with context: seconds per 1,000 prompt tokens (least squares over the turns)
-    ttft_growth_natural_s_per_kt: float | None = None
-    ttft_growth_emptied_s_per_kt: float | None = None
+    ttft_growth_natural_s_per_kt: Number | None = None
+    ttft_growth_emptied_s_per_kt: Number | None = None
     stops: dict[str, int] = field(default_factory=dict)  # turns per stop_kind
     identical: int = 0
     near_ties: int = 0
@@ -121,7 +106,6 @@ class ConversationSummary(Record):
     not_emptied: int = 0  # turns whose emptied half found more than an emptied cache holds (a server's)
 
 
-@record
 class ConversationPhase(Record):
     template_source: str | None = None
     template_path: str | None = None

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from macprof.model.records import Record, record
+from macprof.model.records import Number, Record
 
 
-@record
 class GroupResult(Record):
     backend: str | None = None
     parallel: str | None = None
@@ -20,16 +19,15 @@ class GroupResult(Record):
     comm: tuple[dict[str, Any], ...] = ()  # per rank: the diagnostic pass's medians per decode step
     bytes_per_token: dict[str, Any] | None = None  # formula, computed, measured
     prediction: dict[str, Any] | None = None  # measure/distributed.predict, with its inputs' sources
-    decode_tok_s: float | None = None  # rank 0's warm median: the user-visible figure
-    efficiency: float | None = None  # decode_tok_s / the predicted tok/s of the layout run
+    decode_tok_s: Number | None = None  # rank 0's warm median: the user-visible figure
+    efficiency: Number | None = None  # decode_tok_s / the predicted tok/s of the layout run
     reason: str | None = None  # what could not be given, and why
 
 
-@record
 class DistributedSettings(Record):
     """macprof.config.dist.Distributed as the log's settings record it."""
 
     hosts: tuple[str, ...] = ()
     backend: str | None = None
     parallel: str | None = None
-    link_gbs: float | None = None
+    link_gbs: Number | None = None

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from macprof.model.records import ABSENT, Record, record
+
+from macprof.model.records import ABSENT, Record
 
 
-@record
-class Event(Record):
+class Event(Record, tag_field="event"):
+    """One journal line: msgspec writes ``"event": KIND`` first and reads it as the tag of the union
+    of every event (a subclass's KIND is its tag, model/records.py)."""
+
     KIND: ClassVar[str]
     # The journal fsyncs after an event that carries a measurement or ends something; one that
     # only announces what comes next (DURABLE False) is written at once but made durable by the
@@ -20,6 +23,3 @@ class Event(Record):
     model: str | None = ABSENT
     worker: str | None = ABSENT
     seq: int | None = ABSENT  # its number in the journal (run/journal.py); a worker's events have none
-
-    def to_json(self) -> dict:
-        return {"event": self.KIND, **super().to_json()}

@@ -8,21 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
-from macprof.model.phases import DepthFill as Fill
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency, ServerReport
 from macprof.model.event_base import Event
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
                                         RankTimeline)
-from macprof.model.records import ABSENT, record
+from msgspec import field
+
+from macprof.model.records import ABSENT, Number
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
                                        SpeculativeRounds)
-from macprof.model.telemetry import TelemetryRaw
+from macprof.model.telemetry import TelemetrySample
 
 
 # -- the orchestrator ------------------------------------------------------------------------
-@record
 class RunStart(Event):
     KIND = "run_start"
     schema_version: int | None = None
@@ -37,7 +37,6 @@ class RunStart(Event):
     models: tuple[dict[str, Any], ...] | None = ABSENT
 
 
-@record
 class ModelStart(Event):
     KIND = "model_start"
     utc: str | None = None
@@ -49,7 +48,6 @@ class ModelStart(Event):
     memory: SystemMemory | None = None
 
 
-@record
 class Plan(Event):
     """The sweep cases planned for a model, refused ones included (journals before it existed
     are rebuilt with the plan recomputed from the settings)."""
@@ -58,7 +56,6 @@ class Plan(Event):
     cases: dict[str, tuple[PlannedCase, ...]]
 
 
-@record
 class ColdTrial(Event):
     KIND = "cold_trial"
     index: int
@@ -66,7 +63,6 @@ class ColdTrial(Event):
     residency: Residency
 
 
-@record
 class WorkerSpawn(Event):
     KIND = "worker_spawn"
     phases: tuple[str, ...]
@@ -75,7 +71,6 @@ class WorkerSpawn(Event):
     pid: int | None = None
 
 
-@record
 class Failure(Event):
     """A worker that crashed, hung or reported an error, or a model or case refused."""
 
@@ -92,19 +87,16 @@ class Failure(Event):
     stderr_tail: str | None = ABSENT
 
 
-@record
 class Interrupted(Event):
     KIND = "interrupted"
     utc: str | None = None
 
 
-@record
 class ModelEnd(Event):
     KIND = "model_end"
     memory: SystemMemory | None = None
 
 
-@record
 class RunEnd(Event):
     KIND = "run_end"
     utc: str | None = None
@@ -113,7 +105,6 @@ class RunEnd(Event):
 
 
 # -- the worker ------------------------------------------------------------------------------
-@record
 class Started(Event):
     KIND = "started"
     pid: int | None = None
@@ -121,7 +112,6 @@ class Started(Event):
     rss_bytes: int | None = None
 
 
-@record
 class Loaded(Event):
     KIND = "loaded"
     t_import_start: int | None = ABSENT  # macprof's own start-up in the worker ends (absent in older journals)
@@ -136,7 +126,6 @@ class Loaded(Event):
     footprint_bytes: int | None = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
 
 
-@record
 class PhaseStart(Event):
     KIND = "phase_start"
     DURABLE = False
@@ -149,7 +138,6 @@ class PhaseStart(Event):
     t_idle_start: int | None = ABSENT  # the start of the idle wait before it (the power baseline's window)
 
 
-@record
 class PhaseEnd(Event):
     KIND = "phase_end"
     phase: str
@@ -168,26 +156,22 @@ class PhaseEnd(Event):
     mapped_resident_bytes: int | None = ABSENT  # mapped weights: the model files' resident bytes (mincore)
 
 
-@record
 class PhaseMemory(Event):
     KIND = "phase_memory"
     phase: str
     engine_memory: dict[str, Any] | None = None
 
 
-@record
 class Error(Event):
     KIND = "error"
     message: str | None = None
 
 
-@record
 class Done(Event):
     KIND = "done"
 
 
 # -- the measurement protocols (macprof/run/phases) -----------------------------------------------
-@record
 class _RequestHead(Event):
     """What a request_start and its request share: which phase, index, kind, case..."""
 
@@ -200,7 +184,6 @@ class _RequestHead(Event):
     cached_tokens_before: int | None = ABSENT  # depth
 
 
-@record
 class RequestStart(_RequestHead):
     """Before a measurement: the parent's per-request timeout runs from it."""
 
@@ -209,7 +192,6 @@ class RequestStart(_RequestHead):
     t0: int | None = ABSENT  # a task attempt's start stamp: the wall time of an attempt the parent cuts
 
 
-@record
 class Request(_RequestHead):
     """One measured request: raw timestamps and token ids (a batch's: one list per sequence)."""
 
@@ -231,27 +213,36 @@ class Request(_RequestHead):
     server: ServerReport | None = ABSENT
 
 
-@record
-class PrefixCheck(Event, OutputCheck):
+class PrefixCheck(Event):
     """The reuse and noreuse outputs of one prompt compared: an OutputCheck, journaled."""
 
     KIND = "prefix_check"
+    # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
+    identical_fraction: Number | None = None
+    first_divergence: int | None = None
+    margin: Number | None = None
+    near_tie: bool | None = None
+    passed: bool = False
     phase: str
     index: int
     kind: str
 
 
-@record
-class DepthFill(Event, Fill):
+class DepthFill(Event):
     """A depth case's cache filled once (a phases.DepthFill, journaled with its case)."""
 
     KIND = "depth_fill"
+    # phases.DepthFill's fields (held equal by tests/test_model_schema.py)
+    t_start: int | None = None
+    t_end: int | None = None
+    fill_s: Number | None = None
+    cached_tokens: int | None = None
+    kv_cache_bytes: int | None = None
     phase: str
     case: str
     depth: int
 
 
-@record
 class BatchCheck(Event):
     KIND = "batch_check"
     phase: str
@@ -261,7 +252,6 @@ class BatchCheck(Event):
     sequences: tuple[OutputCheck, ...]
 
 
-@record
 class CaseError(Event):
     KIND = "case_error"
     phase: str
@@ -269,7 +259,6 @@ class CaseError(Event):
     reason: str | None = None
 
 
-@record
 class ReuseNotPossible(Event):
     """The engine's cache could not be cut back to a prefix (the prefix phase: that pair was
     measured from an empty cache; a depth case: its fill was recomputed, untimed, before each
@@ -281,7 +270,6 @@ class ReuseNotPossible(Event):
     reason: str
 
 
-@record
 class CaseUnsupported(Event):
     KIND = "case_unsupported"
     phase: str
@@ -290,11 +278,25 @@ class CaseUnsupported(Event):
     reason: str | None = None
 
 
-@record
-class Telemetry(Event, TelemetryRaw):
+class Telemetry(Event):
     """The parent's telemetry of one phase (run/sampling.py), journaled after its phase_end."""
 
     KIND = "telemetry"
+    # TelemetryRaw's fields (held equal by tests/test_model_schema.py)
+    phase: str = ""
+    source: str | None = None
+    total_domain: str | None = None
+    domains: tuple[str, ...] = ()
+    unavailable: dict[str, str] = field(default_factory=dict)
+    period_s: Number | None = None
+    t_idle_start: int | None = None
+    t_start: int | None = None
+    t_end: int | None = None
+    power_source_start: str | None = None
+    power_source_end: str | None = None
+    thermal_pressure_start: str | None = None
+    thermal_pressure_end: str | None = None
+    samples: tuple[TelemetrySample, ...] = ()
 
 
 # -- the registry ----------------------------------------------------------------------------
@@ -316,4 +318,4 @@ def parse_event(data: Any, where: str = "journal") -> Event | None:
     cls = EVENTS.get(data["event"])
     if cls is None:
         return None
-    return cls.from_json({k: v for k, v in data.items() if k != "event"}, f"{where}: {data['event']} event")
+    return cls.from_json(data, f"{where}: {data['event']} event")  # "event" is the tag msgspec checks

@@ -50,7 +50,7 @@ from macprof.model.phases import (BatchCheck, Ceiling, CeilingSide, Checks, Cold
                                   Prediction, PredictionSide, PrefixPair, PrefixPhase, PrefixSummary, Request, Residency,
                                   ServerReport, Summary, Sweep, SweepCase, TradeoffRow, WarmPhase)
 from macprof.model.quality import KldSummary, QualityChunk, QualityPhase, QualityText
-from macprof.model.records import Record, _plain, record_fields
+from macprof.model.records import Record, plain, record_fields
 from macprof.model.serving import ConcurrencyPhase, LoadLevelResult
 from macprof.model.tasks import (Proportion, TaskAttempt, TaskRefusal, TaskResult, TaskSetInfo, TasksPhase, TasksSummary,
                                  ToolCall, ToolValiditySummary)
@@ -151,7 +151,7 @@ FIELDS: dict[type, dict[str, str]] = {
 
 def _records_in(hint: Any) -> type | None:
     """The record class a field holds (itself, or in a tuple or a dict), or None."""
-    hint = _plain(hint)
+    hint = plain(hint)
     origin = typing.get_origin(hint)
     if isinstance(hint, type) and issubclass(hint, Record):
         return hint
@@ -178,16 +178,18 @@ def fields_of(cls: type) -> dict[str, Field]:
     out: dict[str, Field] = {}
     for f in record_fields(cls):
         inner = _records_in(hints[f.name])
-        mapping = typing.get_origin(_plain(hints[f.name])) is dict
+        mapping = typing.get_origin(plain(hints[f.name])) is dict
         out[f.name] = Field(None, inner, mapping) if inner is not None else Field(declared.get(f.name))
     return out
 
 
 def holds_text(hint: Any) -> bool:
     """Whether a field typed ``hint`` can hold a string: str, Any, or a container of either."""
-    hint = _plain(hint)
+    hint = plain(hint)
     if hint in (str, Any):
         return True
+    if typing.get_origin(hint) is typing.Literal:  # a word of model/vocab.py
+        return any(isinstance(a, str) for a in typing.get_args(hint))
     return any(holds_text(a) for a in typing.get_args(hint) if a is not type(None) and a is not Ellipsis)
 
 

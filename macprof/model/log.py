@@ -4,7 +4,7 @@ memory. ``RunLog.to_json()`` is the file `macprof run` writes (schema SCHEMA_VER
 
 from __future__ import annotations
 
-from dataclasses import field
+from msgspec import field
 from typing import Any, Self
 
 from macprof.config import Settings, settings_from_dict
@@ -16,27 +16,28 @@ from macprof.model.phases import ColdPhase, Failure, PrefixPhase, Sweep, WarmPha
 from macprof.model.quality import QualityPhase
 from macprof.model.tasks import TasksPhase
 from macprof.model.speculative import SpeculativePhase
-from macprof.model.records import ABSENT, Record, record
+from macprof.model.records import ABSENT, Count, Number, Positive, Record, Sha256
+from macprof.model.vocab import EngineName, Store
 from macprof.model.serving import ConcurrencyPhase
 
 _DEFAULT = Settings()
 
 
 # -- the machine ---------------------------------------------------------------------------
-@record
 class SystemMemory(Record):
     available_bytes: int | None = None
     swap_used_bytes: int | None = None
 
 
-@record
 class RunMemory(Record):
     start: SystemMemory | None = None
     end: SystemMemory | None = None
 
 
-@record
 class Machine(Record):
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "os", "os_version", "arch", "cpu_model", "memory_bytes")
     os: str | None = None
     os_version: str | None = None
     arch: str | None = None
@@ -60,69 +61,65 @@ class Machine(Record):
     cores_by_kind: dict[str, int] | None = ABSENT  # macOS: cores per kind as macOS names them (Super, Performance, Efficiency)
 
 
-@record
 class SpecBandwidth(Record):
-    gbs: float | None = None
+    gbs: Number | None = None
     source: str | None = None
     reason: str | None = None
 
 
-@record
 class MeasuredBandwidth(Record):
     """The bandwidth (and matmul) probe; a failed probe leaves only ``gbs`` (null) and ``reason``."""
 
-    gbs: float | None = None
-    best_gbs: float | None = ABSENT
-    stdev_gbs: float | None = ABSENT
+    gbs: Number | None = None
+    best_gbs: Number | None = ABSENT
+    stdev_gbs: Number | None = ABSENT
     device: str | None = ABSENT
     method: str | None = ABSENT
     utc: str | None = ABSENT
     cached: bool | None = ABSENT
     reason: str | None = None
-    tflops: float | None = ABSENT  # absent from logs before the matmul probe
+    tflops: Number | None = ABSENT  # absent from logs before the matmul probe
     tflops_method: str | None = ABSENT
 
 
-@record
 class Bandwidth(Record):
     spec: SpecBandwidth | None = None
     measured: MeasuredBandwidth | None = None
-    tflops: float | None = None  # published peak, where Apple gives one
+    tflops: Number | None = None  # published peak, where Apple gives one
 
 
 # -- one model -----------------------------------------------------------------------------
-@record
 class ModelFile(Record):
+    REQUIRED_KEYS = ("name", "bytes", "sha256")  # in every log (the schema's required), though code may leave them out
     name: str = ""
     bytes: int = 0
-    sha256: str = ""
+    sha256: Sha256 = ""
 
 
-@record
 class Source(Record):
     """A model named on the command line: the reference as typed, the store it was found in
     and the path it resolved to (models.toml entries have none)."""
 
+    REQUIRED_KEYS = ("ref", "store", "path")  # in every log (the schema's required), though code may leave them out
     ref: str = ""
-    store: str = ""
+    store: Store = ""
     path: str | None = None
 
 
-@record
 class Identity(Record):
+    REQUIRED_KEYS = ("name", "engine", "path", "total_bytes", "files")  # in every log, though code may leave them out
     name: str = ""
-    engine: str = ""
+    engine: EngineName = ""
     path: str | None = None
     quant_label: str | None = None
     quant_declared: str | None = None
     architecture: str | None = None
     n_params: int | None = None
-    total_bytes: int = 0
+    total_bytes: Count = 0
     files: tuple[ModelFile, ...] = ()
     source: Source | None = ABSENT  # only a model named on the command line has one
 
 
-@record
 class ModelSettings(Record):
     """macprof.config.Settings as the log records it: each setting is declared once, as a field
     of config.settings.Settings, whose order is this record's key order. These fields are written
@@ -137,8 +134,8 @@ class ModelSettings(Record):
     reps: int = _DEFAULT.reps
     cold_trials: int = _DEFAULT.cold_trials
     threads: int | None = _DEFAULT.threads
-    timeout: float = _DEFAULT.timeout
-    delay: float = _DEFAULT.delay
+    timeout: Number = _DEFAULT.timeout
+    delay: Number = _DEFAULT.delay
     drop_cache: bool = _DEFAULT.drop_cache
     force: bool = _DEFAULT.force
     prompt_grid: tuple[int, ...] | None = ABSENT
@@ -157,11 +154,11 @@ class ModelSettings(Record):
     ngram: int | None = ABSENT
     speculative_impl: str | None = ABSENT  # absent before the native paths: macprof's loop
     concurrency: tuple[int, ...] | None = ABSENT  # the concurrency phase's levels (absent before it)
-    rates: tuple[float, ...] | None = ABSENT
+    rates: tuple[Number, ...] | None = ABSENT
     load_requests: int | None = ABSENT
-    load_seconds: float | None = ABSENT
-    slo_ttft: float | None = ABSENT
-    slo_itl: float | None = ABSENT
+    load_seconds: Number | None = ABSENT
+    slo_ttft: Number | None = ABSENT
+    slo_itl: Number | None = ABSENT
     turns: int | None = ABSENT  # the conversation phase's (absent before it)
     turn_tokens: int | None = ABSENT
     system_tokens: int | None = ABSENT
@@ -172,24 +169,23 @@ class ModelSettings(Record):
     chat_template: str | None = ABSENT
     tasks: str | None = ABSENT  # the tasks phase's (absent before it)
     attempts: int | None = ABSENT
-    temperature: float | None = ABSENT
+    temperature: Number | None = ABSENT
     seed: int | None = ABSENT
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
 
 
-@record
 class KvCache(Record):
-    bytes_per_token: float | None = None
+    bytes_per_token: Number | None = None
     context_tokens: int | None = None
-    computed_bytes: float | None = None
+    computed_bytes: Number | None = None
     measured_bytes: int | None = None
     measured_note: str | None = None
 
 
-@record
 class ModelMemory(Record):
+    REQUIRED_KEYS = ("kv_cache",)  # in every log (the schema's required), though code may leave them out
     rss_before_load_bytes: int | None = None
     rss_after_load_bytes: int | None = None
     footprint_after_load_bytes: int | None = ABSENT  # macOS: phys_footprint once loaded
@@ -199,7 +195,6 @@ class ModelMemory(Record):
     system_after: SystemMemory | None = None
 
 
-@record
 class Phases(Record):
     """The phases the model's settings asked for; the others are absent (None)."""
 
@@ -220,8 +215,10 @@ class Phases(Record):
         return {"grid": self.grid, "depth": self.depth, "batch": self.batch}[name]
 
 
-@record
 class ModelResult(Record):
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "identity", "settings", "phases", "memory", "failures", "complete")
     identity: Identity = field(default_factory=Identity)
     shape: dict[str, Any] | None = None  # the model's metadata: macprof.collect.modelinfo
     shape_error: str | None = None
@@ -235,22 +232,24 @@ class ModelResult(Record):
 
 
 # -- the run -------------------------------------------------------------------------------
-@record
 class Redacted(Record):
     by: str | None = None
     removed: tuple[str, ...] = ()
 
 
-@record
 class RunLog(Record):
-    schema_version: int = SCHEMA_VERSION
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "schema_version", "tool_version", "started_utc", "ended_utc", "complete", "machine", "software",
+        "definitions", "memory", "models")
+    schema_version: Positive = SCHEMA_VERSION
     tool_version: str | None = None
     started_utc: str | None = None
     ended_utc: str | None = None
     complete: bool = False
     interrupted: bool = False
     machine: Machine | None = None
-    software: dict[str, Any] | None = None
+    software: dict[str, str | None] | None = None  # package -> its version (null: not installed), collect/machine.py
     definitions: dict[str, Any] = field(default_factory=dict)
     bandwidth: Bandwidth | None = ABSENT  # absent from schema 1 logs until migrated
     memory: RunMemory = field(default_factory=RunMemory)

@@ -7,11 +7,11 @@ from typing import Any
 
 from macprof.model.event_base import Event
 from macprof.model.quality import QualityText
-from macprof.model.records import ABSENT, record
+
+from macprof.model.records import ABSENT, Number
 
 
 # -- the quality phase (run/phases/quality.py) -------------------------------------------------
-@record
 class QualityStart(Event):
     """The quality phase's tokens are ready: what will be scored, against what."""
 
@@ -28,7 +28,6 @@ class QualityStart(Event):
     rescore_reason: str | None = ABSENT  # the reference scored again: why its stored log-probs were not used
 
 
-@record
 class QualityStored(Event):
     """The reference's log-probabilities are stored whole: the digest of the files (.npy and its
     sidecar), so a later model, or a resumed run, uses them only while they are the same bytes."""
@@ -39,7 +38,6 @@ class QualityStored(Event):
     bytes: int
 
 
-@record
 class QualityChunkScored(Event):
     """One chunk scored: its forward pass's stamps and the raw figures per scored position."""
 
@@ -49,13 +47,12 @@ class QualityChunkScored(Event):
     t_start: int | None = None
     t_end: int | None = None
     tokens: int = 0
-    nll: tuple[float, ...] = ()
-    kld: tuple[float, ...] | None = None
+    nll: tuple[Number, ...] = ()
+    kld: tuple[Number, ...] | None = None
     same_top: tuple[bool, ...] | None = None
 
 
 # -- the concurrency phase against a server (run/phases/serving.py) ----------------------------
-@record
 class LoadLevel(Event):
     """One level of the concurrency phase ended: closed (C clients) or open (Poisson at R/s)."""
 
@@ -64,17 +61,16 @@ class LoadLevel(Event):
     case: str
     mode: str
     concurrency: int | None = None
-    rate: float | None = None
+    rate: Number | None = None
     planned: int
     sent: int
     seed: int | None = None
     t_start: int
     t_end: int
-    time_limit_s: float
+    time_limit_s: Number
 
 
 # -- a distributed model's ranks (run/rank.py), streamed by rank 0 ---------------------------------
-@record
 class RankGroup(Event):
     """The group once the model is loaded: every rank's own machine facts."""
 
@@ -86,7 +82,6 @@ class RankGroup(Event):
     ranks: tuple[dict[str, Any], ...] = ()
 
 
-@record
 class RankTimeline(Event):
     """Another rank's request stamps of one phase (rank 0's are its request events)."""
 
@@ -96,7 +91,6 @@ class RankTimeline(Event):
     requests: tuple[dict[str, Any], ...] = ()
 
 
-@record
 class CommProfile(Event):
     """The untimed diagnostic pass: per rank, per decode step, time inside the collectives."""
 

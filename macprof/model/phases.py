@@ -5,34 +5,39 @@ layout as a JSON Schema (tests/test_model_schema.py keeps the two in step)."""
 
 from __future__ import annotations
 
-from dataclasses import field
+from msgspec import field
 from typing import Any
 
-from macprof.model.records import ABSENT, Record, record
+from macprof.model.records import ABSENT, Count, Number, Positive, Record
+from macprof.model.vocab import CaseStatus, CountStatus, FailureStatus, OkOrError, PairKind, PhaseName, RequestKind, RequestMode, ThermalState, TrialStatus, WeightsHeld
 from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
 
 
 # -- one request and the statistics of many ------------------------------------------------
-@record
 class Summary(Record):
     """One figure over raw samples: macprof.measure.stats.summarize."""
 
-    n: int = 0
-    failures: int = 0
-    dropped: int = 0
-    median: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    mean: float | None = None
-    stdev: float | None = None
-    min: float | None = None
-    max: float | None = None
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "n", "failures", "median", "p95", "p99", "mean", "stdev", "min", "max")
+    n: Count = 0
+    failures: Count = 0
+    dropped: Count = 0
+    median: Number | None = None
+    p95: Number | None = None
+    p99: Number | None = None
+    mean: Number | None = None
+    stdev: Number | None = None
+    min: Number | None = None
+    max: Number | None = None
 
 
-@record
 class Metrics(Record):
     """The summaries of a phase's (or a case's) measured requests."""
 
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s", "itl_s")
     ttft_s: Summary = field(default_factory=Summary)
     prefill_tok_s: Summary = field(default_factory=Summary)
     decode_tok_s: Summary = field(default_factory=Summary)
@@ -41,31 +46,29 @@ class Metrics(Record):
     aggregate_decode_tok_s: Summary | None = ABSENT  # batch cases: B x the per-sequence decode rate
 
 
-@record
 class Itl(Record):
     """One request's inter-token latencies."""
 
-    mean: float | None = None
-    p50: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    max: float | None = None
+    mean: Number | None = None
+    p50: Number | None = None
+    p95: Number | None = None
+    p99: Number | None = None
+    max: Number | None = None
 
 
-@record
 class CountingRequest(Record):
     """The untimed request that counted a server request's tokens, made after it where the
     server's own free count did not settle them (engines/counting.py): the same prompt and
     greedy settings, not streamed; used only when its text is the timed request's."""
 
-    status: str  # "ok" (used), "differs" (its text is not the timed request's: not used), "error"
+    REQUIRED_KEYS = ("status",)  # in every log (the schema's required), though code may leave them out
+    status: CountStatus  # "ok" (used), "differs" (its text is not the timed request's: not used), "error"
     completion_tokens: int | None = None
     named_by: str | None = None  # what placed each token in the text: "ids" (detokenized), "raw token strings",
     # "text offsets"; None: a total only
     reason: str | None = None  # why it was not used, or failed
 
 
-@record
 class ServerReport(Record):
     """What a server's request counted and reported (engines/wire.py, engines/counting.py):
     the tokens, where the count came from, the tokens each received chunk carried where that is
@@ -74,7 +77,7 @@ class ServerReport(Record):
 
     completion_tokens: int | None = None
     count_source: str | None = None
-    chunk_tokens: tuple[int, ...] | None = None  # per received chunk with text; None: not known
+    chunk_tokens: tuple[Count, ...] | None = None  # per received chunk with text; None: not known
     chunk_tokens_source: str | None = None
     unstamped_tokens: int | None = ABSENT  # counted by the server after the last chunk with text (its EOS)
     prompt_tokens_source: str | None = None
@@ -89,52 +92,55 @@ class ServerReport(Record):
     flags: tuple[str, ...] = ()
 
 
-@record
 class Request(Record):
     """A request as journaled (raw timestamps, token ids) plus what its timestamps give."""
 
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "kind", "status", "t0", "t_tokenized", "token_times", "tokens", "prompt_tokens", "n_tokens", "ttft_s",
+        "decode_tok_s", "e2e_tok_s", "prefill_tok_s")
     index: int | None = None
-    kind: str = ""
-    mode: str | None = None
-    status: str = ""
+    kind: RequestKind = ""
+    mode: RequestMode | None = None
+    status: OkOrError = ""
     error: str | None = None
     t0: int = 0
     t_tokenized: int | None = None
     token_times: tuple[int, ...] = ()
-    tokens: tuple[Any, ...] = ()  # ids; one list of ids per sequence in a batch
-    prompt_tokens: int = 0
+    tokens: tuple[int | str | tuple[int, ...], ...] = ()  # ids; one list of ids per sequence in a batch; a server's chunk texts
+    prompt_tokens: Count = 0
     reused_tokens: int | None = None
     computed_prompt_tokens: int | None = None
     cached_tokens_after: int | None = None
     kv_cache_bytes: int | None = None
     engine_memory: dict[str, Any] | None = ABSENT  # absent from schema 1 logs
     case: str | None = ABSENT
-    batch: int | None = ABSENT
+    batch: Positive | None = ABSENT
     cached_tokens_before: int | None = ABSENT
-    n_tokens: int = 0
-    ttft_s: float | None = None
-    prefill_tok_s: float | None = None
-    decode_tok_s: float | None = None
-    e2e_tok_s: float | None = None
-    tokenize_s: float | None = None
-    total_s: float | None = None
+    n_tokens: Count = 0
+    ttft_s: Number | None = None
+    prefill_tok_s: Number | None = None
+    decode_tok_s: Number | None = None
+    e2e_tok_s: Number | None = None
+    tokenize_s: Number | None = None
+    total_s: Number | None = None
     itl: Itl | None = None
-    aggregate_decode_tok_s: float | None = ABSENT
-    aggregate_e2e_tok_s: float | None = ABSENT
+    aggregate_decode_tok_s: Number | None = ABSENT
+    aggregate_e2e_tok_s: Number | None = ABSENT
     server: ServerReport | None = ABSENT  # a server's request: what it counted and reported
 
 
-@record
 class Failure(Record):
     """A failure as the orchestrator journaled it (worker crash, timeout, refusal) or a sweep
     case's error; only ``status`` and ``reason`` are always there."""
 
+    REQUIRED_KEYS = ("status", "reason")  # in every log (the schema's required), though code may leave them out
     event: str | None = ABSENT
     model: str | None = ABSENT
     worker: str | None = ABSENT
-    status: str = "error"
+    status: FailureStatus = "error"
     reason: str | None = None
-    phase: str | None = ABSENT
+    phase: PhaseName | None = ABSENT
     case: str | None = ABSENT
     index: int | None = ABSENT
     kind: str | None = ABSENT
@@ -144,18 +150,17 @@ class Failure(Record):
     stderr_tail: str | None = ABSENT
 
 
-@record
 class OutputCheck(Record):
     """Token-by-token agreement of two outputs of the same prompt (prefix reuse, batching)."""
 
-    identical_fraction: float | None = None
+    REQUIRED_KEYS = ("identical_fraction", "first_divergence", "passed")  # in every log, though code may leave them out
+    identical_fraction: Number | None = None
     first_divergence: int | None = None
-    margin: float | None = None
+    margin: Number | None = None
     near_tie: bool | None = None
     passed: bool = False
 
 
-@record
 class Checks(Record):
     n: int = 0
     identical: int = 0
@@ -163,12 +168,10 @@ class Checks(Record):
     failed: int = 0
 
 
-@record
 class BatchCheck(Checks):
     sequences: tuple[OutputCheck, ...] = ()
 
 
-@record
 class PhaseMemory(Record):
     rss_start_bytes: int | None = None
     rss_end_bytes: int | None = None
@@ -183,56 +186,52 @@ class PhaseMemory(Record):
     # how the engine held its weights ("mapped" / "copied", engines/base.py) and, mapped, the
     # model files' resident bytes at the phase's end: clean file pages macOS's footprint leaves
     # out, added to it in the headline (analyse/headline.py); absent in older logs and servers
-    weights_held: str | None = ABSENT
+    weights_held: WeightsHeld | None = ABSENT
     mapped_resident_bytes: int | None = ABSENT
 
 
 # -- the ceilings --------------------------------------------------------------------------
-@record
 class CeilingSide(Record):
     """The roofline with the published (spec) or the measured bandwidth; where that bandwidth is
     unknown, only ``reason``."""
 
-    bandwidth_gbs: float | None = None
+    bandwidth_gbs: Number | None = None
     reason: str | None = ABSENT
-    ceiling_tok_s: float | None = ABSENT
-    efficiency: float | None = ABSENT
+    ceiling_tok_s: Number | None = ABSENT
+    efficiency: Number | None = ABSENT
     bound: str | None = ABSENT
-    file_size_ceiling_tok_s: float | None = ABSENT
-    prefill_compute_ceiling_tok_s: float | None = ABSENT
-    prefill_efficiency: float | None = ABSENT
+    file_size_ceiling_tok_s: Number | None = ABSENT
+    prefill_compute_ceiling_tok_s: Number | None = ABSENT
+    prefill_efficiency: Number | None = ABSENT
     prefill_reason: str | None = ABSENT
 
 
-@record
 class Ceiling(Record):
     """A phase's or a case's decode figure against the roofline at its context; where the model's
     shape is unknown (or the log predates ceilings), only ``reason``."""
 
     reason: str | None = ABSENT
-    context_tokens: float | None = ABSENT
-    weight_bytes_per_token: float | None = ABSENT
-    kv_bytes_per_token: float | None = ABSENT  # where K/V grows linearly with the context (full attention, MLA)
-    kv_bytes_read: float | None = ABSENT  # K/V and recurrent state read per token at context_tokens
+    context_tokens: Number | None = ABSENT
+    weight_bytes_per_token: Number | None = ABSENT
+    kv_bytes_per_token: Number | None = ABSENT  # where K/V grows linearly with the context (full attention, MLA)
+    kv_bytes_read: Number | None = ABSENT  # K/V and recurrent state read per token at context_tokens
     kv_type: str | None = ABSENT
-    decode_tok_s: float | None = ABSENT
+    decode_tok_s: Number | None = ABSENT
     spec: CeilingSide | None = ABSENT
     measured: CeilingSide | None = ABSENT
 
 
-@record
 class PredictionSide(Record):
-    bandwidth_gbs: float | None = None
+    bandwidth_gbs: Number | None = None
     reason: str | None = ABSENT
     batch: int | None = ABSENT
-    step_s: float | None = ABSENT
-    itl_s: float | None = ABSENT
-    aggregate_tok_s: float | None = ABSENT
-    per_user_tok_s: float | None = ABSENT
+    step_s: Number | None = ABSENT
+    itl_s: Number | None = ABSENT
+    aggregate_tok_s: Number | None = ABSENT
+    per_user_tok_s: Number | None = ABSENT
     bound: str | None = ABSENT
 
 
-@record
 class Prediction(Record):
     """The roofline's batching model for one batch case."""
 
@@ -241,68 +240,65 @@ class Prediction(Record):
     measured: PredictionSide | None = ABSENT
 
 
-@record
 class TradeoffRow(Record):
     """One batch size: measured and predicted, each also relative to B = 1."""
 
-    batch: int = 1
-    aggregate_tok_s: float | None = None
-    itl_p50_s: float | None = None
-    itl_p99_s: float | None = None
+    REQUIRED_KEYS = ("batch",)  # in every log (the schema's required), though code may leave them out
+    batch: Positive = 1
+    aggregate_tok_s: Number | None = None
+    itl_p50_s: Number | None = None
+    itl_p99_s: Number | None = None
     predicted_with: str | None = None
-    predicted_aggregate_tok_s: float | None = None
-    predicted_itl_s: float | None = None
+    predicted_aggregate_tok_s: Number | None = None
+    predicted_itl_s: Number | None = None
     bound: str | None = None
-    measured_over_predicted_aggregate: float | None = None
-    measured_over_predicted_itl: float | None = None
-    aggregate_vs_b1: float | None = None
-    itl_p50_vs_b1: float | None = None
-    predicted_aggregate_vs_b1: float | None = None
-    predicted_itl_vs_b1: float | None = None
+    measured_over_predicted_aggregate: Number | None = None
+    measured_over_predicted_itl: Number | None = None
+    aggregate_vs_b1: Number | None = None
+    itl_p50_vs_b1: Number | None = None
+    predicted_aggregate_vs_b1: Number | None = None
+    predicted_itl_vs_b1: Number | None = None
 
 
 # -- the phases ------------------------------------------------------------------------------
-@record
 class Residency(Record):
     resident_bytes: int | None = None
     file_bytes: int | None = None
-    fraction: float | None = None
+    fraction: Number | None = None
     label: str = "unknown"
     method: str | None = None
 
 
-@record
 class DropCache(Record):
     dropped: bool = False
     reason: str | None = None
 
 
-@record
 class ColdTrial(Record):
     """One fresh worker process; a trial whose worker never ran has only the first four."""
 
+    REQUIRED_KEYS = ("index", "residency", "status")  # in every log, though code may leave them out
     index: int = 0
     residency: Residency | None = None
     drop_cache: DropCache | None = None
-    status: str = "ok"  # ok | failed | interrupted (the run ended while it was measured)
-    interpreter_s: float | None = ABSENT
-    harness_s: float | None = ABSENT  # macprof's own start-up in the worker: not in ready_s
-    import_s: float | None = ABSENT
-    model_load_s: float | None = ABSENT
-    tokenizer_load_s: float | None = ABSENT
-    ready_s: float | None = ABSENT
+    status: TrialStatus = "ok"  # ok | failed | interrupted (the run ended while it was measured)
+    interpreter_s: Number | None = ABSENT
+    harness_s: Number | None = ABSENT  # macprof's own start-up in the worker: not in ready_s
+    import_s: Number | None = ABSENT
+    model_load_s: Number | None = ABSENT
+    tokenizer_load_s: Number | None = ABSENT
+    ready_s: Number | None = ABSENT
     first_request: Request | None = ABSENT
     second_request: Request | None = ABSENT
-    first_request_extra_s: float | None = ABSENT
-    time_to_first_token_s: float | None = ABSENT
-    prompt_build_s: float | None = ABSENT
+    first_request_extra_s: Number | None = ABSENT
+    time_to_first_token_s: Number | None = ABSENT
+    prompt_build_s: Number | None = ABSENT
     tokenizer_note: str | None = ABSENT
     failure: Failure | None = ABSENT
     note: str | None = ABSENT  # why a trial is "interrupted"
     energy: ColdEnergy | None = ABSENT  # spawn -> ready, where the trial's telemetry was journaled
 
 
-@record
 class ColdSummary(Record):
     interpreter_s: Summary = field(default_factory=Summary)
     import_s: Summary = field(default_factory=Summary)
@@ -313,15 +309,15 @@ class ColdSummary(Record):
     time_to_first_token_s: Summary = field(default_factory=Summary)
 
 
-@record
 class ColdPhase(Record):
+    REQUIRED_KEYS = ("trials", "summary")  # in every log (the schema's required), though code may leave them out
     trials: tuple[ColdTrial, ...] = ()
     summary: ColdSummary = field(default_factory=ColdSummary)
     failures: tuple[Failure, ...] = ()
 
 
-@record
 class WarmPhase(Record):
+    REQUIRED_KEYS = ("requests", "summary", "failures")  # in every log, though code may leave them out
     requests: tuple[Request, ...] = ()
     summary: Metrics = field(default_factory=Metrics)
     failures: tuple[Failure, ...] = ()
@@ -329,33 +325,32 @@ class WarmPhase(Record):
     roofline: Ceiling | None = ABSENT  # a schema 1 log gets it (with the reason) on migration
     telemetry: PhaseTelemetry | None = ABSENT  # logs before telemetry lack it
     # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
-    thermal_state_start: str | None = ABSENT
-    thermal_state_end: str | None = ABSENT
+    thermal_state_start: ThermalState | None = ABSENT
+    thermal_state_end: ThermalState | None = ABSENT
 
 
-@record
 class PrefixPair(Record):
     """One prompt with the prefix cached (reuse) and not (noreuse); a pair cut short by a
     failure lacks what was not measured."""
 
     index: int | None = None
-    kind: str = ""
+    kind: PairKind = ""
     reuse: Request | None = ABSENT
     noreuse: Request | None = ABSENT
     check: OutputCheck | None = ABSENT
 
 
-@record
 class PrefixSummary(Record):
+    REQUIRED_KEYS = ("reuse", "noreuse", "ttft_speedup", "checks")  # in every log, though code may leave them out
     reuse: Metrics = field(default_factory=Metrics)
     noreuse: Metrics = field(default_factory=Metrics)
-    ttft_speedup: float | None = None
+    ttft_speedup: Number | None = None
     reused_tokens: Summary = field(default_factory=Summary)
     checks: Checks = field(default_factory=Checks)
 
 
-@record
 class PrefixPhase(Record):
+    REQUIRED_KEYS = ("pairs", "summary", "failures")  # in every log, though code may leave them out
     pairs: tuple[PrefixPair, ...] = ()
     summary: PrefixSummary = field(default_factory=PrefixSummary)
     failures: tuple[Failure, ...] = ()
@@ -365,11 +360,10 @@ class PrefixPhase(Record):
     reuse_not_possible: str | None = ABSENT
     telemetry: PhaseTelemetry | None = ABSENT
     # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
-    thermal_state_start: str | None = ABSENT
-    thermal_state_end: str | None = ABSENT
+    thermal_state_start: ThermalState | None = ABSENT
+    thermal_state_end: ThermalState | None = ABSENT
 
 
-@record
 class PlannedCase(Record):
     """A sweep case as planned (macprof.cases.plan): what the case is, before it runs."""
 
@@ -379,30 +373,32 @@ class PlannedCase(Record):
     batch: int | None = ABSENT  # batch
     prompt_tokens: int
     gen_tokens: int
-    context_tokens: float
+    context_tokens: Number
 
 
-@record
 class DepthFill(Record):
     t_start: int | None = None
     t_end: int | None = None
-    fill_s: float | None = None
+    fill_s: Number | None = None
     cached_tokens: int | None = None
     kv_cache_bytes: int | None = None
 
 
-@record
 class SweepCase(Record):
     """One planned case and what came of it; a case that never ran is listed as ``not run``."""
 
+    # in every log (the schema's "required"), though code may construct the record without them
+    REQUIRED_KEYS = (
+        "id", "status", "prompt_tokens", "gen_tokens", "context_tokens", "requests", "summary", "failures",
+        "roofline")
     id: str = ""
-    status: str = "not run"
+    status: CaseStatus = "not run"
     shape: str | None = ABSENT
-    depth: int | None = ABSENT
-    batch: int | None = ABSENT
-    prompt_tokens: int = 0
-    gen_tokens: int = 0
-    context_tokens: float = 0.0
+    depth: Count | None = ABSENT
+    batch: Positive | None = ABSENT
+    prompt_tokens: Positive = 0
+    gen_tokens: Positive = 0
+    context_tokens: Number = 0.0
     requests: tuple[Request, ...] = ()
     summary: Metrics = field(default_factory=Metrics)
     failures: tuple[Failure, ...] = ()
@@ -415,15 +411,15 @@ class SweepCase(Record):
     energy: Energy | None = ABSENT  # this case's requests against its phase's telemetry
 
 
-@record
 class Sweep(Record):
     """grid, depth or batch: its cases in plan order, the failures tied to no case, memory."""
 
+    REQUIRED_KEYS = ("cases", "failures")  # in every log (the schema's required), though code may leave them out
     cases: tuple[SweepCase, ...] = ()
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
     tradeoff: tuple[TradeoffRow, ...] | None = ABSENT  # batch
     telemetry: PhaseTelemetry | None = ABSENT
     # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
-    thermal_state_start: str | None = ABSENT
-    thermal_state_end: str | None = ABSENT
+    thermal_state_start: ThermalState | None = ABSENT
+    thermal_state_end: ThermalState | None = ABSENT

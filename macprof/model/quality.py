@@ -6,10 +6,10 @@ from __future__ import annotations
 
 
 from macprof.model.phases import Failure, PhaseMemory
-from macprof.model.records import ABSENT, Record, record
+
+from macprof.model.records import ABSENT, Count, Number, Record
 
 
-@record
 class QualityText(Record):
     """The text scored: where it came from, its sha256 and size, and its token count."""
 
@@ -21,36 +21,35 @@ class QualityText(Record):
     tokenized_chars: int | None = ABSENT
 
 
-@record
 class QualityChunk(Record):
     """One chunk's raw figures, one value per scored position (the chunk's second half)."""
 
+    REQUIRED_KEYS = ("index", "nll")  # in every log (the schema's required), though code may leave them out
     index: int = 0
     t_start: int | None = None
     t_end: int | None = None
     tokens: int = 0  # the chunk's length: one forward pass over this many tokens
-    nll: tuple[float, ...] = ()
-    kld: tuple[float, ...] | None = None  # null without a reference to compare with
+    nll: tuple[Number, ...] = ()
+    kld: tuple[Number, ...] | None = None  # null without a reference to compare with
     same_top: tuple[bool, ...] | None = None
 
 
-@record
 class KldSummary(Record):
     """KL divergence per token against the reference: mean ± standard error (and its 95 %
     normal interval), median, 99th percentile, maximum."""
 
     n: int = 0
-    mean: float | None = None
-    unc: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    median: float | None = None
-    p99: float | None = None
-    max: float | None = None
+    mean: Number | None = None
+    unc: Number | None = None
+    ci_low: Number | None = None
+    ci_high: Number | None = None
+    median: Number | None = None
+    p99: Number | None = None
+    max: Number | None = None
 
 
-@record
 class QualityPhase(Record):
+    REQUIRED_KEYS = ("chunks", "failures")  # in every log (the schema's required), though code may leave them out
     text: QualityText | None = None
     n_ctx: int | None = None
     chunks_planned: int | None = None
@@ -59,13 +58,13 @@ class QualityPhase(Record):
     is_reference: bool = False
     reference_reason: str | None = None  # why there is no KLD (no reference, tokenizers differ, ...)
     rescore_reason: str | None = ABSENT  # the reference: why it scored again (its stored log-probs changed)
-    scored_tokens: int = 0
-    ppl: float | None = None
-    ppl_unc: float | None = None
+    scored_tokens: Count = 0
+    ppl: Number | None = None
+    ppl_unc: Number | None = None
     kld: KldSummary | None = None
-    same_top: float | None = None
-    same_top_unc: float | None = None
-    score_tok_s: float | None = None  # median over chunks of tokens / forward-pass seconds
+    same_top: Number | None = None
+    same_top_unc: Number | None = None
+    score_tok_s: Number | None = None  # median over chunks of tokens / forward-pass seconds
     chunks: tuple[QualityChunk, ...] = ()
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = ABSENT

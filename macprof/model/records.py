@@ -1,161 +1,170 @@
-"""Frozen records and their JSON, as pyperf's _bench.py is for pyperf: one generic codec driven
-by the dataclass fields and their type hints, so the run log and the journal have one typed
-vocabulary and nothing reads them through string paths.
+"""Frozen records and their JSON: msgspec Structs (frozen, keyword-only), so the run log and the
+journal have one typed vocabulary, nothing reads them through string paths, and one library
+(C, well kept) decodes, checks and encodes them; the JSON Schema is generated from these types
+(macprof/store/schema).
 
-- A field typed as a record, a tuple of records or a dict of records is read recursively;
-  anything else (numbers, strings, free-form dicts such as an engine's memory figures or the
-  model's metadata) is kept as read. The JSON Schema, checked before a log is read, decides
-  what a value may be; the codec only refuses a value of the wrong kind for a record.
+- A record is a subclass of ``Record``: fields as annotations, defaults as values, no decorator.
+  Decoding checks every value against its type (a string where a count belongs, a negative
+  count, an unknown phase), so the types are the log's schema.
 - Some keys are written only sometimes (a field of another phase, a log of an older version,
-  a journal event before the orchestrator adds the model). Their default is ``ABSENT``: the
-  attribute reads None, like a null, but the key stays absent when the record is written back,
-  so a log or a journal line reads and writes to the same JSON.
+  a journal event before the orchestrator adds the model). Their default is ``ABSENT``
+  (msgspec.UNSET): the attribute reads None, like a null, but the key stays absent when the
+  record is written back (msgspec omits UNSET), so a log or a journal line reads and writes to
+  the same JSON. ``has(name)`` tells an absent key from a null.
+- ``REQUIRED_KEYS`` names the keys every file has that code may leave to their defaults: the
+  schema requires them (a field without a default is required anyway).
+- A figure that may be fractional is ``Number`` (int | float), not float: msgspec would read
+  512 as 512.0 and write it back so; the log keeps what was measured, as it was written.
+- An event (model/event_base.py) is one arm of a tagged union on the ``"event"`` key, its tag
+  the class's ``KIND``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple, Self, dataclass_transform
+import numbers
+import re
+from typing import Annotated, Any, ClassVar, Self, dataclass_transform
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 from macprof.errors import MacprofError
 
-
-class _Absent:
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
 # Typed as Any so that it can be the default of a field of any type; read back, it is None.
-ABSENT: Any = _Absent()
-
-def _plain(hint: Any) -> Any:
-    """``X | None`` -> X (a record field is nullable where the schema says so; the codec reads
-    null as None whatever the type)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        arms = [a for a in typing.get_args(hint) if a is not type(None)]
-        return arms[0] if len(arms) == 1 else hint
-    return hint
+ABSENT: Any = UNSET
+Number = int | float  # a figure: 512 stays 512, 0.5 stays 0.5
+Count = Annotated[int, Meta(ge=0)]  # tokens, bytes, requests: never negative
+Positive = Annotated[int, Meta(ge=1)]  # a batch, a draft length, an attempt's number
+NonNegative = Annotated[int, Meta(ge=0)] | Annotated[float, Meta(ge=0)]  # a temperature
+Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 
 
-@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(field,))
-def record(cls: type) -> Any:
-    """A Record subclass as ``@dataclass(frozen=True, kw_only=True)`` makes it, for readers and
-    type checkers (the fields, ``dataclasses.fields``/``replace``, keyword-only construction,
-    immutability, equality over the fields), with no method generated per class: ``__init__``,
-    ``__setattr__``, ``__eq__``, ``__hash__`` and ``__repr__`` are Record's, written once over the
-    fields. A generated method is Python source compiled at import, six per class for some 130
-    records: most of the 140 ms that every macprof process, each run's workers included, spent
-    importing its data model."""
-    return dataclass(init=False, repr=False, eq=False, kw_only=True)(cls)
+class _Absentable:
+    """A field whose key may be absent, as Python reads it: ABSENT reads None. msgspec itself
+    (decode, encode, replace, equality, repr) reads the slot beneath, so the key stays absent."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        value = self.slot.__get__(obj, owner)
+        return None if value is UNSET else value
 
 
-@record
-class Record:
-    """Base of every record. ``_absent`` names the keys this record lacks (see ABSENT); it is
-    carried over by ``dataclasses.replace``, so use ``record.replace`` to give such a key a value.
-    Construction, immutability, equality, hashing and repr are a frozen dataclass's: keyword
-    arguments with the fields' defaults, FrozenInstanceError on assignment, equal only to a record
-    of the very same class, over the fields with compare (repr) set."""
+class _RecordMeta(msgspec.StructMeta):
+    """Every record keyword-only (msgspec's kw_only is per class, not inherited), every event
+    tagged with its KIND, every field defaulting to ABSENT read as None: a record is declared as
+    a plain class."""
 
-    _absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    def __new__(mcls, name: str, bases: tuple, namespace: dict, **kwargs: Any) -> Any:
+        kwargs.setdefault("kw_only", True)
+        if "KIND" in namespace:
+            kwargs.setdefault("tag", namespace["KIND"])
+        cls = super().__new__(mcls, name, bases, namespace, **kwargs)
+        # the defaults are the last fields' (msgspec's layout); structs.fields would evaluate every
+        # annotation, most of the data model's import time
+        names, defaults = cls.__struct_fields__, cls.__struct_defaults__
+        for name, default in zip(names[len(names) - len(defaults):], defaults):
+            slot = cls.__dict__.get(name)  # a base's fields are wrapped in the base
+            if default is UNSET and slot is not None and not isinstance(slot, _Absentable):
+                type.__setattr__(cls, name, _Absentable(slot))
+        return cls
 
-    def __init__(self, **values: Any) -> None:
-        for name, default, factory in _shape(type(self)).init:
-            if name in values:
-                value = values.pop(name)
-            elif default is not dataclasses.MISSING:
-                value = default
-            elif factory is not dataclasses.MISSING:
-                value = factory()
-            else:
-                raise TypeError(f"{type(self).__qualname__}() missing required keyword argument: {name!r}")
-            object.__setattr__(self, name, value)
-        if values:
-            raise TypeError(f"{type(self).__qualname__}() got an unexpected keyword argument {next(iter(values))!r}")
-        self.__post_init__()
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(msgspec.field,))
+class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
+    """Base of every record: keyword construction with the fields' defaults, immutability,
+    equality over the fields (a record of the very same class; an absent key is not a null),
+    repr (ABSENT shows as UNSET): msgspec's."""
 
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def _compared(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()  # type: ignore[attr-defined]  # the same class
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
-        return f"{type(self).__qualname__}({shown})"
-
-    def __post_init__(self) -> None:
-        shape = _shape(type(self))
-        absent = set()
-        for name in shape.names:
-            value = getattr(self, name)
-            if value is ABSENT or (value is None and name in self._absent):
-                absent.add(name)
-                object.__setattr__(self, name, None)
-            elif isinstance(value, list) and name in shape.tuples:
-                object.__setattr__(self, name, tuple(value))  # frozen all the way down the sequence
-        object.__setattr__(self, "_absent", frozenset(absent))
+    # Keys every log of this record has, though code may construct it without them (a default
+    # for code, not for a file): the schema's "required" beside the fields that have no default.
+    # A log lacking one is refused on load (store/runlog.py validates against the schema).
+    REQUIRED_KEYS: ClassVar[tuple[str, ...]] = ()
 
     def has(self, name: str) -> bool:
         """Whether the key ``name`` is there (a null is there; an absent key is not)."""
-        return name not in self._absent
+        field = getattr(type(self), name, None)
+        return not isinstance(field, _Absentable) or field.slot.__get__(self) is not UNSET
 
     def replace(self, **changes: Any) -> Self:
-        """A copy with ``changes``; a key this record lacked is present in the copy."""
-        new = dataclasses.replace(self, **changes)
-        object.__setattr__(new, "_absent", new._absent - changes.keys())
-        return new
+        """A copy with ``changes``; a key this record lacked is present in the copy (ABSENT
+        as a change makes it absent)."""
+        return msgspec.structs.replace(self, **changes)
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> Self:
-        """The record of ``data``; a value of the wrong kind or a missing key raises
-        MacprofError naming ``where`` (the file, say) and the place in it."""
+        """The record of ``data`` (JSON as read); a value of the wrong type or a missing key
+        raises MacprofError naming ``where`` (the file, say) and the place in it."""
         try:
-            return _decode_record(cls, data, "")
-        except _Misfit as exc:
-            raise MacprofError(f"{where or cls.__name__}: {exc.at or '(top level)'}: {exc.what}") from None
+            return msgspec.convert(data, cls)
+        except msgspec.ValidationError as exc:
+            raise MacprofError(f"{where or cls.__name__}: {misfit(exc)}") from None
 
     def to_json(self) -> dict:
-        absent = self._absent
-        return {name: encode(getattr(self, name)) for name in _shape(type(self)).names if name not in absent}
+        """The record as JSON values (lists, not the tuples it holds), as json.loads gives them."""
+        return _DECODE(_ENCODE(self))
 
 
-def record_fields(cls: type) -> list[dataclasses.Field]:
-    """The fields that are JSON keys (not the bookkeeping of absent keys)."""
-    return [f for f in fields(cls) if f.name != "_absent"]
+def record_fields(cls: type) -> tuple[msgspec.structs.FieldInfo, ...]:
+    """The fields of a record class (each has ``name``, ``type``, ``default``), in key order."""
+    return msgspec.structs.fields(cls)
 
 
-def encode(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.to_json()
-    if isinstance(value, (list, tuple)):
-        return [encode(v) for v in value]
-    if isinstance(value, dict):
-        return {k: encode(v) for k, v in value.items()}
-    return value
+def _number(value: Any) -> Any:
+    """A figure msgspec does not know as one: a numpy scalar (numpy registers its numbers as
+    numbers.Real), as json.dumps wrote it."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"a record holds a {type(value).__name__}, which is no JSON value")
+
+
+# to_builtins keeps tuples; the JSON's own decoder gives lists, and is as fast
+_ENCODE, _DECODE = msgspec.json.Encoder(enc_hook=_number).encode, msgspec.json.Decoder().decode
+
+
+def json_line(record: Record) -> str:
+    """The record as one line of compact JSON (the journal's, a worker's): a non-finite float
+    is written null (NaN and Infinity are not JSON), non-ASCII text as UTF-8."""
+    return _ENCODE(record).decode() + "\n"
+
+
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<at>.*)`)?$", re.S)
+_WORDS = {"object": "an object", "array": "an array", "str": "a string", "int": "an integer", "float": "a number",
+          "bool": "true or false", "null": "null"}
+
+
+def misfit(exc: msgspec.ValidationError) -> str:
+    """msgspec's message as 'PLACE: what', the place as a JSON pointer without its leading
+    slash (``models/0/identity``), the types in JSON's words."""
+    m = _AT.match(str(exc))
+    assert m is not None  # the pattern matches any text
+    at = re.sub(r"\[(\d+)\]", r"/\1", m["at"] or "").replace("[", "/").replace("]", "").replace(".", "/")
+    at = at.strip("/").replace('"', "") or "(top level)"
+    what = m["what"]
+    missing = re.fullmatch(r"Object missing required field `(.+)`", what)
+    if missing:
+        return f"{at}: no {missing[1]!r}"
+    typed = re.fullmatch(r"Expected `([^`]+)`(.*?)(?:, got `([^`]+)`)?", what)
+    if typed:
+        want = " or ".join(_WORDS.get(w, w) for w in typed[1].split(" | ")).replace("an integer or a number", "a number")
+        found = f", found {_WORDS.get(typed[3], typed[3])}" if typed[3] else ""
+        return f"{at}: expected {want}{typed[2]}{found}"
+    return f"{at}: {what[:1].lower()}{what[1:]}"
 
 
 # What a JSON value read from a file may be before any record is made of it. A run log nests
 # about 11 deep (tiny-sweeps.json); 64 leaves room for what free-form fields hold, and keeps
-# every recursive walk after it (the schema, the codec, `share`, deepcopy) far from Python's
-# recursion limit: a log nested 600 deep ended `share` in a RecursionError. No figure macprof
-# records needs more than 64 bits (nanosecond stamps, bytes); 10^300 ended `plot` in an
-# OverflowError.
+# every recursive walk after it (the codec, `share`, deepcopy) far from Python's recursion
+# limit: a log nested 600 deep ended `share` in a RecursionError. No figure macprof records
+# needs more than 64 bits (nanosecond stamps, bytes); 10^300 ended `plot` in an OverflowError.
 MAX_DEPTH = 64
 MAX_INT_BITS = 63
 
@@ -170,6 +179,9 @@ def json_refusal(data: Any) -> str | None:
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
                 return f"{_place(at)}: nested more than {MAX_DEPTH} deep"
+            if type(value) is list and value and set(map(type, value)) == {int}:  # ids, stamps: at C speed
+                if max(value).bit_length() <= MAX_INT_BITS and min(value).bit_length() <= MAX_INT_BITS:
+                    continue
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, v in items:
                 if isinstance(v, (dict, list)):
@@ -186,126 +198,12 @@ def _place(at: str, limit: int = 100) -> str:
     return (at[:limit] + "...") if len(at) > limit else at or "(top level)"
 
 
-class _Misfit(Exception):
-    def __init__(self, at: str, what: str) -> None:
-        self.at, self.what = at, what
+def plain(hint: Any) -> Any:
+    """``X | None | UnsetType`` -> X (the type a field holds when it holds a value)."""
+    import types
+    import typing
 
-
-# A field's decoder: None keeps the JSON value as read; else a function of (value, place).
-Decoder = Callable[[Any, str], Any] | None
-
-
-class _Shape(NamedTuple):
-    """What the codec needs of a record class, worked out once per class (from its fields and
-    type hints) rather than per value: a log holds tens of thousands of values."""
-
-    names: tuple[str, ...]  # the JSON keys, in field order
-    tuples: frozenset[str]  # fields typed as tuples: a list given to them is made a tuple
-    fields: tuple[tuple[str, bool, Decoder], ...]  # (name, required, decoder)
-    init: tuple[tuple[str, Any, Any], ...]  # (name, default, default_factory), _absent included: Record.__init__'s
-
-
-_SHAPES: dict[type, _Shape] = {}
-
-
-def _shape(cls: type) -> _Shape:
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        shape = _SHAPES[cls] = _make_shape(cls)
-    return shape
-
-
-def _make_shape(cls: type) -> _Shape:
-    hints = typing.get_type_hints(cls)
-    keys = record_fields(cls)
-    return _Shape(names=tuple(f.name for f in keys),
-                  tuples=frozenset(f.name for f in keys if typing.get_origin(_plain(hints[f.name])) is tuple),
-                  fields=tuple((f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-                                _decoder(hints[f.name])) for f in keys),
-                  init=tuple((f.name, f.default, f.default_factory) for f in fields(cls)))
-
-
-def _decoder(hint: Any) -> Decoder:
-    """How a value typed ``hint`` is read: records, and tuples and dicts of them, recursively;
-    a number, string or flag checked to be one (a journal is not checked against the schema: a
-    list where a timestamp belongs would reach the arithmetic as a TypeError); anything else
-    (free-form values) as read. A null is None whatever the type."""
-    hint = _plain(hint)
-    origin = typing.get_origin(hint)
-    if isinstance(hint, type) and issubclass(hint, Record):
-        record_cls = hint  # looked up when a value is read: a record may contain its own kind
-        return lambda value, at: _decode_record(record_cls, value, at)
-    if origin is tuple:
-        item = typing.get_args(hint)[0]
-        return _sequence(_decoder(item), nullable=_plain(item) is not item)
-    if origin is dict:
-        return _mapping(_decoder(typing.get_args(hint)[1]))
-    return _SCALARS.get(hint)
-
-
-def _scalar(test: Callable[[Any], bool], what: str) -> Decoder:
-    def read(value: Any, at: str) -> Any:
-        if not test(value):
-            raise _Misfit(at, f"expected {what}, found {_json_type(value)}")
-        return value
-    return read
-
-
-def _json_type(value: Any) -> str:
-    """A value's kind in JSON's words (a list, not a Python ``list``)."""
-    for kind, name in ((bool, "true/false"), (int, "an integer"), (float, "a number"), (str, "a string"),
-                       (list, "an array"), (dict, "an object")):
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
-
-
-# bool is an int to Python, never to JSON: true is no count and no timestamp
-_TESTS: dict[Any, tuple[Callable[[Any], bool], str]] = {
-    int: (lambda v: type(v) is int, "an integer"),
-    float: (lambda v: type(v) in (int, float), "a number"),
-    str: (lambda v: type(v) is str, "a string"),
-    bool: (lambda v: type(v) is bool, "true or false"),
-}
-_SCALARS: dict[Any, Decoder] = {hint: _scalar(test, what) for hint, (test, what) in _TESTS.items()}
-_SCALAR_ITEMS = {_SCALARS[hint]: test for hint, (test, _) in _TESTS.items()}  # decoder -> its test
-
-
-def _sequence(item: Decoder, nullable: bool = False) -> Decoder:
-    def read(value: Any, at: str) -> tuple:
-        if not isinstance(value, list):
-            raise _Misfit(at, f"expected an array, found {_json_type(value)}")
-        if item is None:  # free-form items: a token list of thousands is copied, not walked
-            return tuple(value)
-        if item in _SCALAR_ITEMS:  # numbers: checked in one pass, each item named only when one is wrong
-            test = _SCALAR_ITEMS[item]
-            wrong = next((i for i, v in enumerate(value) if not test(v) and not (nullable and v is None)), None) \
-                if not all(map(test, value)) else None
-            if wrong is not None:
-                item(value[wrong], f"{at}/{wrong}")
-            return tuple(value)
-        return tuple(None if v is None else item(v, f"{at}/{i}") for i, v in enumerate(value))
-    return read
-
-
-def _mapping(item: Decoder) -> Decoder:
-    def read(value: Any, at: str) -> dict:
-        if not isinstance(value, dict):
-            raise _Misfit(at, f"expected an object, found {_json_type(value)}")
-        if item is None:
-            return dict(value)
-        return {k: None if v is None else item(v, f"{at}/{k}") for k, v in value.items()}
-    return read
-
-
-def _decode_record(cls: type, data: Any, at: str):
-    if not isinstance(data, dict):
-        raise _Misfit(at, f"expected an object, found {_json_type(data)}")
-    values = {}
-    for name, required, decode in _shape(cls).fields:
-        if name in data:
-            value = data[name]
-            values[name] = value if value is None or decode is None else decode(value, f"{at}/{name}" if at else name)
-        elif required:
-            raise _Misfit(at, f"no {name!r}")
-    return cls(**values)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        arms = [a for a in typing.get_args(hint) if a is not type(None) and a is not UnsetType]
+        return arms[0] if len(arms) == 1 else typing.Union[tuple(arms)]
+    return hint

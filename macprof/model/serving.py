@@ -2,42 +2,43 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from msgspec import field
 from typing import Any
 
 from macprof.model.phases import Failure, Prediction, Request, Summary
-from macprof.model.records import Record, record
+from macprof.model.records import Number, Record
+from macprof.model.vocab import LoadMode
 
 
-@record
 class LoadLevelResult(Record):
     """A closed-loop level (``concurrency`` clients) or an open-loop one (Poisson ``rate``/s)."""
 
+    REQUIRED_KEYS = ("id", "mode")  # in every log (the schema's required), though code may leave them out
     id: str
-    mode: str
+    mode: LoadMode
     concurrency: int | None = None
-    rate: float | None = None
+    rate: Number | None = None
     seed: int | None = None
     planned: int = 0
     sent: int = 0
     ok: int = 0
     errors: int = 0
-    duration_s: float | None = None
-    time_limit_s: float | None = None
+    duration_s: Number | None = None
+    time_limit_s: Number | None = None
     ttft_s: Summary = field(default_factory=Summary)
     itl_s: Summary = field(default_factory=Summary)
     e2e_s: Summary = field(default_factory=Summary)
     tokens: int | None = None
-    aggregate_tok_s: float | None = None
-    goodput: float | None = None  # share of sent requests that succeeded and met every SLO
+    aggregate_tok_s: Number | None = None
+    goodput: Number | None = None  # share of sent requests that succeeded and met every SLO
     goodput_reason: str | None = None
     prediction: Prediction | None = None  # the batching roofline at B = the level's concurrency
     error_messages: tuple[str, ...] = ()
     requests: tuple[Request, ...] = ()
 
 
-@record
 class ConcurrencyPhase(Record):
+    REQUIRED_KEYS = ("levels",)  # in every log (the schema's required), though code may leave them out
     slo: dict[str, Any] | None = None
     levels: tuple[LoadLevelResult, ...] = ()
     failures: tuple[Failure, ...] = ()

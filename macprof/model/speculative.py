@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Checks, Failure, OutputCheck, PhaseMemory, Request
-from macprof.model.records import ABSENT, Record, record
+
+from macprof.model.records import ABSENT, Count, Number, Positive, Record
+from macprof.model.vocab import DraftStatus
 
 
 # -- raw, as journaled ---------------------------------------------------------------------------
-@record
 class Round(Record):
     """One round of a speculative request: k drafted, a accepted, the four stamps
     (perf_counter_ns) and the tokens it drafted and emitted (the a accepted and the target's)."""
 
-    drafted: int
-    accepted: int
+    drafted: Count
+    accepted: Count
     t_draft_start: int
     t_verify_start: int
     t_verify_end: int
@@ -25,7 +26,6 @@ class Round(Record):
     tokens: tuple[int, ...] = ()
 
 
-@record
 class DraftLoaded(Event):
     """The speculative phase's draft: loaded (its load's stamps, memory and vocabulary), refused
     (another tokenizer: ``reason`` names both) or failed to load; ngram needs no load."""
@@ -49,7 +49,6 @@ class DraftLoaded(Event):
     shape: dict | None = None  # the draft's, as the parent inspected it (collect/modelinfo.py)
 
 
-@record
 class DraftEnd(Event):
     """The draft model at the phase's end, before it is closed: the K/V its cache holds (the
     last request's context), its engine's memory figures, how it held its weights and, mapped,
@@ -63,7 +62,6 @@ class DraftEnd(Event):
     mapped_resident_bytes: int | None = None
 
 
-@record
 class SpeculativeRounds(Event):
     """A speculative request's rounds, journaled after its request event."""
 
@@ -76,7 +74,6 @@ class SpeculativeRounds(Event):
     rounds: tuple[Round, ...] = ()
 
 
-@record
 class SpeculativeNative(Event):
     """A request of the engine's own speculative decoding (engines/base.py NativeReport),
     journaled after its request event: what the engine told of it, None where it told nothing
@@ -87,7 +84,7 @@ class SpeculativeNative(Event):
     index: int
     kind: str
     case: str
-    k: int
+    k: Positive
     impl: str
     from_draft: tuple[bool, ...] | None = None
     drafted: tuple[int, ...] | None = None
@@ -95,7 +92,6 @@ class SpeculativeNative(Event):
     unknown: str | None = None
 
 
-@record
 class NativeRefused(Event):
     """The engine's own speculative decoding refused (the engine lacks it, or not with this
     draft) or failed to open: macprof's loop is measured all the same."""
@@ -105,11 +101,16 @@ class NativeRefused(Event):
     reason: str
 
 
-@record
-class SpeculativeCheck(Event, OutputCheck):
+class SpeculativeCheck(Event):
     """A speculative request's output against the plain greedy one of the same prompt."""
 
     KIND = "speculative_check"
+    # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
+    identical_fraction: Number | None = None
+    first_divergence: int | None = None
+    margin: Number | None = None
+    near_tie: bool | None = None
+    passed: bool = False
     phase: str
     index: int
     kind: str
@@ -117,10 +118,10 @@ class SpeculativeCheck(Event, OutputCheck):
 
 
 # -- the run log -------------------------------------------------------------------------------
-@record
 class SpeculativeRequest(Record):
     """One speculative request: the request (its token stamps) and its rounds and check."""
 
+    REQUIRED_KEYS = ("request",)  # in every log (the schema's required), though code may leave them out
     request: Request
     rounds: tuple[Round, ...] = ()
     check: OutputCheck | None = None
@@ -130,70 +131,68 @@ class SpeculativeRequest(Record):
     accepted_per_round: tuple[int, ...] | None = ABSENT
 
 
-@record
 class Interval(Record):
-    value: float | None = None
-    low: float | None = None
-    high: float | None = None
+    value: Number | None = None
+    low: Number | None = None
+    high: Number | None = None
 
 
-@record
 class SpeculativeCase(Record):
     """One draft length k: its requests and what they give against plain decoding."""
 
+    REQUIRED_KEYS = ("id", "k")  # in every log (the schema's required), though code may leave them out
     id: str
-    k: int
+    k: Positive
     requests: tuple[SpeculativeRequest, ...] = ()
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
-    acceptance: float | None = None  # α = accepted / drafted
+    acceptance: Number | None = None  # α = accepted / drafted
     # the per-token acceptance of the prediction's model: accepted / drafts judged (measure/speculative.py)
-    acceptance_per_token: float | None = None
-    tokens_per_round: float | None = None
-    draft_s_per_round: float | None = None  # medians over the measured rounds
-    verify_s_per_round: float | None = None
-    rewind_s_per_round: float | None = None
-    round_s_per_round: float | None = None  # draft start to rewind end
-    decode_tok_s: float | None = None  # median of the measured requests
+    acceptance_per_token: Number | None = None
+    tokens_per_round: Number | None = None
+    draft_s_per_round: Number | None = None  # medians over the measured rounds
+    verify_s_per_round: Number | None = None
+    rewind_s_per_round: Number | None = None
+    round_s_per_round: Number | None = None  # draft start to rewind end
+    decode_tok_s: Number | None = None  # median of the measured requests
     speedup: Interval | None = None  # decode tok/s against plain, with its bootstrap interval
-    predicted_speedup: float | None = None  # the roofline's at the measured α (analyse/ceilings.py)
-    predicted_round_s: float | None = None
-    predicted_tokens_per_round: float | None = None  # (1 - α^(k+1)) / (1 - α) at acceptance_per_token
+    predicted_speedup: Number | None = None  # the roofline's at the measured α (analyse/ceilings.py)
+    predicted_round_s: Number | None = None
+    predicted_tokens_per_round: Number | None = None  # (1 - α^(k+1)) / (1 - α) at acceptance_per_token
     prediction_reason: str | None = None  # why there is no prediction (a shape or the bandwidth unknown)
     checks: Checks | None = None
     impl: str | None = ABSENT  # the engine's own path: its call, as its library names it
     unknown: str | None = ABSENT  # why a figure of the engine's own path is unknown (what it does not tell)
 
 
-@record
 class DraftMemory(Record):
     """What the draft adds to the process: its load's RSS (and macOS footprint) growth, its
     file and bytes read per token, the K/V it held at the phase's end (measured, and computed
     from its shape at the phase's context), its engine's figures, how it held its weights."""
 
     file_bytes: int | None = None
-    weight_bytes_per_token: float | None = None
+    weight_bytes_per_token: Number | None = None
     rss_before_load_bytes: int | None = None
     rss_after_load_bytes: int | None = None
     load_rss_bytes: int | None = None  # after - before
     load_footprint_bytes: int | None = ABSENT  # macOS only
     kv_cache_bytes: int | None = None  # measured, as the target's are (llama.cpp: sequence state; MLX: K/V arrays)
-    kv_computed_bytes: float | None = None  # the draft's shape at prompt + gen tokens (measure/kvmodel.py)
+    kv_computed_bytes: Number | None = None  # the draft's shape at prompt + gen tokens (measure/kvmodel.py)
     engine: dict | None = None
     weights_held: str | None = None
     mapped_resident_bytes: int | None = None
 
 
-@record
 class SpeculativePhase(Record):
+    REQUIRED_KEYS = ("cases", "failures")  # in every log (the schema's required), though code may leave them out
     draft: str | None = None
     draft_engine: str | None = None
-    draft_status: str | None = None  # ok, refused, error; None: no draft_loaded event
+    draft_status: DraftStatus | None = None  # ok, refused, error; None: no draft_loaded event
     draft_reason: str | None = None
-    draft_load_s: float | None = None
+    draft_load_s: Number | None = None
     plain: tuple[Request, ...] = ()
-    plain_decode_tok_s: float | None = None
+    plain_decode_tok_s: Number | None = None
     cases: tuple[SpeculativeCase, ...] = ()
     failures: tuple[Failure, ...] = ()
     native: tuple[SpeculativeCase, ...] | None = ABSENT  # the engine's own speculative path, measured the same way

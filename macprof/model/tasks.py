@@ -7,31 +7,31 @@ from __future__ import annotations
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, PhaseMemory
-from macprof.model.records import ABSENT, Record, record
+
+from macprof.model.records import ABSENT, Count, NonNegative, Number, Positive, Record
+from macprof.model.vocab import AttemptStatus, TaskStop
 
 
-@record
 class TaskSetInfo(Record):
     """The task file: where it came from, its sha256 and size, its tasks and refused lines."""
 
     source: str | None = None
     sha256: str | None = None
     bytes: int | None = None
-    tasks: int = 0  # lines accepted
-    refused: int = 0  # lines refused (each a TaskRefusal)
+    tasks: Count = 0  # lines accepted
+    refused: Count = 0  # lines refused (each a TaskRefusal)
 
 
-@record
 class TaskRefusal(Record):
     """A task that did not run, in one line: a malformed line (its number), a task longer than
     the context, a template that did not render."""
 
+    REQUIRED_KEYS = ("reason",)  # in every log (the schema's required), though code may leave them out
     line: int | None = None
     task: str | None = None
     reason: str = ""
 
 
-@record
 class ToolCall(Record):
     """A tool-call reply's three steps, each false from the first that failed."""
 
@@ -40,23 +40,23 @@ class ToolCall(Record):
     arguments_valid: bool = False
 
 
-@record
 class TaskAttempt(Record):
     """One attempt at a task: the raw stamps and ids, the reply, why it ended, the verdict."""
 
+    REQUIRED_KEYS = ("task", "attempt", "status")  # in every log, though code may leave them out
     task: str = ""
-    attempt: int = 1  # 1 is the first; a retry adds the checker's message as the next user turn
+    attempt: Positive = 1  # 1 is the first; a retry adds the checker's message as the next user turn
     # "ok"; "error" (the engine raised: the error, and no verdict); "timeout" or "crashed" (the
     # parent killed the worker past the timeout, or it died: the parent's record of the attempt,
     # its wall time t0..t_end and no reply, no tokens known; the phase goes on with the next task)
-    status: str = "ok"
+    status: AttemptStatus = "ok"
     error: str | None = None
     t0: int | None = None  # before tokenizing the prompt (ns, the worker's perf_counter)
     t_tokenized: int | None = None
     token_times: tuple[int, ...] = ()  # one stamp per generated id, the EOS included
-    prompt_tokens: int = 0
+    prompt_tokens: Count = 0
     tokens: tuple[int, ...] = ()  # every id generated, the EOS that ended the reply included
-    stop: str | None = None  # "eos" or "max_tokens"
+    stop: TaskStop | None = None  # "eos" or "max_tokens"
     text: str = ""  # the reply: the ids before the EOS, detokenized
     correct: bool | None = None
     message: str | None = None  # the checker's message (the next user turn's on a retry)
@@ -65,14 +65,14 @@ class TaskAttempt(Record):
     t_end: int | None = ABSENT
     completion_tokens: int | None = ABSENT  # through a server: its usage count
     # a sampled attempt (a retry at --temperature): what it was drawn with (run/phases/tasks.py attempt_seed)
-    temperature: float | None = ABSENT
+    temperature: Number | None = ABSENT
     seed: int | None = ABSENT
 
 
-@record
 class TaskResult(Record):
     """One task's attempts, as run: solved at which attempt (None: not within the attempts)."""
 
+    REQUIRED_KEYS = ("task", "attempts")  # in every log (the schema's required), though code may leave them out
     task: str = ""
     category: str | None = None
     checker: str = ""  # the checker's type
@@ -80,53 +80,51 @@ class TaskResult(Record):
     attempts: tuple[TaskAttempt, ...] = ()
 
 
-@record
 class Proportion(Record):
     """k of n, with its 95 % Wilson score interval."""
 
-    k: int = 0
-    n: int = 0
-    value: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
+    REQUIRED_KEYS = ("k", "n")  # in every log (the schema's required), though code may leave them out
+    k: Count = 0
+    n: Count = 0
+    value: Number | None = None
+    ci_low: Number | None = None
+    ci_high: Number | None = None
 
 
-@record
 class ToolValiditySummary(Record):
     """Of the attempts at tool-call tasks: how many parsed, named the right function, had valid arguments."""
 
-    attempts: int = 0
+    attempts: Count = 0
     parses: Proportion | None = None
     right_function: Proportion | None = None
     arguments_valid: Proportion | None = None
 
 
-@record
 class TasksSummary(Record):
-    tasks: int = 0  # tasks run (refused ones are not counted)
+    tasks: Count = 0  # tasks run (refused ones are not counted)
     first: Proportion | None = None  # accuracy at the first attempt
     within: Proportion | None = None  # accuracy within the attempts allowed
     tool_calls: ToolValiditySummary | None = None
-    mean_attempts_to_correct: float | None = None  # over the tasks solved
-    attempts_run: int = 0
-    wall_s: float | None = None  # every attempt's wall time, tokenizing to its last token, failed ones included
-    tokens_generated: int = 0  # every attempt's generated ids (of the attempts whose ids are known)
-    attempts_cut: int = 0  # attempts the parent cut (a timeout, a crash): their time counted, their tokens unknown
-    time_per_correct_s: float | None = None  # wall_s / tasks solved
-    tokens_per_correct: float | None = None  # None where an attempt's tokens are unknown (tokens_reason)
+    mean_attempts_to_correct: Number | None = None  # over the tasks solved
+    attempts_run: Count = 0
+    wall_s: Number | None = None  # every attempt's wall time, tokenizing to its last token, failed ones included
+    tokens_generated: Count = 0  # every attempt's generated ids (of the attempts whose ids are known)
+    attempts_cut: Count = 0  # attempts the parent cut (a timeout, a crash): their time counted, their tokens unknown
+    time_per_correct_s: Number | None = None  # wall_s / tasks solved
+    tokens_per_correct: Number | None = None  # None where an attempt's tokens are unknown (tokens_reason)
     tokens_reason: str | None = None
-    energy_per_correct_j: float | None = None
+    energy_per_correct_j: Number | None = None
     energy_reason: str | None = None  # why energy per correct answer is unknown
 
 
-@record
 class TasksPhase(Record):
+    REQUIRED_KEYS = ("results", "refusals", "failures")  # in every log, though code may leave them out
     task_set: TaskSetInfo | None = None
     prompt_format: str | None = None  # the model's chat template, or the plain fallback
     tool_format: str | None = None  # how tool calls were read (measure/checkers.py TOOL_FORMATS)
     generation: str | None = None  # how replies end (EOS, unlike the speed phases), greedy or sampled
-    attempts_allowed: int = 1
-    temperature: float = 0.0
+    attempts_allowed: Positive = 1
+    temperature: NonNegative = 0.0
     seed: int | None = None
     context_tokens: int | None = None  # the context a task's prompt and reply must fit
     summary: TasksSummary | None = None
@@ -137,7 +135,6 @@ class TasksPhase(Record):
 
 
 # -- events (registered in model/events.py EVENTS) -------------------------------------------
-@record
 class TasksStart(Event):
     """The task set is read and the prompts' form known: what will run, how, and the lines refused."""
 
@@ -148,13 +145,12 @@ class TasksStart(Event):
     tool_format: str | None = None
     generation: str | None = None
     attempts_allowed: int = 1
-    temperature: float = 0.0
+    temperature: Number = 0.0
     seed: int | None = None
     context_tokens: int | None = None
     refusals: tuple[TaskRefusal, ...] = ()
 
 
-@record
 class TaskAttemptDone(Event):
     """One attempt's raw record (TaskAttempt's fields)."""
 
@@ -179,11 +175,10 @@ class TaskAttemptDone(Event):
     # through a server (one chat completion, not streamed), or an attempt cut by the parent: its end stamp
     t_end: int | None = ABSENT
     completion_tokens: int | None = ABSENT
-    temperature: float | None = ABSENT  # a sampled attempt's
+    temperature: Number | None = ABSENT  # a sampled attempt's
     seed: int | None = ABSENT
 
 
-@record
 class TaskRefused(Event):
     """A task that could not run in this model (longer than the context, a template error)."""
 

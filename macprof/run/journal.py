@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import math
 import os
 from pathlib import Path
 from typing import IO, Sequence
@@ -21,6 +20,7 @@ from typing import IO, Sequence
 from macprof.collect.filekind import not_a_folder
 from macprof.errors import MacprofError
 from macprof.model.events import Event
+from macprof.model.records import json_line
 from macprof.run import signals
 
 
@@ -78,7 +78,7 @@ class Journal:
 
     def write(self, event: Event) -> None:
         event = event.replace(seq=self.next_seq)
-        line = _line(event.to_json())
+        line = json_line(event)
         with signals.deferred():  # the line on disk and the event in memory, or neither
             try:
                 self.fh.write(line)
@@ -124,22 +124,3 @@ def repair_tail(path: Path, fd: int) -> None:
     except ValueError:
         os.ftruncate(fd, start)
     os.fsync(fd)
-
-
-def _line(obj) -> str:
-    """The event as one line of JSON: never bare NaN / Infinity (not JSON); a non-finite float
-    becomes null in that event rather than the record being lost."""
-    try:
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n"
-    except ValueError:
-        return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False) + "\n"
-
-
-def _finite(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj

@@ -14,6 +14,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -244,11 +245,18 @@ class Lines:
 
 
 def _parse_event(line: bytes) -> ev.Event | None:
-    """A worker's line as an event; a line that is not one (a library that wrote to fd 1 before
-    the worker redirected it, a malformed event) is passed over, as a journal reader would."""
+    """A worker's line as an event; a line that is not JSON (a library that wrote to fd 1 before
+    the worker redirected it) is passed over, as a journal reader would. An event its record's
+    types refuse is macprof's own bug: passed over too (the run goes on), but said on stderr,
+    never dropped in silence."""
     try:
-        return ev.parse_event(json.loads(line), "worker")
-    except (ValueError, MacprofError):
+        data = json.loads(line)
+    except ValueError:
+        return None
+    try:
+        return ev.parse_event(data, "worker")
+    except MacprofError as exc:
+        print(f"macprof: a worker's event was refused, not journaled: {exc}", file=sys.stderr)
         return None
 
 

@@ -85,9 +85,12 @@ class Stream:
         os.dup2(2, 1)  # library prints go to stderr
         sys.stdout = sys.stderr
         self.out = os.fdopen(fd, "w", buffering=1)
+        from macprof.model.records import json_line  # imported once the worker runs, as the rest of macprof
+
+        self.line = json_line
 
     def __call__(self, event) -> None:  # a macprof.model.events.Event
-        self.out.write(json.dumps(event.to_json(), separators=(",", ":")) + "\n")
+        self.out.write(self.line(event))
         self.out.flush()
 
 

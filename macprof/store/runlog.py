@@ -91,7 +91,8 @@ def read_journal(path: Path) -> list[Event]:
             data = _json_line(line)
         except RecursionError:  # nested past what the parser takes: no cut line, a broken one
             raise MacprofError(f"{path}: line {number}: nested more than {MAX_DEPTH} deep") from None
-        refusal = json_refusal(data) if data is not None else None
+        # the walk of json_refusal only where the line may be refused: it was half of the parse
+        refusal = json_refusal(data) if data is not None and not _cannot_be_refused(line, data) else None
         if refusal:
             raise MacprofError(f"{path}: line {number}: {refusal}")
         event = parse_event(data, f"{path}: line {number}") if data is not None else None
@@ -243,11 +244,11 @@ _DIGIT_MAP = bytes(ord("0") if ord("0") <= c <= ord("9") else ord(" ") for c in 
 _LONG_RUN = b"0" * 19
 
 
-def _long_int(text: str) -> bool:
+def _long_int(text: str | bytes) -> bool:
     """Whether the text may hold an integer of 19 digits or more: a run of 19 digits or more
     that is neither a fraction's digits (a "." before it) nor a float's integer part (".", "e"
     or "E" after it). A run inside a string counts too, which only costs the full check."""
-    raw = text.encode("utf-8", "surrogatepass")  # digits are the same bytes in UTF-8
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")  # digits: the same bytes in UTF-8
     digits = raw.translate(_DIGIT_MAP)
     pos = 0
     while (start := digits.find(_LONG_RUN, pos)) >= 0:  # the leftmost: where a run starts
@@ -259,7 +260,7 @@ def _long_int(text: str) -> bool:
     return False
 
 
-def _cannot_be_refused(text: str, data: Any) -> bool:
+def _cannot_be_refused(text: str | bytes, data: Any) -> bool:
     """True only where json_refusal(data) is None, for data = json.loads(text); False where it
     may not be (then json_refusal decides, and says why). json_refusal walks every value of the
     log with its place in hand, 8 ms for a default run's log, 0.4 s of compare's 50; here the
