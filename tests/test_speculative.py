@@ -314,6 +314,9 @@ def test_phase_with_both_implementations(fakes):
             assert sum(r["accepted_per_round"]) == sum(r["from_draft"])
     # macprof's loop measured alongside, unchanged
     assert all(c["acceptance"] == 1.0 for c in spec["cases"])
+    # both in the end-of-run table, a row per k each, and in show
+    rows = [line for line in proc.stdout.splitlines() if "d.gguf" in line and "identical" in line]
+    assert len(rows) == 4 and sum("engine's own" in line for line in rows) == 2
 
 
 def test_native_only_with_ngram_tells_acceptance(fakes):

@@ -61,15 +61,18 @@ def outputs_text(c: SpeculativeCase) -> str:
 
 
 def _rows(m: ModelResult) -> list[dict]:
+    """A row per k of macprof's loop, then per k of the engine's own path (--speculative-impl)."""
     ph = m.phases.speculative
     assert ph is not None
-    return [{"model": m.identity.name, "draft": ph.draft or "?", "k": c.k, "alpha": c.acceptance,
+    loop = [(c, ph.draft or "?") for c in ph.cases]
+    own = [(c, f"{ph.draft or '?'}, engine's own") for c in ph.native or ()]
+    return [{"model": m.identity.name, "draft": draft, "k": c.k, "alpha": c.acceptance,
              "alpha_token": c.acceptance_per_token, "per_round": c.tokens_per_round,
              "per_round_predicted": c.predicted_tokens_per_round, "decode": c.decode_tok_s,
              "plain": ph.plain_decode_tok_s, "speedup": c.speedup.value if c.speedup else None,
              "low": c.speedup.low if c.speedup else None, "high": c.speedup.high if c.speedup else None,
              "predicted": c.predicted_speedup, "reason": c.prediction_reason, "outputs": outputs_text(c)}
-            for c in ph.cases]
+            for c, draft in loop + own]
 
 
 def _speedup(r: dict) -> str:
@@ -131,6 +134,8 @@ def speculative_table(log: RunLog) -> str | None:
     if rows:
         parts.append(to_text(Table("speculative", TABLE_COLUMNS, rows, (), (), {})))
     lines = [line for m in models for line in draft_lines(m)]
+    lines += [f"{m.identity.name}: the engine's own speculative decoding not measured: {ph.native_reason}"
+              for m in models if (ph := m.phases.speculative) is not None and ph.native_reason]
     reasons = sorted({f"{r['model']} k={r['k']}: no prediction: {r['reason']}" for r in rows if r["reason"]})
     parts += [f"  {clean(line)}" for line in lines + reasons]
     if rows:
@@ -163,6 +168,14 @@ def speculative_lines(ph: SpeculativePhase) -> list[str]:
         lines.append(f"     decode {fmt_rate(c.decode_tok_s)} tok/s, speed-up {fmt_x(c.speedup.value if c.speedup else None)}"
                      f"{interval} (predicted {fmt_x(c.predicted_speedup)}"
                      + (f": {c.prediction_reason}" if c.prediction_reason else "") + f"); outputs {outputs_text(c)}")
+    for c in ph.native or ():
+        told = f"α {fmt_ratio(c.acceptance)}, " if c.acceptance is not None else ""
+        lines.append(f"   speculative, the engine's own, k={c.k}: {c.impl or '?'}: {told}{_per_round(c.tokens_per_round)} "
+                     f"tokens/round; decode {fmt_rate(c.decode_tok_s)} tok/s, speed-up "
+                     f"{fmt_x(c.speedup.value if c.speedup else None)}; outputs {outputs_text(c)}"
+                     + (f"; unknown: {c.unknown}" if c.unknown else ""))
+    if ph.native_reason:
+        lines.append(f"   speculative, the engine's own: not measured: {ph.native_reason}")
     for f in ph.failures:
         lines.append(f"   speculative FAILURE: {f.status}: {f.reason}")
     return lines
