@@ -1,5 +1,5 @@
 """`macprof share` removes by kind, not by list (issue #23, row 2 and class item 2): every string
-field of the run log has a kind (macprof/model/kinds.py), and a maximal log from each kind of
+field of the run log has a kind (its record's KINDS, walked by macprof/model/kinds.py), and a maximal log from each kind of
 run, with a home path, URL credentials, the user name and the host name planted wherever they
 can arrive from, shares with none of them left in any string.
 
@@ -49,11 +49,14 @@ def test_every_string_field_of_the_run_log_has_a_kind():
                 walked += 1
                 if declared.kind not in kinds.KINDS:
                     missing.append(f"{cls.__qualname__}.{f.name}")
-    assert not missing, f"fields without a kind in macprof/model/kinds.py FIELDS: {', '.join(missing)}"
+    assert not missing, f"fields without a kind in their record's KINDS: {', '.join(missing)}"
     assert walked > 150  # the log's string fields, all of them
-    stale = [f"{cls.__qualname__}.{name}" for cls, names in kinds.FIELDS.items() for name in names
+    stale = [f"{cls.__qualname__}.{name}" for cls in kinds.reachable() for name in vars(cls).get("KINDS", {})
              if name not in {f.name for f in record_fields(cls)}]
-    assert not stale, f"kinds.FIELDS names fields that are not there: {stale}"
+    assert not stale, f"KINDS names fields that are not there: {stale}"
+    wrong = [f"{cls.__qualname__}.{name}: {k}" for cls in kinds.reachable() for name, k in vars(cls).get("KINDS", {}).items()
+             if k not in kinds.KINDS]
+    assert not wrong, f"KINDS gives kinds that are not kinds: {wrong}"
 
 
 # -- the runs --------------------------------------------------------------------------------------

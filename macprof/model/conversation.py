@@ -11,6 +11,7 @@ from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
 from macprof.model.records import ABSENT, Number, Record
 from macprof.model.vocab import STOP_KINDS, StopKind  # noqa: F401  # STOP_KINDS: readers import it from here
+from macprof.model.kind import OWN, PATH, VOCAB
 
 
 
@@ -58,6 +59,7 @@ class ConversationTurn(Event):
 
 
 class Turn(Record):
+    KINDS = {"reuse_refused": OWN, "stop_kind": VOCAB, "stop_reason": OWN, "reuse_unreported": OWN, "not_emptied": OWN}
     app: int = 0
     turn: int = 0
     prompt_tokens: int = 0
@@ -86,6 +88,7 @@ class Turn(Record):
 
 
 class ConversationSummary(Record):
+    KINDS = {"stops": VOCAB}
     reuse_rate: Summary = field(default_factory=Summary)  # per turn after the first of each app
     reuse_rate_p10: Number | None = None
     ideal_rate: Summary = field(default_factory=Summary)
@@ -107,6 +110,9 @@ class ConversationSummary(Record):
 
 
 class ConversationPhase(Record):
+    # the template's path is a file's (--chat-template) or where the model's came from
+    KINDS = {"template_source": VOCAB, "template_path": PATH, "template_sha256": VOCAB, "app_order": VOCAB,
+             "stopped": OWN, "holds": OWN}
     template_source: str | None = None
     template_path: str | None = None
     template_sha256: str | None = None

@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from macprof.model.records import Number, Record
+from macprof.model.kind import HOST, TEXT, VOCAB
 
 
 class GroupResult(Record):
+    KINDS = {"backend": VOCAB, "parallel": VOCAB, "hosts": HOST, "ranks": TEXT, "timelines": TEXT,
+             "comm_method": VOCAB, "comm": TEXT, "bytes_per_token": TEXT, "prediction": TEXT, "reason": TEXT}
     backend: str | None = None
     parallel: str | None = None
     hosts: tuple[str, ...] = ()
@@ -26,6 +29,8 @@ class GroupResult(Record):
 
 class DistributedSettings(Record):
     """macprof.config.dist.Distributed as the log's settings record it."""
+
+    KINDS = {"hosts": HOST, "backend": VOCAB, "parallel": VOCAB}
 
     hosts: tuple[str, ...] = ()
     backend: str | None = None

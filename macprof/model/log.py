@@ -19,6 +19,7 @@ from macprof.model.speculative import SpeculativePhase
 from macprof.model.records import ABSENT, Count, Number, Positive, Record, Sha256
 from macprof.model.vocab import EngineName, Store
 from macprof.model.serving import ConcurrencyPhase
+from macprof.model.kind import HOST_ID, MODEL_PATH, NAME, OWN, PATH, REF, TEXT, VOCAB
 
 _DEFAULT = Settings()
 
@@ -36,6 +37,9 @@ class RunMemory(Record):
 
 class Machine(Record):
     # in every log (the schema's "required"), though code may construct the record without them
+    KINDS = {"os": VOCAB, "os_version": VOCAB, "arch": VOCAB, "cpu_model": VOCAB, "host_id": HOST_ID, "chip": VOCAB,
+             "power_source": VOCAB, "thermal_state": VOCAB, "unknown": OWN, "core_levels": VOCAB,
+             "power_mode": VOCAB, "sources": OWN, "cores_by_kind": VOCAB}
     REQUIRED_KEYS = (
         "os", "os_version", "arch", "cpu_model", "memory_bytes")
     os: str | None = None
@@ -62,6 +66,7 @@ class Machine(Record):
 
 
 class SpecBandwidth(Record):
+    KINDS = {"source": VOCAB, "reason": OWN}
     gbs: Number | None = None
     source: str | None = None
     reason: str | None = None
@@ -69,6 +74,8 @@ class SpecBandwidth(Record):
 
 class MeasuredBandwidth(Record):
     """The bandwidth (and matmul) probe; a failed probe leaves only ``gbs`` (null) and ``reason``."""
+
+    KINDS = {"device": VOCAB, "method": VOCAB, "utc": VOCAB, "reason": TEXT, "tflops_method": VOCAB}
 
     gbs: Number | None = None
     best_gbs: Number | None = ABSENT
@@ -90,6 +97,7 @@ class Bandwidth(Record):
 
 # -- one model -----------------------------------------------------------------------------
 class ModelFile(Record):
+    KINDS = {"name": NAME, "sha256": VOCAB}
     REQUIRED_KEYS = ("name", "bytes", "sha256")  # in every log (the schema's required), though code may leave them out
     name: str = ""
     bytes: int = 0
@@ -100,6 +108,8 @@ class Source(Record):
     """A model named on the command line: the reference as typed, the store it was found in
     and the path it resolved to (models.toml entries have none)."""
 
+    KINDS = {"ref": REF, "store": VOCAB, "path": MODEL_PATH}
+
     REQUIRED_KEYS = ("ref", "store", "path")  # in every log (the schema's required), though code may leave them out
     ref: str = ""
     store: Store = ""
@@ -107,6 +117,8 @@ class Source(Record):
 
 
 class Identity(Record):
+    KINDS = {"name": NAME, "engine": VOCAB, "path": MODEL_PATH, "quant_label": VOCAB, "quant_declared": VOCAB,
+             "architecture": VOCAB}
     REQUIRED_KEYS = ("name", "engine", "path", "total_bytes", "files")  # in every log, though code may leave them out
     name: str = ""
     engine: EngineName = ""
@@ -126,6 +138,9 @@ class ModelSettings(Record):
     out for the type checker; tests/test_model_schema.py holds them to the declarations (names,
     order, types, defaults). A setting added after the first logs ("added") defaults to ABSENT:
     older logs lack its key."""
+
+    KINDS = {"phases": VOCAB, "shapes": VOCAB, "kv_type": VOCAB, "reference": NAME, "text": PATH, "app_order": VOCAB,
+             "chat_template": PATH, "tasks": PATH, "draft": REF, "speculative_impl": VOCAB}
 
     phases: tuple[str, ...] = _DEFAULT.phases
     prompt_tokens: int = _DEFAULT.prompt_tokens
@@ -177,6 +192,7 @@ class ModelSettings(Record):
 
 
 class KvCache(Record):
+    KINDS = {"measured_note": OWN}
     bytes_per_token: Number | None = None
     context_tokens: int | None = None
     computed_bytes: Number | None = None
@@ -185,6 +201,7 @@ class KvCache(Record):
 
 
 class ModelMemory(Record):
+    KINDS = {"engine_after_load": TEXT}
     REQUIRED_KEYS = ("kv_cache",)  # in every log (the schema's required), though code may leave them out
     rss_before_load_bytes: int | None = None
     rss_after_load_bytes: int | None = None
@@ -217,6 +234,7 @@ class Phases(Record):
 
 class ModelResult(Record):
     # in every log (the schema's "required"), though code may construct the record without them
+    KINDS = {"shape": TEXT, "shape_error": TEXT, "engine_versions": TEXT}
     REQUIRED_KEYS = (
         "identity", "settings", "phases", "memory", "failures", "complete")
     identity: Identity = field(default_factory=Identity)
@@ -233,12 +251,15 @@ class ModelResult(Record):
 
 # -- the run -------------------------------------------------------------------------------
 class Redacted(Record):
+    # share's own words, which hold none of what it removed
+    KINDS = {"by": VOCAB, "removed": VOCAB}
     by: str | None = None
     removed: tuple[str, ...] = ()
 
 
 class RunLog(Record):
     # in every log (the schema's "required"), though code may construct the record without them
+    KINDS = {"tool_version": VOCAB, "started_utc": VOCAB, "ended_utc": VOCAB, "software": TEXT, "definitions": VOCAB}
     REQUIRED_KEYS = (
         "schema_version", "tool_version", "started_utc", "ended_utc", "complete", "machine", "software",
         "definitions", "memory", "models")

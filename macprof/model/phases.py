@@ -11,6 +11,7 @@ from typing import Any
 from macprof.model.records import ABSENT, Count, Number, Positive, Record
 from macprof.model.vocab import CaseStatus, CountStatus, FailureStatus, OkOrError, PairKind, PhaseName, RequestKind, RequestMode, ThermalState, TrialStatus, WeightsHeld
 from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
+from macprof.model.kind import NAME, OWN, TEXT, VOCAB
 
 
 # -- one request and the statistics of many ------------------------------------------------
@@ -61,6 +62,8 @@ class CountingRequest(Record):
     server's own free count did not settle them (engines/counting.py): the same prompt and
     greedy settings, not streamed; used only when its text is the timed request's."""
 
+    KINDS = {"status": VOCAB, "named_by": VOCAB, "reason": TEXT}
+
     REQUIRED_KEYS = ("status",)  # in every log (the schema's required), though code may leave them out
     status: CountStatus  # "ok" (used), "differs" (its text is not the timed request's: not used), "error"
     completion_tokens: int | None = None
@@ -74,6 +77,10 @@ class ServerReport(Record):
     the tokens, where the count came from, the tokens each received chunk carried where that is
     known, how EOS was held off, the server's own timings, and flags for whatever differs from
     what was asked. docs/design.md "Local servers" says what is assumed and what is checked."""
+
+    # cached_tokens_source may quote a line of the server's own log
+    KINDS = {"count_source": VOCAB, "chunk_tokens_source": VOCAB, "prompt_tokens_source": VOCAB,
+             "finish_reason": TEXT, "eos": VOCAB, "timings": TEXT, "flags": TEXT, "cached_tokens_source": TEXT}
 
     completion_tokens: int | None = None
     count_source: str | None = None
@@ -94,6 +101,9 @@ class ServerReport(Record):
 
 class Request(Record):
     """A request as journaled (raw timestamps, token ids) plus what its timestamps give."""
+
+    KINDS = {"kind": VOCAB, "mode": VOCAB, "status": VOCAB, "error": TEXT, "tokens": TEXT, "engine_memory": TEXT,
+             "case": VOCAB}
 
     # in every log (the schema's "required"), though code may construct the record without them
     REQUIRED_KEYS = (
@@ -134,6 +144,10 @@ class Failure(Record):
     """A failure as the orchestrator journaled it (worker crash, timeout, refusal) or a sweep
     case's error; only ``status`` and ``reason`` are always there."""
 
+    # a worker is named after its model ("NAME:warm:0:..."): its name is the model's
+    KINDS = {"event": VOCAB, "model": NAME, "worker": NAME, "status": VOCAB, "reason": TEXT, "phase": VOCAB,
+             "case": VOCAB, "kind": VOCAB, "mode": VOCAB, "signal": VOCAB, "stderr_tail": TEXT}
+
     REQUIRED_KEYS = ("status", "reason")  # in every log (the schema's required), though code may leave them out
     event: str | None = ABSENT
     model: str | None = ABSENT
@@ -173,6 +187,7 @@ class BatchCheck(Checks):
 
 
 class PhaseMemory(Record):
+    KINDS = {"engine": TEXT, "weights_held": VOCAB}
     rss_start_bytes: int | None = None
     rss_end_bytes: int | None = None
     peak_rss_bytes: int | None = None
@@ -195,6 +210,8 @@ class CeilingSide(Record):
     """The roofline with the published (spec) or the measured bandwidth; where that bandwidth is
     unknown, only ``reason``."""
 
+    KINDS = {"reason": OWN, "bound": VOCAB, "prefill_reason": OWN}
+
     bandwidth_gbs: Number | None = None
     reason: str | None = ABSENT
     ceiling_tok_s: Number | None = ABSENT
@@ -210,6 +227,8 @@ class Ceiling(Record):
     """A phase's or a case's decode figure against the roofline at its context; where the model's
     shape is unknown (or the log predates ceilings), only ``reason``."""
 
+    KINDS = {"reason": OWN, "kv_type": VOCAB}
+
     reason: str | None = ABSENT
     context_tokens: Number | None = ABSENT
     weight_bytes_per_token: Number | None = ABSENT
@@ -222,6 +241,7 @@ class Ceiling(Record):
 
 
 class PredictionSide(Record):
+    KINDS = {"reason": OWN, "bound": VOCAB}
     bandwidth_gbs: Number | None = None
     reason: str | None = ABSENT
     batch: int | None = ABSENT
@@ -235,6 +255,8 @@ class PredictionSide(Record):
 class Prediction(Record):
     """The roofline's batching model for one batch case."""
 
+    KINDS = {"reason": OWN}
+
     reason: str | None = ABSENT
     spec: PredictionSide | None = ABSENT
     measured: PredictionSide | None = ABSENT
@@ -242,6 +264,8 @@ class Prediction(Record):
 
 class TradeoffRow(Record):
     """One batch size: measured and predicted, each also relative to B = 1."""
+
+    KINDS = {"predicted_with": VOCAB, "bound": VOCAB}
 
     REQUIRED_KEYS = ("batch",)  # in every log (the schema's required), though code may leave them out
     batch: Positive = 1
@@ -262,6 +286,7 @@ class TradeoffRow(Record):
 
 # -- the phases ------------------------------------------------------------------------------
 class Residency(Record):
+    KINDS = {"label": VOCAB, "method": VOCAB}
     resident_bytes: int | None = None
     file_bytes: int | None = None
     fraction: Number | None = None
@@ -270,12 +295,15 @@ class Residency(Record):
 
 
 class DropCache(Record):
+    KINDS = {"reason": TEXT}
     dropped: bool = False
     reason: str | None = None
 
 
 class ColdTrial(Record):
     """One fresh worker process; a trial whose worker never ran has only the first four."""
+
+    KINDS = {"status": VOCAB, "tokenizer_note": TEXT, "note": TEXT}
 
     REQUIRED_KEYS = ("index", "residency", "status")  # in every log, though code may leave them out
     index: int = 0
@@ -317,6 +345,7 @@ class ColdPhase(Record):
 
 
 class WarmPhase(Record):
+    KINDS = {"thermal_state_start": VOCAB, "thermal_state_end": VOCAB}
     REQUIRED_KEYS = ("requests", "summary", "failures")  # in every log, though code may leave them out
     requests: tuple[Request, ...] = ()
     summary: Metrics = field(default_factory=Metrics)
@@ -332,6 +361,8 @@ class WarmPhase(Record):
 class PrefixPair(Record):
     """One prompt with the prefix cached (reuse) and not (noreuse); a pair cut short by a
     failure lacks what was not measured."""
+
+    KINDS = {"kind": VOCAB}
 
     index: int | None = None
     kind: PairKind = ""
@@ -350,6 +381,7 @@ class PrefixSummary(Record):
 
 
 class PrefixPhase(Record):
+    KINDS = {"reuse_not_possible": TEXT, "thermal_state_start": VOCAB, "thermal_state_end": VOCAB}
     REQUIRED_KEYS = ("pairs", "summary", "failures")  # in every log, though code may leave them out
     pairs: tuple[PrefixPair, ...] = ()
     summary: PrefixSummary = field(default_factory=PrefixSummary)
@@ -387,6 +419,8 @@ class DepthFill(Record):
 class SweepCase(Record):
     """One planned case and what came of it; a case that never ran is listed as ``not run``."""
 
+    KINDS = {"id": VOCAB, "status": VOCAB, "shape": VOCAB, "reason": TEXT, "reuse_not_possible": TEXT}
+
     # in every log (the schema's "required"), though code may construct the record without them
     REQUIRED_KEYS = (
         "id", "status", "prompt_tokens", "gen_tokens", "context_tokens", "requests", "summary", "failures",
@@ -413,6 +447,8 @@ class SweepCase(Record):
 
 class Sweep(Record):
     """grid, depth or batch: its cases in plan order, the failures tied to no case, memory."""
+
+    KINDS = {"thermal_state_start": VOCAB, "thermal_state_end": VOCAB}
 
     REQUIRED_KEYS = ("cases", "failures")  # in every log (the schema's required), though code may leave them out
     cases: tuple[SweepCase, ...] = ()

@@ -8,10 +8,13 @@ from __future__ import annotations
 from macprof.model.phases import Failure, PhaseMemory
 
 from macprof.model.records import ABSENT, Count, Number, Record
+from macprof.model.kind import NAME, PATH, TEXT, VOCAB
 
 
 class QualityText(Record):
     """The text scored: where it came from, its sha256 and size, and its token count."""
+
+    KINDS = {"source": PATH, "sha256": VOCAB}
 
     source: str | None = None
     sha256: str | None = None
@@ -49,6 +52,7 @@ class KldSummary(Record):
 
 
 class QualityPhase(Record):
+    KINDS = {"tokens_sha256": VOCAB, "reference": NAME, "reference_reason": TEXT, "rescore_reason": TEXT}
     REQUIRED_KEYS = ("chunks", "failures")  # in every log (the schema's required), though code may leave them out
     text: QualityText | None = None
     n_ctx: int | None = None

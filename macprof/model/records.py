@@ -13,6 +13,7 @@ journal have one typed vocabulary, nothing reads them through string paths, and 
   the same JSON. ``has(name)`` tells an absent key from a null.
 - ``REQUIRED_KEYS`` names the keys every file has that code may leave to their defaults: the
   schema requires them (a field without a default is required anyway).
+- ``KINDS`` gives the kind of each string field (model/kind.py), what `macprof share` removes.
 - A figure that may be fractional is ``Number`` (int | float), not float: msgspec would read
   512 as 512.0 and write it back so; the log keeps what was measured, as it was written.
 - An event (model/event_base.py) is one arm of a tagged union on the ``"event"`` key, its tag
@@ -85,6 +86,10 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
     # for code, not for a file): the schema's "required" beside the fields that have no default.
     # A log lacking one is refused on load (store/runlog.py validates against the schema).
     REQUIRED_KEYS: ClassVar[tuple[str, ...]] = ()
+    # What each string field of this record holds (model/kind.py), beside the fields, so that a
+    # field and its kind are written together: `macprof share` removes by it (model/kinds.py),
+    # and tests/test_share_kinds.py fails on a string field of the run log that has none.
+    KINDS: ClassVar[dict[str, str]] = {}
 
     def has(self, name: str) -> bool:
         """Whether the key ``name`` is there (a null is there; an absent key is not)."""

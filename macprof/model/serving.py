@@ -8,10 +8,13 @@ from typing import Any
 from macprof.model.phases import Failure, Prediction, Request, Summary
 from macprof.model.records import Number, Record
 from macprof.model.vocab import LoadMode
+from macprof.model.kind import OWN, TEXT, VOCAB
 
 
 class LoadLevelResult(Record):
     """A closed-loop level (``concurrency`` clients) or an open-loop one (Poisson ``rate``/s)."""
+
+    KINDS = {"id": VOCAB, "mode": VOCAB, "goodput_reason": OWN, "error_messages": TEXT}
 
     REQUIRED_KEYS = ("id", "mode")  # in every log (the schema's required), though code may leave them out
     id: str
@@ -38,6 +41,7 @@ class LoadLevelResult(Record):
 
 
 class ConcurrencyPhase(Record):
+    KINDS = {"slo": TEXT}
     REQUIRED_KEYS = ("levels",)  # in every log (the schema's required), though code may leave them out
     slo: dict[str, Any] | None = None
     levels: tuple[LoadLevelResult, ...] = ()

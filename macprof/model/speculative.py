@@ -9,6 +9,7 @@ from macprof.model.phases import Checks, Failure, OutputCheck, PhaseMemory, Requ
 
 from macprof.model.records import ABSENT, Count, Number, Positive, Record
 from macprof.model.vocab import DraftStatus
+from macprof.model.kind import OWN, REF, TEXT, VOCAB
 
 
 # -- raw, as journaled ---------------------------------------------------------------------------
@@ -140,6 +141,8 @@ class Interval(Record):
 class SpeculativeCase(Record):
     """One draft length k: its requests and what they give against plain decoding."""
 
+    KINDS = {"id": VOCAB, "prediction_reason": OWN, "impl": VOCAB, "unknown": TEXT}
+
     REQUIRED_KEYS = ("id", "k")  # in every log (the schema's required), though code may leave them out
     id: str
     k: Positive
@@ -171,6 +174,8 @@ class DraftMemory(Record):
     file and bytes read per token, the K/V it held at the phase's end (measured, and computed
     from its shape at the phase's context), its engine's figures, how it held its weights."""
 
+    KINDS = {"engine": TEXT, "weights_held": VOCAB}
+
     file_bytes: int | None = None
     weight_bytes_per_token: Number | None = None
     rss_before_load_bytes: int | None = None
@@ -185,6 +190,8 @@ class DraftMemory(Record):
 
 
 class SpeculativePhase(Record):
+    # the draft as the command line named it: a path, a hub id, an Ollama name, or "ngram"
+    KINDS = {"draft": REF, "draft_engine": VOCAB, "draft_status": VOCAB, "draft_reason": TEXT, "native_reason": TEXT}
     REQUIRED_KEYS = ("cases", "failures")  # in every log (the schema's required), though code may leave them out
     draft: str | None = None
     draft_engine: str | None = None

@@ -10,10 +10,13 @@ from macprof.model.phases import Failure, PhaseMemory
 
 from macprof.model.records import ABSENT, Count, NonNegative, Number, Positive, Record
 from macprof.model.vocab import AttemptStatus, TaskStop
+from macprof.model.kind import OWN, PATH, TEXT, VOCAB
 
 
 class TaskSetInfo(Record):
     """The task file: where it came from, its sha256 and size, its tasks and refused lines."""
+
+    KINDS = {"source": PATH, "sha256": VOCAB}
 
     source: str | None = None
     sha256: str | None = None
@@ -25,6 +28,8 @@ class TaskSetInfo(Record):
 class TaskRefusal(Record):
     """A task that did not run, in one line: a malformed line (its number), a task longer than
     the context, a template that did not render."""
+
+    KINDS = {"task": TEXT, "reason": TEXT}
 
     REQUIRED_KEYS = ("reason",)  # in every log (the schema's required), though code may leave them out
     line: int | None = None
@@ -42,6 +47,9 @@ class ToolCall(Record):
 
 class TaskAttempt(Record):
     """One attempt at a task: the raw stamps and ids, the reply, why it ended, the verdict."""
+
+    KINDS = {"task": TEXT, "status": VOCAB, "error": TEXT, "tokens": TEXT, "stop": VOCAB, "text": TEXT,
+             "message": TEXT}
 
     REQUIRED_KEYS = ("task", "attempt", "status")  # in every log, though code may leave them out
     task: str = ""
@@ -72,6 +80,8 @@ class TaskAttempt(Record):
 class TaskResult(Record):
     """One task's attempts, as run: solved at which attempt (None: not within the attempts)."""
 
+    KINDS = {"task": TEXT, "category": TEXT, "checker": VOCAB}
+
     REQUIRED_KEYS = ("task", "attempts")  # in every log (the schema's required), though code may leave them out
     task: str = ""
     category: str | None = None
@@ -101,6 +111,7 @@ class ToolValiditySummary(Record):
 
 
 class TasksSummary(Record):
+    KINDS = {"energy_reason": OWN, "tokens_reason": OWN}
     tasks: Count = 0  # tasks run (refused ones are not counted)
     first: Proportion | None = None  # accuracy at the first attempt
     within: Proportion | None = None  # accuracy within the attempts allowed
@@ -118,6 +129,8 @@ class TasksSummary(Record):
 
 
 class TasksPhase(Record):
+    # the task set's own words (a task's id, its reply, the checker's message): free text
+    KINDS = {"prompt_format": TEXT, "tool_format": VOCAB, "generation": OWN}
     REQUIRED_KEYS = ("results", "refusals", "failures")  # in every log, though code may leave them out
     task_set: TaskSetInfo | None = None
     prompt_format: str | None = None  # the model's chat template, or the plain fallback

@@ -7,12 +7,15 @@ from __future__ import annotations
 from msgspec import field
 
 from macprof.model.records import ABSENT, Number, Record
+from macprof.model.kind import OWN, TEXT, VOCAB
 
 
 class TelemetrySample(Record):
     """One sampling interval t0..t1 (perf_counter_ns): ``watts`` are each domain's mean power
     over it; temperatures, pressure and GPU figures are read at t1. A figure the source cannot
     give is absent from its dict or null."""
+
+    KINDS = {"watts": TEXT, "temps_c": TEXT, "thermal_pressure": VOCAB}
 
     t0: int
     t1: int
@@ -26,6 +29,10 @@ class TelemetrySample(Record):
 class TelemetryRaw(Record):
     """What the parent journals for one phase: the source, what it could not give and why, the
     phase's stamps (the worker's), its two boundary readings and every sample."""
+
+    KINDS = {"phase": VOCAB, "source": VOCAB, "total_domain": VOCAB, "domains": VOCAB, "unavailable": OWN,
+             "power_source_start": VOCAB, "power_source_end": VOCAB, "thermal_pressure_start": VOCAB,
+             "thermal_pressure_end": VOCAB}
 
     phase: str = ""
     source: str | None = None
@@ -46,6 +53,8 @@ class TelemetryRaw(Record):
 class Baseline(Record):
     """Idle power before the phase: the mean over the samples wholly inside the idle window."""
 
+    KINDS = {"reason": OWN}
+
     watts: Number | None = None
     window_s: Number | None = None
     samples: int = 0
@@ -56,6 +65,8 @@ class Energy(Record):
     """Joules of the total domain over the requests' prefill windows [t0, t_1] and decode
     windows [t_1, t_n], less the idle baseline over the same time; null with ``reason`` where
     unknown."""
+
+    KINDS = {"reason": OWN, "domain": VOCAB, "note": OWN}
 
     reason: str | None = None
     domain: str | None = None
@@ -82,6 +93,8 @@ class RequestEnergy(Record):
     than the sampling period is not resolved (a sample's power is its interval's mean), so its
     figure is null with ``reason``. Net figures subtract the phase's idle baseline."""
 
+    KINDS = {"kind": VOCAB, "case": VOCAB, "mode": VOCAB, "reason": OWN}
+
     index: int | None = None
     kind: str | None = None
     case: str | None = ABSENT  # a sweep's case id
@@ -100,6 +113,8 @@ class ColdEnergy(Record):
     worker's first line, then the engine's import -> tokenizer loaded), less an idle baseline
     where the model's warm (else prefix) phase measured one: a cold worker has no idle wait."""
 
+    KINDS = {"reason": OWN, "domain": VOCAB, "baseline_from": VOCAB}
+
     reason: str | None = None
     domain: str | None = None
     seconds: Number | None = None
@@ -115,6 +130,8 @@ class Throttle(Record):
     """Decode speed falling across the phase while temperature or thermal pressure rose.
     ``throttled`` is null when it cannot be told (too few requests, no temperature or pressure)."""
 
+    KINDS = {"reason": OWN, "pressure_from": VOCAB, "pressure_to": VOCAB}
+
     throttled: bool | None = None
     reason: str | None = None
     decode_drop: Number | None = None  # 1 - late median / early median of decode tok/s
@@ -125,6 +142,8 @@ class Throttle(Record):
 
 class PhaseTelemetry(TelemetryRaw):
     """A phase's telemetry in the run log: the raw journal record plus the derived figures."""
+
+    KINDS = {"thermal_pressure_max": VOCAB}
 
     baseline: Baseline = field(default_factory=Baseline)
     energy: Energy = field(default_factory=Energy)

@@ -1,7 +1,7 @@
 """`macprof share`: a copy of a run log that is safe to post publicly.
 
-Removes what identifies a person or a machine, by what each value is (macprof/model/kinds.py
-gives every string field of the log its kind): model paths (a model stays identified by file
+Removes what identifies a person or a machine, by what each value is (every string field of
+the log has its kind in its record's KINDS, model/kind.py): model paths (a model stays identified by file
 name, size and sha256) and the host id go; a path anywhere else loses its folders and keeps its
 file name; a URL loses its credentials (user:secret@) and its query; a rank's host becomes
 ``<host N>``; and this machine's home directory, user name and host name go wherever they
@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from macprof.model import kinds
+from macprof.model.kind import HOST_ID, MODEL_PATH, OWN, PATH, TEXT, VOCAB
 from macprof.model.log import RunLog
 
 _WORD = r"[^\W_]"  # a letter or digit: a name next to one is part of a longer word, not the name
@@ -167,7 +168,7 @@ class _Scrubber:
         if isinstance(value, str):
             return self._string(value, kind)
         if isinstance(value, dict):  # a free-form value: its keys are macprof's or a server's words
-            keyed = kinds.FREE_KEYS if kind == kinds.TEXT else {}
+            keyed = kinds.FREE_KEYS if kind == TEXT else {}
             return {self.text(k, "own") if isinstance(k, str) else k: self.value(v, keyed.get(k, kind))
                     for k, v in value.items()}
         if isinstance(value, list):
@@ -175,24 +176,24 @@ class _Scrubber:
         return value
 
     def _string(self, value: str, kind: str) -> str | None:
-        if kind == kinds.VOCAB:
+        if kind == VOCAB:
             return value
-        if kind in (kinds.MODEL_PATH, kinds.HOST_ID):
+        if kind in (MODEL_PATH, HOST_ID):
             return None
-        if kind == kinds.PATH and re.match(r"[A-Za-z]:[\\/]|~|/", value):
+        if kind == PATH and re.match(r"[A-Za-z]:[\\/]|~|/", value):
             return self._path(value)
-        return self.text(value, "own" if kind == kinds.OWN else "full")
+        return self.text(value, "own" if kind == OWN else "full")
 
     def record(self, cls: type, data):
         """A record's JSON, each field as its kind says; a key the record lacks is TEXT."""
         if not isinstance(data, dict):
-            return self.value(data, kinds.TEXT)
+            return self.value(data, TEXT)
         fields = kinds.fields_of(cls)
         out = {}
         for key, v in data.items():
-            f = fields.get(key, kinds.Field(kinds.TEXT))
+            f = fields.get(key, kinds.Field(TEXT))
             if f.record is None:
-                out[key] = self.value(v, f.kind or kinds.TEXT)
+                out[key] = self.value(v, f.kind or TEXT)
             elif isinstance(v, list):
                 out[key] = [self.record(f.record, x) for x in v]
             elif isinstance(v, dict) and f.mapping:
