@@ -41,7 +41,7 @@ PROBE = "The quick brown fox jumps over the lazy dog, 12 times; naïve café 3.1
 
 class ModelDraft:
     """A draft model: ``propose`` is its greedy generate of k tokens after the context, reusing
-    what its cache holds; ``rewind`` cuts its cache back past the rejected drafts."""
+    what its cache holds, read back together (the engine's ``propose``); ``rewind`` cuts its cache back past the rejected drafts."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -54,7 +54,7 @@ class ModelDraft:
         list(self.engine.generate(list(ids), 1))
 
     def propose(self, context: Sequence[int], k: int) -> list[int]:
-        return list(self.engine.generate(list(context), k))
+        return self.engine.propose(list(context), k)  # read back once per round, not per token
 
     def rewind(self, keep: int) -> None:
         if self.engine.cached_tokens() > keep:
