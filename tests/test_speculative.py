@@ -53,6 +53,22 @@ def _verify_matches_generate(engine, prompt: list[int], n: int = 8) -> None:
     assert again == plain[3:6] and engine.reused_tokens == len(prompt) + 2
 
 
+def _propose_matches_generate(engine, prompt: list[int], n: int = 6) -> None:
+    """propose (the draft step, read back together) gives generate's tokens and leaves the
+    cache as generate does: from empty, as a catch-up of a few tokens, after a rewind."""
+    engine.reset()
+    plain = list(engine.generate(prompt, n + 4))
+    engine.reset()
+    assert engine.propose(prompt, n) == plain[:n]
+    assert engine.cached_tokens() == len(prompt) + n - 1 and engine.reused_tokens == 0  # the last one not fed
+    # the speculative loop's next round: the last proposal and one more fed in the first step
+    assert engine.propose(prompt + plain[:n + 1], 3) == plain[n + 1:n + 4]
+    assert engine.reused_tokens == len(prompt) + n - 1
+    engine.truncate(len(prompt) + 2)
+    assert engine.propose(prompt + plain[:3], 2) == plain[3:5] and engine.reused_tokens == len(prompt) + 2
+    assert engine.propose(prompt + plain[:5], 0) == []
+
+
 def test_verify_is_declared():
     assert "verify" in CAPABILITIES
 
@@ -61,6 +77,7 @@ def test_fake_verify_equals_generate(tmp_path):
     engine = _fake(tmp_path)
     assert lacks(engine, "verify") is None
     _verify_matches_generate(engine, engine.tokenize("a prompt of a few words"), 12)
+    _propose_matches_generate(engine, engine.tokenize("a prompt of a few words"))
 
 
 @pytest.mark.slow
@@ -70,6 +87,7 @@ def test_real_verify_equals_generate(tiny_dir, engine_name, rel):
     try:
         assert lacks(engine, "verify") is None
         _verify_matches_generate(engine, engine.tokenize("the quick brown fox jumps over the lazy dog"), 8)
+        _propose_matches_generate(engine, engine.tokenize("the quick brown fox jumps over the lazy dog"))
     finally:
         engine.close()
 

@@ -2,7 +2,7 @@
 
 One process, one loaded target and draft, the same prompt, k and token count, greedy, EOS
 ignored, alternating A/B then B/A:
-- A: macprof's loop (run/phases/speculative.py ``speculative_tokens``: the draft's generate or
+- A: macprof's loop (run/phases/speculative.py ``speculative_tokens``: the draft's propose or
   the n-gram lookup, the target's verify, both caches rewound), as `macprof run` measures it;
 - B: the engine's own speculative decoding (capability "native_draft": mlx-lm's
   ``stream_generate(draft_model=..., num_draft_tokens=k)``, llama-cpp-python's

@@ -143,6 +143,13 @@ class Engine(Protocol):
         """Greedy-decode ``n`` tokens after ``ids``, reusing the longest prefix of ``ids``
         already in the cache; ``reused_tokens`` says how many, once the first token is out."""
 
+    def propose(self, ids: Sequence[int], n: int) -> list[int]:
+        """The speculative loop's draft step: the ``n`` tokens ``generate(ids, n)`` yields, the
+        cache left as it leaves it, returned together once all are computed. An engine that
+        computes asynchronously queues every step without reading each token back (MLX: one
+        synchronisation per round, as mlx-lm's own draft, where streaming waits on each token);
+        one that cannot is ``list(generate(ids, n))``."""
+
     def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
         """Capability "sample": as ``generate`` (the cached prefix reused, ``n`` tokens, EOS
         not special), each token drawn from softmax(logits / ``temperature``) by the engine's

@@ -187,6 +187,10 @@ class FakeEngine(PrefixReuse):
             if i + 1 < n:
                 _feed(self._states, [token], self.n_ctx)
 
+    def propose(self, ids: Sequence[int], n: int) -> list[int]:
+        """Computed token by token: nothing to read back together."""
+        return list(self.generate(ids, n))
+
     def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
         """Each token drawn from softmax(logits / temperature) of the logits ``score`` gives
         (noise seeded by the state, the greedy token 8 above), by a numpy generator seeded with

@@ -220,6 +220,10 @@ class LlamaCppEngine(PrefixReuse):
         get_logits, cast, frombuffer, f32 = lc.llama_get_logits_ith, ctypes.cast, np.frombuffer, np.float32
         return self._loop(ids, n, lambda: int(frombuffer(cast(get_logits(ctx, -1), logits_t).contents, dtype=f32).argmax()))
 
+    def propose(self, ids: Sequence[int], n: int) -> list[int]:
+        """llama_decode returns once its step is computed: each token is read as it comes anyway."""
+        return list(self.generate(ids, n))
+
     def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
         """llama.cpp's own sampler chain, as its examples build one: ``llama_sampler_init_temp``
         then ``llama_sampler_init_dist(seed)`` (a softmax and one draw of its mt19937 per

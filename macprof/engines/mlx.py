@@ -121,6 +121,7 @@ class MlxEngine(PrefixReuse):
         self._old_wired: int | None = None
         self._wired: dict = {}
         self._kv_bits: int | None = None
+        self._proposed = 0  # tokens propose() computed since it last cleared the allocator's cache
         self._native_draft: Any = None  # the draft MlxEngine of open_native
         self._report = NativeReport(impl="mlx_lm.stream_generate", unknown="no native request yet")
 
@@ -249,26 +250,31 @@ class MlxEngine(PrefixReuse):
         mx.random.seed(int(seed))
         yield from self._loop(ids, n, pick)
 
+    def _prefill(self, ids: Sequence[int], keep: int) -> mx.array:
+        """Chunked prefill of ``ids`` after the kept ``keep``, all but the last few tokens, which
+        are returned for the first step: a remainder of up to _ONE_CALL tokens (a draft's catch-up
+        in the speculative loop: the accepted last draft and the target's token) goes in the first
+        step's one call, as mlx-lm's speculative_generate_step feeds its draft. On the stream."""
+        model, cache = self.model, self._cache
+        prompt = mx.array(list(ids[keep:]), dtype=mx.uint32)
+        while prompt.size > _ONE_CALL:
+            k = min(self._prefill_step, prompt.size - 1)
+            model(prompt[:k][None], cache=cache)
+            mx.eval([c.state for c in cache])
+            prompt = prompt[k:]
+        return prompt
+
     def _loop(self, ids: Sequence[int], n: int, pick) -> Iterator[int]:
         keep = self._reused = self._prepare(ids)
         if n <= 0:
             return
         model, cache, history = self.model, self._cache, self._history
-        prompt = mx.array(list(ids[keep:]), dtype=mx.uint32)
 
         def step(tokens: mx.array) -> mx.array:
             return pick(model(tokens[None], cache=cache)[:, -1, :])
 
         with mx.stream(self._stream):
-            # chunked prefill, all but the last prompt token; a remainder of a few tokens (a draft's
-            # catch-up in the speculative loop: the accepted last draft and the target's token) goes
-            # in the first step's one call, as mlx-lm's speculative_generate_step feeds its draft
-            while prompt.size > _ONE_CALL:
-                k = min(self._prefill_step, prompt.size - 1)
-                model(prompt[:k][None], cache=cache)
-                mx.eval([c.state for c in cache])
-                prompt = prompt[k:]
-            y = step(prompt)
+            y = step(self._prefill(ids, keep))
             mx.async_eval(y)
             for i in range(n):
                 if i + 1 < n:
@@ -281,6 +287,31 @@ class MlxEngine(PrefixReuse):
                     mx.clear_cache()
                 if i + 1 < n:
                     y = next_y
+
+    def propose(self, ids: Sequence[int], n: int) -> list[int]:
+        """generate's greedy tokens, read back together: every step is queued with
+        ``mx.async_eval`` on the one before it, unread, and the ``n`` tokens are evaluated at once
+        (as mlx-lm's ``_draft_generate`` drafts: one synchronisation per round, where generate's
+        ``.item()`` per token waits on each). The freed buffers go back to the allocator every
+        _CLEAR_EVERY tokens proposed, not on every call (a round drafts only a few)."""
+        keep = self._reused = self._prepare(ids)
+        if n <= 0:
+            return []
+        model, cache = self.model, self._cache
+        with mx.stream(self._stream):
+            y = self._prefill(ids, keep)
+            steps = []
+            for _ in range(n):
+                y = mx.argmax(model(y[None], cache=cache)[:, -1, :], axis=-1)
+                mx.async_eval(y)
+                steps.append(y)
+            tokens: list[int] = mx.concatenate(steps).tolist()  # type: ignore[assignment]  # a 1-d array: a list of ints
+        self._history += tokens
+        self._proposed += n
+        if self._proposed >= _CLEAR_EVERY:
+            mx.clear_cache()
+            self._proposed = 0
+        return tokens
 
     # -- batched generation ----------------------------------------------------------------
     def open_batch(self, size: int, tokens_per_seq: int) -> None:

@@ -347,6 +347,11 @@ class OpenAIEngine:
                                      list(messages) if messages else None)
         return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama", given_s=self.timeout_given)
 
+    def propose(self, ids: Sequence[int], n: int) -> list[int]:
+        """A draft is a GGUF or MLX model loaded in process (run/orchestrator.py _draft_job); a
+        server's stream tells text, not the token ids a draft must propose."""
+        raise MacprofError("a server streams text, not token ids: it cannot draft for the speculative loop")
+
     def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
         """A server samples through ``chat`` (its temperature and seed fields: the tasks phase's
         retries); no phase asks a server's token stream for a sampled one."""

@@ -3,10 +3,11 @@ pass, the longest prefix it agrees with is kept with the target's own next token
 caches are rewound past what was rejected; greedy, EOS ignored, exactly ``gen_tokens`` tokens.
 
 Engine-generic: the target needs capabilities "verify" and "cache_cut" (engines/base.py), the
-draft is any engine's generate (so an MLX draft serves a GGUF target) or the n-gram lookup of
-measure/speculative.py. The prompts are the warm phase's; each prompt is also decoded plainly
-on the target, alternately before and after its speculative requests (one per k of
-``draft_tokens``): the baseline of the speed-up and the reference of the output check.
+draft is any engine's propose (its greedy generate, read back once per round; so an MLX draft
+serves a GGUF target) or the n-gram lookup of measure/speculative.py. The prompts are the warm
+phase's; each prompt is also decoded plainly on the target, alternately before and after its
+speculative requests (one per k of ``draft_tokens``): the baseline of the speed-up and the
+reference of the output check.
 
 With --speculative-impl native or both, the engine's own speculative decoding runs too (capability
 "native_draft": mlx-lm's stream_generate with a draft model, llama-cpp-python's prompt lookup),
@@ -41,7 +42,7 @@ PROBE = "The quick brown fox jumps over the lazy dog, 12 times; naïve café 3.1
 
 class ModelDraft:
     """A draft model: ``propose`` is its greedy generate of k tokens after the context, reusing
-    what its cache holds; ``rewind`` cuts its cache back past the rejected drafts."""
+    what its cache holds, read back together (the engine's ``propose``); ``rewind`` cuts its cache back past the rejected drafts."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -54,7 +55,7 @@ class ModelDraft:
         list(self.engine.generate(list(ids), 1))
 
     def propose(self, context: Sequence[int], k: int) -> list[int]:
-        return list(self.engine.generate(list(context), k))
+        return self.engine.propose(list(context), k)  # read back once per round, not per token
 
     def rewind(self, keep: int) -> None:
         if self.engine.cached_tokens() > keep:
