@@ -9,18 +9,12 @@ from typing import TYPE_CHECKING
 
 from macprof.errors import EngineMissing
 
-if TYPE_CHECKING:  # mypy checks every adapter against the protocol; nothing is imported at run time
+if TYPE_CHECKING:
     from macprof.engines.base import Engine
-    from macprof.engines.fake import FakeEngine
-    from macprof.engines.llama_cpp import LlamaCppEngine
-    from macprof.engines.mlx import MlxEngine
-    from macprof.engines.openai import OpenAIEngine
 
-    # an instance, not the class: mypy then names each member that does not match
-    _llama_cpp: Engine = LlamaCppEngine()
-    _mlx: Engine = MlxEngine()
-    _fake: Engine = FakeEngine()
-    _openai: Engine = OpenAIEngine()
+# mypy checks every adapter against the protocol in engines/conformance.py, which nothing imports:
+# the registry names the adapters' modules only, so a module that reads it (the log's vocabulary)
+# does not depend on every adapter
 
 # engine name -> (adapter module, Python module it needs, pip package to install)
 ENGINES = {
