@@ -321,9 +321,7 @@ def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -
         if isinstance(e, ev.Request) and e.phase == "prefix":
             pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})[e.mode] = request_record(e)
         elif isinstance(e, ev.PrefixCheck):
-            pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})["check"] = OutputCheck(
-                identical_fraction=e.identical_fraction, first_divergence=e.first_divergence, margin=e.margin,
-                near_tie=e.near_tie, passed=e.passed)
+            pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})["check"] = OutputCheck.of(e)
     built = tuple(PrefixPair(**pairs[i]) for i in sorted(pairs))
     measured = [p for p in built if p.kind == "measured"]
     reuse = [p.reuse for p in measured if p.reuse]

@@ -174,6 +174,12 @@ class OutputCheck(Record):
     near_tie: bool | None = None
     passed: bool = False
 
+    @classmethod
+    def of(cls, event: Any) -> OutputCheck:
+        """The check an event journaled: prefix_check and speculative_check repeat these fields
+        (an event cannot also be a record; tests/test_model_schema.py holds them equal)."""
+        return cls(**{name: getattr(event, name) for name in cls.__struct_fields__})
+
 
 class Checks(Record):
     n: int = 0
