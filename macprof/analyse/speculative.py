@@ -7,7 +7,7 @@ per-token acceptance; and the phase's memory with what the draft adds to it."""
 
 from __future__ import annotations
 
-from macprof.analyse.build import _phase_memory
+from macprof.analyse.build import _counts, _phase_memory
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.analyse.requests import phase_failures, request_record
 from macprof.cases import mean_context
@@ -109,9 +109,7 @@ def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict
         predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),
         predicted_tokens_per_round=prediction.get("tokens_per_round"),
         prediction_reason=prediction.get("reason") or (None if per_token is not None else "no round drafted"),
-        checks=Checks(n=len(cs), identical=sum(1 for x in cs if x.first_divergence is None),
-                      near_ties=sum(1 for x in cs if x.first_divergence is not None and x.passed),
-                      failed=sum(1 for x in cs if not x.passed)))
+        checks=Checks(**_counts(cs)))
 
 
 def _median(values: list[float]) -> float | None:

@@ -15,6 +15,7 @@ as in plain decoding and macprof's loop, a whole round for mlx-lm, which drafts 
 
 from __future__ import annotations
 
+from macprof.analyse.build import _counts
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.measure import stats
 from macprof.measure.significance import median_ratio_intervals
@@ -96,7 +97,5 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
                          high=interval.get("high")),
         predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),
         predicted_tokens_per_round=prediction.get("tokens_per_round"), prediction_reason=prediction.get("reason"),
-        checks=Checks(n=len(cs), identical=sum(1 for x in cs if x.first_divergence is None),
-                      near_ties=sum(1 for x in cs if x.first_divergence is not None and x.passed),
-                      failed=sum(1 for x in cs if not x.passed)),
+        checks=Checks(**_counts(cs)),
         impl=events[0].impl if events else None, unknown="; ".join([*unknown, NO_SPLIT]))
