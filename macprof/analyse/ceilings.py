@@ -138,9 +138,6 @@ def speculative_prediction(target: dict | None, draft: dict | None, k: int, alph
         layout = layout_from_shape(shape) if shape else None
         if layout is not None and not layout.known:  # no prediction rather than one that leaves the K/V out
             return {"reason": f"{name}'s KV cache bytes unknown: {layout.reason}"}
-    d_roof = None
-    if not ngram:
-        d_roof, reason = _roofline(draft or {}, bw, which)
-        if d_roof is None:
-            return {"reason": f"bandwidth unknown: {reason}"}
+    # the bandwidth side was found for the target: the draft's roofline is on the same side
+    d_roof = None if ngram else _roofline(draft or {}, bw, which)[0]
     return {**predicted_round(t_roof, d_roof, k, alpha, context), "bandwidth": which}
