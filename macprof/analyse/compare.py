@@ -27,8 +27,10 @@ from macprof.phases import figures_of
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
 METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memory": ("peak memory", False),
            "kld": ("mean KLD", False), "accuracy": ("task accuracy", True)}
+# the fewest discordant tasks at which the exact test can call a difference at all
+MIN_PAIRED_TASKS = proportions.smallest_significant_pairs()
 ACCURACY_TEST = (f"accuracy: exact McNemar test on the tasks both sides ran (two-sided, alpha {proportions.ALPHA}); "
-                 f"cannot tell under {proportions.smallest_significant_pairs()} paired tasks")
+                 f"cannot tell under {MIN_PAIRED_TASKS} paired tasks")
 
 
 def _engine_version(model: ModelResult, software: dict | None) -> str | None:
@@ -182,7 +184,7 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
     return {"baseline": f"{base['model']}@{base['source']}", "test": "Mann-Whitney U, two-sided, alpha 0.05, on raw per-request samples",
             "interval": f"{CONFIDENCE:.0%} percentile bootstrap of the ratio of medians, {RESAMPLES} resamples per side, "
                         f"seed {SEED}", "confidence": CONFIDENCE, "min_reps_per_side": min_reps(ALPHA),
-            "accuracy_test": ACCURACY_TEST, "min_paired_tasks": proportions.smallest_significant_pairs(), "rows": out}
+            "accuracy_test": ACCURACY_TEST, "min_paired_tasks": MIN_PAIRED_TASKS, "rows": out}
 
 
 def _against(r: dict, base: dict, pending: list) -> tuple[dict, dict, dict]:
@@ -215,7 +217,7 @@ def accuracy_call(base: dict[str, tuple[bool, bool]], other: dict[str, tuple[boo
     common = sorted(set(base) & set(other))
     b = sum(1 for t in common if base[t][1] and not other[t][1])  # only the baseline right
     c = sum(1 for t in common if other[t][1] and not base[t][1])  # only this side right
-    need = proportions.smallest_significant_pairs()
+    need = MIN_PAIRED_TASKS
     p = proportions.mcnemar_exact(b, c)
     out: dict = {"pairs": len(common), "only_base": b, "only_this": c, "p": p, "why": None}
     if len(common) < need:
