@@ -64,13 +64,14 @@ def merged(events: Sequence[Telemetry]) -> TelemetryRaw | None:
         samples=tuple(s for e in events for s in e.samples))
 
 
-def _power_reason(raw: TelemetryRaw) -> str:
+def power_reason(raw: TelemetryRaw) -> str:
+    """Why the telemetry gives no power figure (the source's own word where it gave one)."""
     return raw.unavailable.get("power") or "no power figure from the telemetry source"
 
 
 def baseline(raw: TelemetryRaw) -> Baseline:
     if raw.total_domain is None:
-        return Baseline(reason=_power_reason(raw))
+        return Baseline(reason=power_reason(raw))
     a, b = raw.t_idle_start, raw.t_start
     if a is None or b is None:
         return Baseline(reason="no idle wait was recorded before this phase")
@@ -97,7 +98,7 @@ def energy(requests: Sequence[Request], raw: TelemetryRaw | None, base: Baseline
         return Energy(reason="no telemetry was recorded for this phase (a log from before telemetry, or none taken)")
     domain = raw.total_domain
     if domain is None:
-        return Energy(reason=_power_reason(raw))
+        return Energy(reason=power_reason(raw))
     period_ns = int((raw.period_s or 0) * 1e9)
     sums = {"prefill": [0.0, 0, 0], "decode": [0.0, 0, 0]}  # joules, ns, tokens
     short = used = 0
@@ -207,7 +208,7 @@ def cold_energy(raw: TelemetryRaw | None, windows: Sequence[tuple[int | None, in
         return ColdEnergy(reason="no telemetry was journaled for this trial")
     domain = raw.total_domain
     if domain is None:
-        return ColdEnergy(reason=_power_reason(raw))
+        return ColdEnergy(reason=power_reason(raw))
     spans = [(a, b) for a, b in windows if a is not None and b is not None and b > a]
     if not spans or len(spans) < len(windows):
         return ColdEnergy(domain=domain, reason="the trial's start-up stamps are missing (it never became ready)")

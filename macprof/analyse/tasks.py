@@ -108,7 +108,7 @@ def _energy(windows: list[tuple[int, int]], telemetry: Sequence[ev.Telemetry]) -
     if raw is None:
         return None, "no telemetry was recorded for this phase"
     if raw.total_domain is None:
-        return None, raw.unavailable.get("power") or "no power figure from the telemetry source"
+        return None, en.power_reason(raw)
     base = en.baseline(raw)
     if base.watts is None:
         return None, f"no idle baseline: {base.reason}"
