@@ -263,7 +263,7 @@ def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log,
     from macprof.render.plot import _speculative
 
     fig, ax = plt.subplots()
-    _speculative(ax, list(_models([("run", loaded)])))
+    _speculative(ax, [series])  # the series drawn are the ones read above
     (bars,) = ax.containers  # the measured points with their intervals
     assert "measured" in bars.get_label() and list(bars.lines[0].get_ydata()) == series["speedup"]
     (segments,) = bars.lines[2]

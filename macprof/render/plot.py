@@ -86,8 +86,8 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         panels.append(lambda ax: _depth(ax, models))
     if any(m.phases.batch for _, m in models):
         panels += [lambda ax: _batch(ax, models, "aggregate"), lambda ax: _batch(ax, models, "itl")]
-    if speculative_series(models):
-        panels.append(lambda ax: _speculative(ax, models))
+    if series := speculative_series(models):
+        panels.append(lambda ax: _speculative(ax, series))
     if any(m.phases.conversation and m.phases.conversation.turns for _, m in models):
         panels.append(lambda ax: _conversation(ax, models))
     if not panels:
@@ -358,9 +358,9 @@ def speculative_series(models) -> list[dict]:
     return out
 
 
-def _speculative(ax, models) -> None:
+def _speculative(ax, series: list[dict]) -> None:
     """Measured speed-up against k with its interval, the predicted curve dashed, break-even at 1."""
-    for s in speculative_series(models):
+    for s in series:
         lows = [v - lo if lo is not None else 0.0 for v, lo in zip(s["speedup"], s["low"])]
         highs = [hi - v if hi is not None else 0.0 for v, hi in zip(s["speedup"], s["high"])]
         line = ax.errorbar(s["k"], s["speedup"], yerr=[lows, highs], marker="o", capsize=3,
