@@ -96,7 +96,8 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           report="macprof.render.conversation:REPORT"),
     # right answers: one task_attempt per attempt, none of them a request event (an app's generation: EOS ends it)
     Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
-          context=lambda s, cases: TASKS_CONTEXT, report="macprof.render.tasks:REPORT",
+          context=lambda s, cases: TASKS_CONTEXT, figures="macprof.analyse.tasks:tasks_figures",
+          report="macprof.render.tasks:REPORT",
           cut="macprof.run.phases.tasks:cut_attempt"),
 )}
 NAMES = tuple(REGISTRY)

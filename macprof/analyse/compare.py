@@ -18,7 +18,7 @@ from macprof.measure.significance import (ALPHA, CONFIDENCE, RESAMPLES, SEED, me
                                           verdict)
 from macprof.measure import stats
 from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_family, memory_figures
-from macprof.analyse.tasks import task_outcomes, tasks_figures
+from macprof.analyse.tasks import task_outcomes
 from macprof.measure import proportions
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Sweep, SweepCase, WarmPhase
@@ -56,7 +56,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
     rows = []
     for m in log.models:
         s = m.settings
-        head, lengths = {**headline(m), **figures_of(m), **tasks_figures(m)}, (s.prompt_tokens, s.gen_tokens)
+        head, lengths = {**headline(m), **figures_of(m)}, (s.prompt_tokens, s.gen_tokens)
         block: WarmPhase | SweepCase | None = m.phases.warm
         states = thermal_state_of(m.phases.warm)
         if case:

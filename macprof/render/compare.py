@@ -7,7 +7,6 @@ from macprof.render.energy import ENERGY_FIELDS, fmt_j
 from macprof.render.exporters import Column, Table, cell, export
 from macprof.render.memory import MEMORY_FIELDS, memory_column
 from macprof.render.report import columns_of, fields_of, notes_of
-from macprof.render.tasks import TASKS_COLUMNS, TASKS_FIELDS, TASKS_NOTE
 from macprof.render.text import fmt_bytes, fmt_pct, fmt_rate, fmt_s, fmt_x
 
 
@@ -23,7 +22,7 @@ def compare_rows(result: dict) -> list[dict]:
                "same_model_baseline": r.get("same_model_baseline"),
                "memory_vs_base": r["ratios"]["memory"], "not_comparable": r["not_comparable"],
                **{k: r.get(k) for k in ENERGY_FIELDS}, **{k: r.get(k) for k in MEMORY_FIELDS},
-               **{k: r.get(k) for k in fields_of()}, **{k: r.get(k) for k in TASKS_FIELDS},
+               **{k: r.get(k) for k in fields_of()},
                "time_per_correct_vs_base": r["ratios"].get("time_per_correct")}
         acc = r["calls"].get("accuracy") or {}
         row.update({"accuracy_vs_base": r["ratios"].get("accuracy"), "accuracy_call": acc.get("call"),
@@ -92,7 +91,6 @@ def comparison(result: dict) -> Table:
         Column("of ceiling", cell("efficiency", fmt_pct)), memory_column(rows),
         *([Column("decode J/tok", cell("decode_j_per_token", fmt_j))] if energy else []),
         *columns_of(result["rows"]),  # each phase's own (render/report.py); none where no row has the phase
-        *(TASKS_COLUMNS if tasks else ()),
         *((Column("accuracy vs base", _accuracy_against_base),) if tasks else ()),
         Column("decode vs base", _against_base("decode")), Column(f"decode {level} CI", _interval("decode")),
         Column("TTFT vs base", _against_base("ttft")), Column(f"TTFT {level} CI", _interval("ttft")),
@@ -102,13 +100,13 @@ def comparison(result: dict) -> Table:
               "efficiency", "peak_rss_bytes", "baseline", "decode_vs_base", "decode_call", "decode_why", "decode_p",
               "decode_sizes", "decode_min_reps_per_side", "decode_ci_low", "decode_ci_high", "ttft_vs_base", "ttft_call",
               "ttft_why", "ttft_p", "ttft_sizes", "ttft_min_reps_per_side", "ttft_ci_low", "ttft_ci_high", "memory_vs_base",
-              "same_model_baseline", "not_comparable", *ENERGY_FIELDS, *MEMORY_FIELDS, *fields_of(), *TASKS_FIELDS,
+              "same_model_baseline", "not_comparable", *ENERGY_FIELDS, *MEMORY_FIELDS, *fields_of(),
               "time_per_correct_vs_base", "accuracy_vs_base", "accuracy_call", "accuracy_why", "accuracy_p",
               "accuracy_pairs", "accuracy_only_base", "accuracy_only_this")
     notes: tuple[str, ...] = (f"baseline: {result['baseline']}", f"significance: {result['test']}", f"CI: {result['interval']}")
     notes += notes_of(result["rows"])
     if tasks:
-        notes += (TASKS_NOTE, result.get("accuracy_test") or "")
+        notes += (result.get("accuracy_test") or "",)
     if case:
         notes += (f"TTFT, decode and memory are those of the sweep case {case} (decode per sequence in a batch case)",)
     return Table("macprof compare", columns, rows, fields, notes,

@@ -101,6 +101,8 @@ def tasks_lines(ph: TasksPhase) -> list[str]:
     return lines
 
 
-# its summary table and show's lines through the registry (render/report.py); its compare columns
-# are render/compare.py's own, since the accuracy call needs the paired test of the whole comparison
-REPORT = PhaseReport(present="has_tasks", section=tasks_table, detail=tasks_lines)
+# its compare columns, fields and note, summary table and show's lines through the registry
+# (render/report.py); the accuracy call against the baseline stays render/compare.py's, since it
+# needs the paired test of the whole comparison
+REPORT = PhaseReport(present="has_tasks", columns=TASKS_COLUMNS, fields=TASKS_FIELDS, note=TASKS_NOTE,
+                     section=tasks_table, detail=tasks_lines)
