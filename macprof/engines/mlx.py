@@ -18,6 +18,7 @@ which layers refuse; such a prefix is recomputed from an empty cache and reporte
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -147,28 +148,8 @@ class MlxEngine(PrefixReuse):
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))
 
-    def _tokenizer_config(self) -> dict:
-        try:
-            return json.loads((Path(self._path or ".") / "tokenizer_config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-
     def chat_template(self) -> ChatTemplate | None:
-        cfg = self._tokenizer_config()
-        text, source = cfg.get("chat_template"), "tokenizer_config.json chat_template"
-        jinja = Path(self._path or ".") / "chat_template.jinja"  # where newer transformers write it
-        if not text and jinja.is_file():
-            text, source = jinja.read_text(encoding="utf-8"), "chat_template.jinja"
-        if isinstance(text, list):  # named templates: the default one
-            text = next((t.get("template") for t in text if t.get("name") == "default"), None)
-        if not isinstance(text, str) or not text:
-            return None
-
-        def token(key: str) -> str:
-            value = cfg.get(key)
-            return str(value.get("content", "")) if isinstance(value, dict) else str(value or "")
-
-        return ChatTemplate(source, text, token("bos_token"), token("eos_token"))
+        return _chat_template_of(Path(self._path or "."))
 
     def tokenize_chat(self, text: str) -> list[int]:
         bos = self.chat_template()
@@ -475,3 +456,27 @@ def cut_refusal(cache: Sequence[Any], held: int, n_tokens: int) -> str | None:
 
 
 ENGINE = MlxEngine
+
+
+@functools.lru_cache(maxsize=8)
+def _chat_template_of(model_dir: Path) -> ChatTemplate | None:
+    """A model directory's own chat template, read once: tokenize_chat asks it for the BOS text
+    inside the timed span of every chat request, where a file read would count as TTFT."""
+    try:
+        cfg = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cfg = {}
+    text, source = cfg.get("chat_template"), "tokenizer_config.json chat_template"
+    jinja = model_dir / "chat_template.jinja"  # where newer transformers write it
+    if not text and jinja.is_file():
+        text, source = jinja.read_text(encoding="utf-8"), "chat_template.jinja"
+    if isinstance(text, list):  # named templates: the default one
+        text = next((t.get("template") for t in text if t.get("name") == "default"), None)
+    if not isinstance(text, str) or not text:
+        return None
+
+    def token(key: str) -> str:
+        value = cfg.get(key)
+        return str(value.get("content", "")) if isinstance(value, dict) else str(value or "")
+
+    return ChatTemplate(source, text, token("bos_token"), token("eos_token"))
