@@ -125,16 +125,18 @@ class LlamaCppEngine(PrefixReuse):
 
     # -- tokens --------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
+        return self._tokenize(text, add_bos=True, special=False)
+
+    def _tokenize(self, text: str, add_bos: bool, special: bool) -> list[int]:
         data = text.encode("utf-8")
         cap = len(data) + 8
         buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, False)
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
         if n < 0:  # buffer too small: -n is the size needed
             cap = -n
             buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, True, False)
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
         return list(buf[:n])
-
 
     def detokenize(self, ids: Sequence[int]) -> str:
         arr = (lc.llama_token * max(1, len(ids)))(*ids)
@@ -159,15 +161,7 @@ class LlamaCppEngine(PrefixReuse):
     def tokenize_chat(self, text: str) -> list[int]:
         bos = int(lc.llama_vocab_bos(self.vocab))
         add = not (bos >= 0 and text.startswith(self._piece(bos) or "\0"))  # the template wrote BOS itself
-        data = text.encode("utf-8")
-        cap = len(data) + 8
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add, True)  # special tokens parsed
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self.vocab, data, len(data), buf, cap, add, True)
-        return list(buf[:n])
+        return self._tokenize(text, add_bos=add, special=True)  # special tokens parsed
 
     @property
     def eos_ids(self) -> set[int]:
