@@ -28,7 +28,7 @@ from __future__ import annotations
 import mmap
 import re
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, NativeReport,
                                   PrefixReuse, TopTwo)
@@ -174,18 +174,7 @@ class FakeEngine(PrefixReuse):
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
-        keep = self._reused = self._keep_for(self._history, ids)  # 0 where refused: measured without reuse
-        del self._states[keep:]
-        self._history = history = list(ids)
-        if n <= 0:
-            return
-        _feed(self._states, ids[keep:], self.n_ctx)
-        for i in range(n):
-            token = self._next(self._states[-1])
-            history.append(token)
-            yield token
-            if i + 1 < n:
-                _feed(self._states, [token], self.n_ctx)
+        return self._loop(ids, n, self._next)
 
     def propose(self, ids: Sequence[int], n: int) -> list[int]:
         """Computed token by token: nothing to read back together."""
@@ -197,17 +186,26 @@ class FakeEngine(PrefixReuse):
         ``seed``: a pure function of (ids, temperature, seed), as a real engine's is of its build."""
         import numpy as np
 
-        keep = self._reused = self._keep_for(self._history, ids)
+        rng = np.random.default_rng(seed)
+
+        def pick(state: int) -> int:
+            z = self._logits(state).astype(np.float64) / temperature
+            p = np.exp(z - z.max())
+            return int(rng.choice(self.vocab, p=p / p.sum()))
+
+        return self._loop(ids, n, pick)
+
+    def _loop(self, ids: Sequence[int], n: int, pick: Callable[[int], int]) -> Iterator[int]:
+        """The decoding loop of generate and generate_sampled: the cache cut to what it shares with
+        ``ids``, the rest fed, then n tokens, each ``pick`` of the last state."""
+        keep = self._reused = self._keep_for(self._history, ids)  # 0 where refused: measured without reuse
         del self._states[keep:]
         self._history = history = list(ids)
         if n <= 0:
             return
-        rng = np.random.default_rng(seed)
         _feed(self._states, ids[keep:], self.n_ctx)
         for i in range(n):
-            z = self._logits(self._states[-1]).astype(np.float64) / temperature
-            p = np.exp(z - z.max())
-            token = int(rng.choice(self.vocab, p=p / p.sum()))
+            token = pick(self._states[-1])
             history.append(token)
             yield token
             if i + 1 < n:
