@@ -39,12 +39,20 @@ STOP_GRACE_S = 10.0
 READY_PATH = {"mlx": "/health", "llama.cpp": "/v1/models", "llama-server": "/health"}
 # how many conversations each holds in its cache as macprof starts it, and why (the conversation
 # phase says where --apps is more): read from each server's code for the versions macprof runs
-HOLDS: dict[str, tuple[int | None, str]] = {
-    "mlx": (1, "mlx_lm.server's prompt cache, started with --prompt-cache-size 1: one prompt and its reply"),
+_HOLDS: dict[str, tuple[int | None, str]] = {
     "llama.cpp": (1, "llama-cpp-python's server: one Llama, no prompt cache (--cache off, its default): it "
                      "keeps the tokens it last evaluated and reuses their longest common prefix"),
     "llama-server": (None, "llama-server's slots (--parallel), as its defaults set them: not read here"),
 }
+
+
+def holds(kind: str, slots: int = 1) -> tuple[int | None, str]:
+    """How many prompts a server started here holds in its cache at once (None: not known), and
+    how that is known: mlx_lm.server's prompt cache is sized by --serve-slots."""
+    if kind == "mlx":
+        what = "one prompt and its reply" if slots == 1 else f"{slots} prompts and their replies"
+        return slots, f"mlx_lm.server's prompt cache, started with --prompt-cache-size {slots}: {what}"
+    return _HOLDS[kind]
 LOG_TAIL = 1500  # characters of the server's log kept with a failure to start
 
 
@@ -88,7 +96,7 @@ def command(kind: str, path: Path, port: int, n_ctx: int, threads: int | None,
                  "--prompt-cache-size", str(slots), "--log-level", "WARNING"], "default_model", "mlx-lm")
     if slots != 1:
         raise MacprofError(f"--serve-slots {slots}: applies to --serve mlx (mlx_lm.server's prompt cache holds that "
-                           f"many prompts); {HOLDS[kind][1]}")
+                           f"many prompts); {holds(kind)[1]}")
     if kind == "llama.cpp":
         if not path.is_file():
             raise MacprofError(f"--serve llama.cpp: {path} is not a GGUF file")
@@ -162,10 +170,7 @@ def start(kind: str, path: Path, n_ctx: int = 4096, threads: int | None = None, 
             break
         time.sleep(0.1)
     server.startup_s = time.monotonic() - t0
-    held, how = HOLDS[kind]
-    if kind == "mlx" and slots != 1:
-        held, how = slots, how.replace("--prompt-cache-size 1: one prompt and its reply",
-                                       f"--prompt-cache-size {slots}: {slots} prompts and their replies")
+    held, how = holds(kind, slots)
     server.info = {"served_by": "macprof", "server": kind, "command": " ".join(cmd), "version": f"{dist} {version}",
                    "pid": proc.pid, "startup_s": round(server.startup_s, 3), "prompt_slots": held,
                    "prompt_slots_how": how, "log_path": log.name, **_cold_request(server, t0)}
