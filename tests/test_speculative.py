@@ -36,18 +36,21 @@ def _verify_matches_generate(engine, prompt: list[int], n: int = 8) -> None:
     first = list(engine.generate(prompt, 1))
     assert first == plain[:1] and engine.cached_tokens() == len(prompt)
     # all of the plain tokens but the last appended at once: the choice after each is the next one
-    assert engine.verify(plain[:n]) == plain[1:n + 1]
+    assert list(engine.verify(plain[:n])) == plain[1:n + 1]
     assert engine.cached_tokens() == len(prompt) + n
     # rewound past the last four, and verified again from there: the same choices
     engine.truncate(len(prompt) + n - 4)
     assert engine.cached_tokens() == len(prompt) + n - 4
-    assert engine.verify(plain[n - 4:n]) == plain[n - 3:n + 1]
+    # the last emitted token and the drafts apart, as the loop passes them: the same pass
+    assert list(engine.verify(plain[n - 4:n - 3], plain[n - 3:n])) == plain[n - 3:n + 1]
     # a wrong token's choices differ after it, and the cache rewinds to before it
     engine.truncate(len(prompt) + 2)
     wrong = (plain[2] + 7) % engine.vocab_size
-    engine.verify([wrong])
+    verdict = engine.verify([wrong])
+    assert engine.cached_tokens() == len(prompt) + 2  # drafts of no engine's own: the pass runs when read
+    assert len(verdict) == 1 and engine.cached_tokens() == len(prompt) + 3
     engine.truncate(len(prompt) + 2)
-    assert engine.verify([plain[2]]) == [plain[3]]
+    assert list(engine.verify([plain[2]])) == [plain[3]]
     # generate after a verify reuses what the cache holds (the history is the cache's tokens)
     again = list(engine.generate(prompt + plain[:3], 3))
     assert again == plain[3:6] and engine.reused_tokens == len(prompt) + 2
@@ -59,14 +62,14 @@ def _propose_matches_generate(engine, prompt: list[int], n: int = 6) -> None:
     engine.reset()
     plain = list(engine.generate(prompt, n + 4))
     engine.reset()
-    assert engine.propose(prompt, n) == plain[:n]
+    assert list(engine.propose(prompt, n)) == plain[:n]
     assert engine.cached_tokens() == len(prompt) + n - 1 and engine.reused_tokens == 0  # the last one not fed
     # the speculative loop's next round: the last proposal and one more fed in the first step
-    assert engine.propose(prompt + plain[:n + 1], 3) == plain[n + 1:n + 4]
+    assert list(engine.propose(prompt + plain[:n + 1], 3)) == plain[n + 1:n + 4]
     assert engine.reused_tokens == len(prompt) + n - 1
     engine.truncate(len(prompt) + 2)
-    assert engine.propose(prompt + plain[:3], 2) == plain[3:5] and engine.reused_tokens == len(prompt) + 2
-    assert engine.propose(prompt + plain[:5], 0) == []
+    assert list(engine.propose(prompt + plain[:3], 2)) == plain[3:5] and engine.reused_tokens == len(prompt) + 2
+    assert list(engine.propose(prompt + plain[:5], 0)) == []
 
 
 def test_verify_is_declared():

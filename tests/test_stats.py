@@ -3,7 +3,7 @@ import statistics
 import numpy as np
 import pytest
 
-from macprof.measure.stats import percentile, relative_spread, summarize
+from macprof.measure.stats import median_known, percentile, relative_spread, summarize
 
 
 def test_percentile_matches_numpy_linear():
@@ -24,3 +24,10 @@ def test_empty_and_single():
     assert summarize([])["median"] is None
     one = summarize([5.0])
     assert one["median"] == 5.0 and one["stdev"] is None and relative_spread(one) is None
+
+
+def test_median_known_skips_unknowns_and_is_unknown_with_none():
+    xs = [4.0, None, 1.0, 9.0, None, 2.0]
+    assert median_known(xs) == pytest.approx(np.median([4.0, 1.0, 9.0, 2.0]))
+    assert median_known(x for x in xs) == median_known(xs)  # any iterable, read once
+    assert median_known([]) is None and median_known([None, None]) is None

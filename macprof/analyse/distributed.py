@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from macprof.measure import distributed as dm
 from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
-from macprof.measure.stats import median as _median
+from macprof.measure.stats import median_known as median
 from macprof.measure.stats import ratio
 from macprof.measure.timeline import derive
 from macprof.model import events as ev
@@ -67,10 +67,6 @@ def _rank_comm(rank: dict) -> dict[str, Any]:
             "collectives_per_token": median([s["collectives"] for s in steps]),
             "payload_bytes_per_token": median([s["payload_bytes"] for s in steps]),
             "prefill": rank.get("prefill")}
-
-
-def median(values: list) -> Any:
-    return _median(values) if values else None
 
 
 def _element_bytes(shape: dict | None) -> float:

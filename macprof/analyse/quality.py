@@ -38,7 +38,7 @@ def build_quality(events: Sequence[ev.Event], failures: list[Failure], memory: P
         scored_tokens=len(nll), **{k: v for k, v in q.perplexity(nll).items() if k != "mean_nll"},
         kld=KldSummary(**q.kld_stats(kld)) if has_kld else None,
         **(q.same_top_stats(same) if has_kld else {"same_top": None, "same_top_unc": None}),
-        score_tok_s=stats.median(rates) if rates else None, chunks=chunks, failures=tuple(failures), memory=memory)
+        score_tok_s=stats.median_known(rates), chunks=chunks, failures=tuple(failures), memory=memory)
 
 
 def quality_figures(m: ModelResult) -> dict:

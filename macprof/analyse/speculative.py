@@ -69,7 +69,7 @@ def build_speculative_phase(ctx, name: str) -> SpeculativePhase:
         draft_status=loaded.status if loaded else None, draft_reason=loaded.reason if loaded else None,
         draft_load_s=(loaded.t_load_end - loaded.t_load_start) / NS
         if loaded and loaded.t_load_end and loaded.t_load_start else None,
-        plain=tuple(plain), plain_decode_tok_s=stats.median(base) if base else None, cases=tuple(cases),
+        plain=tuple(plain), plain_decode_tok_s=stats.median_known(base), cases=tuple(cases),
         failures=tuple(phase_failures(ctx.failures, name)),
         memory=_with_draft_weights(_phase_memory(events, name), draft_memory), draft_memory=draft_memory,
         native=native_cases(native, told, checks, base, ctx.head.shape, loaded.shape if loaded else None, context,
@@ -99,21 +99,17 @@ def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict
         id=case, k=k, requests=built, rounds=len(all_rounds), drafted=drafted, accepted=accepted, acceptance=alpha,
         acceptance_per_token=per_token,
         tokens_per_round=emitted / len(full) if full else None,
-        draft_s_per_round=_median([(x.t_verify_start - x.t_draft_start) / NS for x in all_rounds]),
-        verify_s_per_round=_median([(x.t_verify_end - x.t_verify_start) / NS for x in all_rounds]),
-        rewind_s_per_round=_median([(x.t_rewind_end - x.t_verify_end) / NS for x in all_rounds]),
-        round_s_per_round=_median([(x.t_rewind_end - x.t_draft_start) / NS for x in all_rounds]),
-        decode_tok_s=_median(decode),
-        speedup=Interval(value=stats.ratio(_median(decode), _median(base)), low=interval.get("low"),
+        draft_s_per_round=stats.median_known([(x.t_verify_start - x.t_draft_start) / NS for x in all_rounds]),
+        verify_s_per_round=stats.median_known([(x.t_verify_end - x.t_verify_start) / NS for x in all_rounds]),
+        rewind_s_per_round=stats.median_known([(x.t_rewind_end - x.t_verify_end) / NS for x in all_rounds]),
+        round_s_per_round=stats.median_known([(x.t_rewind_end - x.t_draft_start) / NS for x in all_rounds]),
+        decode_tok_s=stats.median_known(decode),
+        speedup=Interval(value=stats.ratio(stats.median_known(decode), stats.median_known(base)), low=interval.get("low"),
                          high=interval.get("high")),
         predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),
         predicted_tokens_per_round=prediction.get("tokens_per_round"),
         prediction_reason=prediction.get("reason") or (None if per_token is not None else "no round drafted"),
         checks=Checks(**_counts(cs)))
-
-
-def _median(values: list[float]) -> float | None:
-    return stats.median(values) if values else None
 
 
 def _draft_memory(loaded: DraftLoaded, end: DraftEnd | None, context: int) -> DraftMemory:

@@ -81,7 +81,7 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
         emitted += sum(a + 1 for a in kept)
         whole += len(kept)
     decode = _rates(requests, told, case)
-    median = stats.median(decode) if decode else None
+    median = stats.median_known(decode)
     prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram)
     unknown = [e.unknown for e in events[:1] if e.unknown]
     if not rounds_known:
@@ -93,7 +93,7 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
         id=case, k=k, requests=tuple(built), rounds=n_rounds, drafted=drafted, accepted=accepted, acceptance=alpha,
         acceptance_per_token=per_token,
         tokens_per_round=emitted / whole if whole else None, decode_tok_s=median,
-        speedup=Interval(value=stats.ratio(median, stats.median(base) if base else None), low=interval.get("low"),
+        speedup=Interval(value=stats.ratio(median, stats.median_known(base)), low=interval.get("low"),
                          high=interval.get("high")),
         predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),
         predicted_tokens_per_round=prediction.get("tokens_per_round"), prediction_reason=prediction.get("reason"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from macprof.errors import MacprofError
 
@@ -35,6 +35,34 @@ class TopTwo:
     @property
     def margin(self) -> float:
         return self.first_logit - self.second_logit
+
+
+class Later(Sequence[int]):
+    """Token ids an engine has queued but not read back: reading them (iterating, ``len``,
+    indexing) waits for them, once, and keeps them. ``handle`` is the engine's own lazy object,
+    for another call of that engine's kind to build on without waiting (MLX: the draft's
+    async_eval'd array, on which the target's verify is queued before the drafts are read, as
+    mlx-lm's speculative step queues it); None where there is nothing to build on."""
+
+    def __init__(self, read: Callable[[], Sequence[int]], handle: Any = None) -> None:
+        self._read: Callable[[], Sequence[int]] | None = read
+        self._tokens: list[int] = []
+        self.handle = handle
+
+    def tokens(self) -> list[int]:
+        if self._read is not None:
+            read, self._read = self._read, None
+            self._tokens = [int(t) for t in read()]
+        return self._tokens
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.tokens())
+
+    def __len__(self) -> int:
+        return len(self.tokens())
+
+    def __getitem__(self, i):  # type: ignore[override]  # a list's indexing and slicing
+        return self.tokens()[i]
 
 
 # How an engine holds the weights once loaded: "mapped" (the model file mapped, its pages the
@@ -143,12 +171,13 @@ class Engine(Protocol):
         """Greedy-decode ``n`` tokens after ``ids``, reusing the longest prefix of ``ids``
         already in the cache; ``reused_tokens`` says how many, once the first token is out."""
 
-    def propose(self, ids: Sequence[int], n: int) -> list[int]:
+    def propose(self, ids: Sequence[int], n: int) -> Sequence[int]:
         """The speculative loop's draft step: the ``n`` tokens ``generate(ids, n)`` yields, the
-        cache left as it leaves it, returned together once all are computed. An engine that
-        computes asynchronously queues every step without reading each token back (MLX: one
-        synchronisation per round, as mlx-lm's own draft, where streaming waits on each token);
-        one that cannot is ``list(generate(ids, n))``."""
+        cache left as it leaves it, read back together. An engine that computes asynchronously
+        queues every step without reading each token back and returns them as a ``Later`` whose
+        handle a target of its kind can verify on before they are read (MLX: one synchronisation
+        per round, as mlx-lm's own draft, where streaming waits on each token); one that cannot
+        returns ``list(generate(ids, n))``. The proposal is read before the engine is used again."""
 
     def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
         """Capability "sample": as ``generate`` (the cached prefix reused, ``n`` tokens, EOS
@@ -198,10 +227,15 @@ class Engine(Protocol):
         pass from an empty cache, as float32 [len(ids), vocab_size] (a numpy array). The cache
         is emptied after it."""
 
-    def verify(self, ids: Sequence[int]) -> list[int]:
-        """Capability "verify": append ``ids`` to what the cache holds (the history is then
-        exactly the cache's tokens) and return the greedy choice after each appended position,
-        ``len(ids)`` of them, from one forward pass; ``truncate`` cuts the rejected ones off."""
+    def verify(self, ids: Sequence[int], drafts: Sequence[int] = ()) -> Later:
+        """Capability "verify": append ``ids`` then ``drafts`` to what the cache holds (the
+        history is then exactly the cache's tokens) and give the greedy choice after each
+        appended position, ``len(ids) + len(drafts)`` of them, from one forward pass;
+        ``truncate`` cuts the rejected ones off. The pass runs when the returned ``Later`` is
+        read, not before: the speculative loop stamps the drafts' end between the two. Only
+        where ``drafts`` is a ``Later`` of the engine's own kind is the pass queued at once, on
+        the still unread drafts (so its graph is built while the draft computes, as mlx-lm's
+        speculative step does); it is still waited for only when read."""
 
     # The engine's own speculative decoding (capability "native_draft").
     def native_refusal(self, draft: Any) -> str | None:

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, NativeReport,
+from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
                                   PrefixReuse, TopTwo)
 from macprof.errors import MacprofError
 
@@ -218,11 +218,16 @@ class FakeEngine(PrefixReuse):
         out[self._next(state)] += 8.0
         return out
 
-    def verify(self, ids: Sequence[int]) -> list[int]:
-        held = len(self._states)
-        self._history = self._history[:held] + list(ids)
-        _feed(self._states, ids, self.n_ctx)
-        return [self._next(state) for state in self._states[held:]]
+    def verify(self, ids: Sequence[int], drafts: Sequence[int] = ()) -> Later:
+        """Fed when the verdict is read, as the llama.cpp engine's (it computes synchronously)."""
+        def run() -> list[int]:
+            fed = [*ids, *drafts]
+            held = len(self._states)
+            self._history = self._history[:held] + fed
+            _feed(self._states, fed, self.n_ctx)
+            return [self._next(state) for state in self._states[held:]]
+
+        return Later(run)
 
     # -- "its own" speculative decoding, for the fast tier's tests of the phase's native path ----
     def native_refusal(self, draft: Any) -> str | None:
@@ -260,7 +265,7 @@ class FakeEngine(PrefixReuse):
             proposal = (list(draft.generate(history, budget)) if draft is not None else ngram_draft(history, ngram, budget))
             fed = list(ids) if not out else [out[-1]]
             held = self.cached_tokens()
-            choices = self.verify(fed + proposal)[len(fed) - 1:]
+            choices = self.verify(fed, proposal)[len(fed) - 1:]
             a = accepted_prefix(proposal, choices)
             drafted.append(len(proposal))
             accepted.append(a)

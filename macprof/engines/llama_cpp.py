@@ -32,7 +32,7 @@ from llama_cpp import _logger as _lc_logger
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
-from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, NativeReport,
+from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
                                   PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 
@@ -323,9 +323,13 @@ class LlamaCppEngine(PrefixReuse):
             self.reset()
         return out
 
-    def verify(self, ids: Sequence[int]) -> list[int]:
-        """One llama_batch of ``ids`` at the positions after the cache's, logits requested at
-        every entry (as score() asks for them), one llama_decode; the argmax of each row."""
+    def verify(self, ids: Sequence[int], drafts: Sequence[int] = ()) -> Later:
+        """One llama_batch of ``ids`` and ``drafts`` at the positions after the cache's, logits
+        requested at every entry (as score() asks for them), one llama_decode when the verdict is
+        read (llama_decode returns once computed: nothing to queue); the argmax of each row."""
+        return Later(lambda: self._verify([*ids, *drafts]))
+
+    def _verify(self, ids: Sequence[int]) -> list[int]:
         held = self.cached_tokens()
         if len(ids) > self.n_batch:
             raise MacprofError(f"verify of {len(ids)} tokens: more than one batch of {self.n_batch}")

@@ -29,8 +29,8 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, NativeReport,
-                                  PrefixReuse, TopTwo, top_two)
+from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later,
+                                  NativeReport, PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -115,6 +115,7 @@ class MlxEngine(PrefixReuse):
         self._path: Path | None = None
         self._cache: Any = None
         self._history: list[int] = []  # tokens fed so far; the cache holds its first `offset`
+        self._unread: Later | None = None  # a queued proposal or verdict its caller has not read yet
         self._reused = 0
         self._refused: str | None = None
         self._stream: Any = None
@@ -131,7 +132,12 @@ class MlxEngine(PrefixReuse):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self._path = Path(path)
         self.model, self.config = load_model(self._path, lazy=False)  # evaluates every weight
-        self._stream = mx.new_stream(mx.default_device())
+        from mlx_lm.generate import generation_stream
+
+        # mlx-lm's own stream, as its generate_step and speculative_generate_step use: a draft and
+        # its target then queue on one stream, as in mlx-lm's speculative step (on two, each
+        # verify waits on a cross-stream event, and each stream has its own worker on the CPU)
+        self._stream = generation_stream
         self._kv_bits = MLX_KV_BITS.get(settings.kv_type)  # None: f16
         self._old_wired, self._wired = wire()
         from mlx_lm.generate import BatchGenerator
@@ -171,6 +177,7 @@ class MlxEngine(PrefixReuse):
             self._cache = [c.to_quantized(group_size=MLX_KV_GROUP, bits=self._kv_bits) if type(c) is KVCache else c
                            for c in self._cache]
         self._history = []
+        self._unread = None  # what it would have fed is gone with the cache
 
     def cached_tokens(self) -> int:
         if self._cache is None:
@@ -184,6 +191,7 @@ class MlxEngine(PrefixReuse):
         if n_tokens == 0:
             self.reset()  # emptying needs no trim: any cache can be made afresh
             return
+        self._settle()
         refusal = self.cut_refusal(n_tokens)
         if refusal:
             raise CacheCutRefused(refusal)
@@ -199,6 +207,7 @@ class MlxEngine(PrefixReuse):
         return cut_refusal(self._cache, held, n_tokens)
 
     def _prepare(self, ids: Sequence[int]) -> int:
+        self._settle()
         if self._cache is None:
             self.reset()
         keep = self._keep_for(self._history, ids)
@@ -269,15 +278,16 @@ class MlxEngine(PrefixReuse):
                 if i + 1 < n:
                     y = next_y
 
-    def propose(self, ids: Sequence[int], n: int) -> list[int]:
-        """generate's greedy tokens, read back together: every step is queued with
-        ``mx.async_eval`` on the one before it, unread, and the ``n`` tokens are evaluated at once
-        (as mlx-lm's ``_draft_generate`` drafts: one synchronisation per round, where generate's
-        ``.item()`` per token waits on each). The freed buffers go back to the allocator every
-        _CLEAR_EVERY tokens proposed, not on every call (a round drafts only a few)."""
+    def propose(self, ids: Sequence[int], n: int) -> Later:
+        """generate's greedy tokens, queued and read back together: every step is queued with
+        ``mx.async_eval`` on the one before it, unread (as mlx-lm's ``_draft_generate`` drafts:
+        one synchronisation per round, where generate's ``.item()`` per token waits on each).
+        The ``Later``'s handle is the unread 1-d array, on which an MLX target's ``verify``
+        queues its pass; reading it waits for the k steps. The freed buffers go back to the
+        allocator every _CLEAR_EVERY tokens proposed, not on every call (a round drafts only a few)."""
         keep = self._reused = self._prepare(ids)
         if n <= 0:
-            return []
+            return Later(list)
         model, cache = self.model, self._cache
         with mx.stream(self._stream):
             y = self._prefill(ids, keep)
@@ -286,13 +296,27 @@ class MlxEngine(PrefixReuse):
                 y = mx.argmax(model(y[None], cache=cache)[:, -1, :], axis=-1)
                 mx.async_eval(y)
                 steps.append(y)
-            tokens: list[int] = mx.concatenate(steps).tolist()  # type: ignore[assignment]  # a 1-d array: a list of ints
-        self._history += tokens
-        self._proposed += n
-        if self._proposed >= _CLEAR_EVERY:
-            mx.clear_cache()
-            self._proposed = 0
-        return tokens
+            queued = mx.concatenate(steps)
+            mx.async_eval(queued)  # its own event: reading it waits for the k steps, not for a verify queued on it
+
+        def read() -> list[int]:
+            tokens: list[int] = queued.tolist()  # type: ignore[assignment]  # a 1-d array: a list of ints
+            self._history += tokens
+            self._proposed += n
+            if self._proposed >= _CLEAR_EVERY:
+                mx.clear_cache()
+                self._proposed = 0
+            return tokens
+
+        self._unread = Later(read, handle=queued)
+        return self._unread
+
+    def _settle(self) -> None:
+        """Read what was queued and not yet read (a proposal, a verdict): the history it
+        extends must be whole before the cache is used again."""
+        if self._unread is not None:
+            unread, self._unread = self._unread, None
+            unread.tokens()
 
     # -- batched generation ----------------------------------------------------------------
     def open_batch(self, size: int, tokens_per_seq: int) -> None:
@@ -334,16 +358,37 @@ class MlxEngine(PrefixReuse):
         self.reset()
         return values
 
-    def verify(self, ids: Sequence[int]) -> list[int]:
-        """One forward pass of ``ids`` over the cache (as mlx-lm's speculative step verifies):
-        model(inputs[None], cache=cache), then the argmax at every position."""
-        if self._cache is None:
-            self.reset()
-        self._history = self._history[:self.cached_tokens()] + list(ids)
-        with mx.stream(self._stream):
-            logits = self.model(mx.array(list(ids), dtype=mx.uint32)[None], cache=self._cache)[0]
-            choices = mx.argmax(logits, axis=-1)
-            return [int(t) for t in choices.tolist()]  # type: ignore[union-attr, arg-type]  # a 1-d array: a list of ints
+    def verify(self, ids: Sequence[int], drafts: Sequence[int] = ()) -> Later:
+        """One forward pass of ``ids`` and ``drafts`` over the cache (as mlx-lm's speculative step
+        verifies): model(inputs[None], cache=cache), then the argmax at every position. Drafts an
+        MLX engine proposed (a ``Later`` holding its array) are verified unread: the pass is
+        built on them and queued with ``mx.async_eval`` now, as mlx-lm's step builds its verify
+        on the drafts before its one ``mx.eval``; other drafts are read and the pass is built
+        when the verdict is read."""
+        self._settle()
+        queued = drafts.handle if isinstance(drafts, Later) and isinstance(drafts.handle, mx.array) else None
+
+        def run(tail: Any) -> Later:
+            if self._cache is None:
+                self.reset()
+            held = self.cached_tokens()
+            with mx.stream(self._stream):
+                inputs = mx.array(list(ids), dtype=mx.uint32)
+                if tail is not None:
+                    inputs = mx.concatenate([inputs, tail.astype(mx.uint32)])
+                choices = mx.argmax(self.model(inputs[None], cache=self._cache)[0], axis=-1)
+                mx.async_eval(choices)
+
+            def read() -> list[int]:
+                self._history = self._history[:held] + list(ids) + list(drafts)
+                return choices.tolist()  # type: ignore[return-value]  # a 1-d array: a list of ints
+
+            return Later(read)
+
+        if queued is not None:
+            self._unread = run(queued)
+            return self._unread
+        return Later(lambda: run(mx.array(list(drafts), dtype=mx.uint32) if len(drafts) else None).tokens())
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
         self.reset()

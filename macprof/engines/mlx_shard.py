@@ -57,7 +57,9 @@ class ShardedMlxEngine(MlxEngine):
         # every rank loaded before the first request, as sharded_load does (a slow rank would
         # otherwise be timed inside rank 0's first collective)
         mx.eval(mx.distributed.all_sum(mx.array(1.0), group=self.group, stream=mx.cpu))
-        self._stream = mx.new_stream(mx.default_device())
+        from mlx_lm.generate import generation_stream
+
+        self._stream = generation_stream  # as the unsharded engine's: mlx-lm's, which its sharded generate uses
         self._kv_bits = MLX_KV_BITS.get(settings.kv_type)
         self._old_wired, self._wired = wire()
         self.capabilities = {**self.capabilities, "batch": "batch unsupported: a sharded model is measured one sequence at a time",

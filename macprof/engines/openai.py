@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from macprof.engines import counting, wire
-from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, NativeReport, TopTwo
+from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport, TopTwo
 from macprof.errors import MacprofError
 
 NO_CACHE_API = "a server's cache is not addressable over its API (it cannot be cut back or inspected)"
@@ -559,7 +559,7 @@ class OpenAIEngine:
     def score(self, ids: Sequence[int]) -> Any:
         raise MacprofError(self.capabilities["score"] or "")
 
-    def verify(self, ids: Sequence[int]) -> list[int]:
+    def verify(self, ids: Sequence[int], drafts: Sequence[int] = ()) -> Later:
         raise MacprofError(self.capabilities["verify"] or "")
 
     def native_refusal(self, draft: Any) -> str | None:

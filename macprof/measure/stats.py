@@ -23,6 +23,12 @@ def median(values: Iterable[float]) -> float:
     return percentile(sorted(values), 50)
 
 
+def median_known(values: Iterable[float | None]) -> float | None:
+    """The median of the known values (None skipped), or None (unknown) when there is none."""
+    known = [v for v in values if v is not None]
+    return median(known) if known else None
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     """a / b, or None (unknown) when either side is unknown or b is 0: a zero denominator has
     no ratio. A zero numerator is a real 0.0."""

@@ -127,10 +127,7 @@ def _across_logs(rows: list[dict], ceilings: list[tuple]) -> tuple[list[dict], l
         groups.setdefault((row["model"], row["conditions"]["machine"]), []).append(i)
     machines = {key[1] for key in groups}
 
-    def median(values):
-        values = [v for v in values if v is not None]
-        return stats.median(values) if values else None  # the median every figure uses
-
+    median = stats.median_known  # the median every figure uses, of the known values
     out, out_ceilings = [], []
     for (model, machine), members in groups.items():
         picked = [rows[i] for i in members]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from macprof.analyse.headline import headline
 from macprof.cases import SWEEP_PHASES
-from macprof.measure.stats import median, relative_spread
+from macprof.measure.stats import median_known, relative_spread
 from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
@@ -122,8 +122,7 @@ def warnings(log: RunLog) -> list[str]:
                 out.append(f"{name}: batched decoding changed the output beyond a near-tie in {', '.join(checks)}")
         reqs = [r for r in (ph.warm.requests if ph.warm else ()) if r.kind == "measured" and r.status == "ok"]
         if len(reqs) >= 3:
-            first, rest = reqs[0].total_s, [r.total_s for r in reqs[1:] if r.total_s is not None]
-            med = median(rest) if rest else None
+            first, med = reqs[0].total_s, median_known(r.total_s for r in reqs[1:])
             if med and first is not None and first > FIRST_SLOW * med:
                 out.append(f"{name}: the first measured warm request was {first / med:.1f}x slower "
                            f"than the others: warm-up did not fully warm")

@@ -82,14 +82,25 @@ def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_count
 
         return server_request(engine, prompt, n, clock)
     tokenize = engine.tokenize_chat if prompt.chat else engine.tokenize  # a chat prompt: as it was built
-    r = _stamped(engine, [prompt.text], lambda ids: engine.generate(ids[0], n), clock, tokenize)
+    r = stamped_sequence(engine, prompt, n, lambda ids: engine.generate(ids, n), clock, "engine", tokenize)
+    return {**r, **reuse_of(engine, r["prompt_tokens"], engine.reused_tokens)}
+
+
+def stamped_sequence(engine, prompt: Prompt, n: int, tokens_of, clock: Clock, what: str, tokenize=None) -> dict:
+    """One sequence's request: ``tokens_of(ids)`` stamped (``_stamped``), exactly ``n`` tokens
+    checked (else a recorded error naming ``what`` yielded them), with the fields every
+    one-sequence request has: its tokens, its prompt's size, the engine's memory after it."""
+    r = _stamped(engine, [prompt.text], lambda ids: tokens_of(ids[0]), clock, tokenize)
     tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
     if r["status"] == "ok" and len(tokens) != n:
-        r.update(status="error", error=f"engine yielded {len(tokens)} tokens instead of {n}")
-    reused = engine.reused_tokens
-    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "reused_tokens": reused,
-            "computed_prompt_tokens": len(ids) - reused, "cached_tokens_after": engine.cached_tokens(),
-            "kv_cache_bytes": engine.kv_cache_bytes(), "engine_memory": engine.memory() or None}
+        r.update(status="error", error=f"{what} yielded {len(tokens)} tokens instead of {n}")
+    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "engine_memory": engine.memory() or None}
+
+
+def reuse_of(engine, prompt_tokens: int, reused: int) -> dict:
+    """What a request reused of the cache and left in it."""
+    return {"reused_tokens": reused, "computed_prompt_tokens": prompt_tokens - reused,
+            "cached_tokens_after": engine.cached_tokens(), "kv_cache_bytes": engine.kv_cache_bytes()}
 
 
 def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_counter_ns) -> dict:

@@ -4,7 +4,9 @@ caches are rewound past what was rejected; greedy, EOS ignored, exactly ``gen_to
 
 Engine-generic: the target needs capabilities "verify" and "cache_cut" (engines/base.py), the
 draft is any engine's propose (its greedy generate, read back once per round; so an MLX draft
-serves a GGUF target) or the n-gram lookup of measure/speculative.py. The prompts are the warm
+serves a GGUF target) or the n-gram lookup of measure/speculative.py. The target's verify is
+asked for before the drafts are read (an MLX pair queues it on the draft's unread array, as
+mlx-lm's speculative step does) and runs or is waited for when its verdict is read. The prompts are the warm
 phase's; each prompt is also decoded plainly on the target, alternately before and after its
 speculative requests (one per k of ``draft_tokens``): the baseline of the speed-up and the
 reference of the output check.
@@ -30,8 +32,8 @@ from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_dra
 from macprof.model import events as ev
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, Round, SpeculativeCheck, SpeculativeNative,
                                        SpeculativeRounds)
-from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, _stamped, announced, compare_outputs,
-                                       request_key, timed_request, warm_prompts)
+from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, announced, compare_outputs, request_key,
+                                       reuse_of, stamped_sequence, timed_request, warm_prompts)
 from macprof.run.prompts import Prompt
 
 PHASE = "speculative"
@@ -54,7 +56,7 @@ class ModelDraft:
         generate of one token: its cache then holds the prompt, the token itself not fed."""
         list(self.engine.generate(list(ids), 1))
 
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
+    def propose(self, context: Sequence[int], k: int) -> Sequence[int]:
         return self.engine.propose(list(context), k)  # read back once per round, not per token
 
     def rewind(self, keep: int) -> None:
@@ -97,10 +99,14 @@ def speculative_tokens(target, draft, ids: Sequence[int], n: int, k: int, rounds
         context = ids + emitted
         k_round = draft_budget(k, n - len(emitted))
         t_draft = clock()
-        drafts = draft.propose(context, k_round)[:k_round] if k_round else []
-        t_verify = clock()
+        proposal = draft.propose(context, k_round) if k_round else []
         held = target.cached_tokens()
-        choices = target.verify([emitted[-1], *drafts])
+        # queued on the drafts before they are read (an MLX pair: the verify's graph is built
+        # while the draft computes, as mlx-lm's step builds it); it runs, or is waited for, when read
+        verdict = target.verify([emitted[-1]], proposal)
+        drafts = list(proposal)  # the draft's compute has ended: the verify starts from here
+        t_verify = clock()
+        choices = list(verdict)
         t_verified = clock()
         a = accepted_prefix(drafts, choices)
         out = [*drafts[:a], choices[a]]
@@ -118,24 +124,17 @@ def speculative_request(target, draft, prompt: Prompt, n: int, k: int, clock: Cl
     rounds: list[Round] = []
     target.reset()
     draft.reset()
-    r = _stamped(target, [prompt.text], lambda ids: speculative_tokens(target, draft, ids[0], n, k, rounds, clock), clock)
-    tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
-    if r["status"] == "ok" and len(tokens) != n:
-        r.update(status="error", error=f"the speculative loop yielded {len(tokens)} tokens instead of {n}")
-    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "reused_tokens": 0, "computed_prompt_tokens": len(ids),
-            "cached_tokens_after": target.cached_tokens(), "kv_cache_bytes": target.kv_cache_bytes(),
-            "engine_memory": target.memory() or None}, rounds
+    r = stamped_sequence(target, prompt, n, lambda ids: speculative_tokens(target, draft, ids, n, k, rounds, clock),
+                         clock, "the speculative loop")
+    return {**r, **reuse_of(target, r["prompt_tokens"], 0)}, rounds
 
 
 def native_request(target, prompt: Prompt, n: int, k: int, clock: Clock) -> dict:
     """One request of the engine's own speculative decoding (it empties its caches itself),
     stamped as a plain one is."""
-    r = _stamped(target, [prompt.text], lambda ids: target.native_generate(ids[0], n, k), clock)
-    tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
-    if r["status"] == "ok" and len(tokens) != n:
-        r.update(status="error", error=f"the engine's own speculative decoding yielded {len(tokens)} tokens instead of {n}")
-    return {**r, "tokens": tokens, "prompt_tokens": len(ids), "reused_tokens": 0, "computed_prompt_tokens": len(ids),
-            "engine_memory": target.memory() or None}
+    r = stamped_sequence(target, prompt, n, lambda ids: target.native_generate(ids, n, k), clock,
+                         "the engine's own speculative decoding")
+    return {**r, "reused_tokens": 0, "computed_prompt_tokens": r["prompt_tokens"]}
 
 
 def tokenizer_mismatch(target, draft, target_name: str, draft_name: str) -> str | None:
