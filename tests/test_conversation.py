@@ -177,6 +177,9 @@ def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):
     assert len(model["phases"]["conversation"]["turns"]) == 6
     shown = macprof("show", str(log)).stdout
     assert "conversation: 6 turns of 2 app(s), random" in shown and "Conversation (cache as" in shown
+    md = macprof("show", str(log), "--format", "markdown").stdout
+    section = md[md.index("**Conversation (cache as the previous request left it)**"):]
+    assert "| fake-b |" in section  # its table, as markdown
     compared = macprof("compare", str(log), str(log), "--format", "json").stdout
     assert "reuse_rate_p50" in compared and "hit_rate" in compared
     assert runlog.load(log).models[0].phases.conversation.summary.stops

@@ -83,7 +83,8 @@ def test_a_phase_s_report_reaches_compare_summary_and_show_through_the_registry(
     from macprof.render.compare import comparison
     from macprof.render.detail import render_detail
     from macprof.render.exporters import Column, cell
-    from macprof.render.report import PhaseReport
+    from macprof.render.report import PhaseReport, Section
+    from macprof.render.show import render_show
     from macprof.render.summary import render_summary
     from macprof.store import runlog
 
@@ -91,7 +92,7 @@ def test_a_phase_s_report_reaches_compare_summary_and_show_through_the_registry(
     extra.figures = lambda m: {"has_extra": True, "extra_score": len(m.identity.name)}
     extra.REPORT = PhaseReport(present="has_extra", columns=(Column("extra score", cell("extra_score")),),
                                fields=("extra_score",), note="extra: the name's length",
-                               section=lambda log: "Extra:\n  " + ", ".join(m.identity.name for m in log.models),
+                               section=lambda log: Section("Extra", None, tuple(m.identity.name for m in log.models)),
                                detail=lambda record: ["   extra phase line"])
     monkeypatch.setitem(sys.modules, "extra_phase_for_test", extra)
     warm = REGISTRY["warm"]
@@ -106,4 +107,5 @@ def test_a_phase_s_report_reaches_compare_summary_and_show_through_the_registry(
     assert "extra score" in [c.name for c in table.columns] and "extra_score" in table.fields
     assert "extra: the name's length" in table.notes
     assert "Extra:" in render_summary(log) and "extra phase line" in render_detail(log)
+    assert "**Extra**" in render_show(log, "markdown")  # the markdown a user pastes has the section too
     assert phases.figures_of(log.models[0])["has_extra"] is True

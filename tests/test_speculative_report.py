@@ -218,6 +218,10 @@ def test_show_gives_the_round_breakdown_per_k(self_draft_log):
         assert f"speculative k={k}: {case['rounds']} rounds, drafted {case['drafted']}, accepted {case['accepted']}" in r.output
         assert f"{k + 1:.2f} tokens/round (predicted {k + 1:.2f})" in r.output
     assert r.output.count("     per round: draft ") == 2 and "speculative memory: phase peak RSS" in r.output
+    md = cli("show", log, "--format", "markdown").output  # the summary row per (target, draft, k), as markdown
+    rows = [line for line in md[md.index("**Speculative decoding (draft k tokens, verify in one pass)**"):].splitlines()
+            if line.startswith("| t ")]
+    assert len(rows) == len(spec["cases"]) and all("2/2 identical" in row for row in rows)
 
 
 def test_compare_columns_and_fields_name_the_best_k(self_draft_log):
@@ -267,7 +271,9 @@ def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log,
     (bars,) = ax.containers  # the measured points with their intervals
     assert "measured" in bars.get_label() and list(bars.lines[0].get_ydata()) == series["speedup"]
     (segments,) = bars.lines[2]
-    assert [tuple(seg[:, 1]) for seg in segments.get_segments()] == list(zip(series["low"], series["high"]))
+    # matplotlib draws each end as value -/+ its distance from it: equal to the interval up to rounding
+    ends = [tuple(seg[:, 1]) for seg in segments.get_segments()]
+    assert ends == [pytest.approx(pair, rel=1e-12) for pair in zip(series["low"], series["high"])]
     predicted = next(line for line in ax.get_lines() if "roofline" in line.get_label())
     assert list(predicted.get_xdata()) == series["k"] and list(predicted.get_ydata()) == series["predicted"]
     plt.close(fig)

@@ -104,6 +104,7 @@ def test_the_default_set_on_the_fake_engine_and_its_figures(fake_dir, tmp_path):
     assert figures["has_tasks"] and figures["tasks_n"] == len(tf.tasks)
     show = macprof("show", str(log))
     assert "Tasks (right answers)" in show.stdout and "accuracy first attempt 0/36" in show.stdout
+    assert "**Tasks (right answers)**" in macprof("show", str(log), "--format", "markdown").stdout
     both = macprof("compare", str(log), str(log), "--fail-if", "accuracy:-5%")
     assert both.returncode == 0 and "no significant difference (p=1, 0 vs 0 of 36)" in both.stdout
     assert macprof("plot", str(log), "-o", str(tmp_path / "p.png")).returncode == 0 and (tmp_path / "p.png").stat().st_size

@@ -6,8 +6,8 @@ from __future__ import annotations
 from macprof.analyse.conversation import FIGURES
 from macprof.model.conversation import ConversationPhase
 from macprof.model.log import RunLog
-from macprof.render.exporters import Column, Table, cell, to_text
-from macprof.render.report import PhaseReport
+from macprof.render.exporters import Column, Table, cell
+from macprof.render.report import PhaseReport, Section
 from macprof.render.text import fmt_pct, fmt_s
 from macprof.sanitise import clean
 
@@ -30,7 +30,7 @@ COLUMNS = (Column("reuse p50 (p10)", _reuse), Column("hit rate of ideal", _hits)
            Column("TTFT saved/turn", cell("ttft_saved_s", fmt_s)))
 
 
-def conversation_table(log: RunLog) -> str | None:
+def conversation_table(log: RunLog) -> Section | None:
     from macprof.analyse.conversation import figures
 
     rows = []
@@ -56,16 +56,15 @@ def conversation_table(log: RunLog) -> str | None:
                Column("TTFT natural p50", cell("natural", fmt_s)), Column("TTFT emptied p50", cell("emptied", fmt_s)),
                Column("TTFT growth /1k tok", lambda r: f"{fmt_s(r['growth_n'])} vs {fmt_s(r['growth_e'])}"),
                Column("reuse stopped", cell("stops")), Column("outputs", cell("checks")))
-    text = to_text(Table("conversation", columns, tuple(rows), (), (), {}))
-    notes = [f"  {r['model']}: {r['stopped']}" for r in rows if r["stopped"]]
-    notes += [f"  {r['model']}: in {r['unchecked']} turns the engine reported another reuse than the ids it held allow"
+    notes = [f"{r['model']}: {r['stopped']}" for r in rows if r["stopped"]]
+    notes += [f"{r['model']}: in {r['unchecked']} turns the engine reported another reuse than the ids it held allow"
               for r in rows if r["unchecked"]]
-    notes += [f"  {r['model']}: {r['holds']}" for r in rows if r["holds"]]
-    notes += [f"  {r['model']}: reuse unknown in {r['unreported']} turns: {r['why_unreported']}"
+    notes += [f"{r['model']}: {r['holds']}" for r in rows if r["holds"]]
+    notes += [f"{r['model']}: reuse unknown in {r['unreported']} turns: {r['why_unreported']}"
               for r in rows if r["unreported"]]
-    notes += [f"  {r['model']}: in {r['not_emptied']} turns {r['why_not_emptied']}" for r in rows if r["not_emptied"]]
-    return "Conversation (cache as the previous request left it):\n" + text + \
-        ("\n" + "\n".join(clean(n) for n in notes) if notes else "")
+    notes += [f"{r['model']}: in {r['not_emptied']} turns {r['why_not_emptied']}" for r in rows if r["not_emptied"]]
+    return Section("Conversation (cache as the previous request left it)",
+                   Table("conversation", columns, tuple(rows), (), (), {}), tuple(notes))
 
 
 def conversation_lines(ph: ConversationPhase) -> list[str]:

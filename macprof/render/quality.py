@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from macprof.model.log import RunLog
 from macprof.model.quality import QualityPhase
-from macprof.render.exporters import Column, Table, to_text
-from macprof.render.report import PhaseReport
+from macprof.render.exporters import Column, Table
+from macprof.render.report import PhaseReport, Section
 from macprof.render.text import fmt_bytes, fmt_rate
 from macprof.sanitise import clean
 
@@ -37,7 +37,7 @@ QUALITY_COLUMNS = (Column("PPL", _ppl), Column("KLD mean (95% CI)", _kld), Colum
                    Column("vs", lambda r: r.get("reference") or "-"))
 
 
-def quality_table(log: RunLog) -> str | None:
+def quality_table(log: RunLog) -> Section | None:
     """One row per model with the quality phase: what the decision needs side by side."""
     from macprof.analyse.headline import headline
     from macprof.analyse.quality import quality_figures
@@ -60,9 +60,8 @@ def quality_table(log: RunLog) -> str | None:
                Column("KLD median", lambda r: fmt_kld(r["kld_median"])), Column("KLD p99", lambda r: fmt_kld(r["kld_p99"])),
                Column("KLD max", lambda r: fmt_kld(r["kld_max"])), *QUALITY_COLUMNS[2:],
                Column("scored", lambda r: str(r["scored_tokens"])), Column("score tok/s", lambda r: fmt_rate(r["score_tok_s"])))
-    text = to_text(Table("quality", columns, tuple(rows), (), (), {}))
-    notes = [f"  {r['model']}: no KLD: {r['quality_reason']}" for r in rows if r["quality_reason"]]
-    return "Quality (against the reference):\n" + text + ("\n" + "\n".join(clean(n) for n in notes) if notes else "")
+    notes = tuple(f"{r['model']}: no KLD: {r['quality_reason']}" for r in rows if r["quality_reason"])
+    return Section("Quality (against the reference)", Table("quality", columns, tuple(rows), (), (), {}), notes)
 
 
 def quality_lines(ph: QualityPhase) -> list[str]:

@@ -11,7 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from macprof.render.exporters import Column
+from macprof.render.exporters import Column, Table, md_escape, to_markdown, to_text
+from macprof.sanitise import clean
+
+
+@dataclass(frozen=True)
+class Section:
+    """A phase's part of the reports under the summary: a heading, its table, the lines under
+    it; rendered as text (the end-of-run summary) or markdown (`show --format markdown`)."""
+
+    title: str
+    table: Table | None  # None: only notes (every row of the phase failed before a figure)
+    notes: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        return "\n".join([f"{self.title}:", *([to_text(self.table)] if self.table else []),
+                          *(f"  {clean(n)}" for n in self.notes)])
+
+    def markdown(self) -> str:
+        return "\n\n".join([f"**{md_escape(self.title)}**", *([to_markdown(self.table)] if self.table else []),
+                             *(["\n".join(f"- {md_escape(n)}" for n in self.notes)] if self.notes else [])])
 
 
 @dataclass(frozen=True)
@@ -22,7 +41,7 @@ class PhaseReport:
     columns: tuple[Column, ...] = ()  # compare's text, after decode, energy and memory
     fields: tuple[str, ...] = ()  # what compare's JSON and CSV carry, always (null where absent)
     note: str | None = None  # compare's note where a row has the phase
-    section: Callable[[Any], str | None] | None = None  # (RunLog) -> its table under the end-of-run summary
+    section: Callable[[Any], Section | None] | None = None  # (RunLog) -> its table under the end-of-run summary
     detail: Callable[[Any], list[str]] | None = None  # (the phase's record) -> `macprof show`'s lines
 
 
@@ -59,5 +78,5 @@ def detail_lines(phases) -> list[str]:
     return out
 
 
-def sections(log) -> list[str]:
-    return [text for _, rep in reports() if rep.section for text in [rep.section(log)] if text]
+def sections(log) -> list[Section]:
+    return [sec for _, rep in reports() if rep.section for sec in [rep.section(log)] if sec]

@@ -8,6 +8,7 @@ from dataclasses import replace
 from macprof.model.log import RunLog
 from macprof.render.detail import render_detail
 from macprof.render.exporters import export, md_escape, to_markdown
+from macprof.render.report import sections
 from macprof.render.summary import render_summary, summary_table, warnings
 from macprof.render.sweeps import sweep_sections
 from macprof.render.text import fmt_bytes
@@ -25,7 +26,8 @@ def render_show(log: RunLog, fmt: str = "text") -> str:
 
 
 def render_markdown(log: RunLog) -> str:
-    """The summary table, the sweep tables when present, and the warnings."""
+    """The summary table, the sweep tables and each phase's own section when present (render/report.py
+    ``sections``: speculative, quality, conversation, tasks, as under the text summary), and the warnings."""
     a = _about(log)
     m = a["machine"]
     head = (f"**macprof {a['tool_version']}** run of {a['started_utc']} ({'complete' if a['complete'] else 'INCOMPLETE'}) "
@@ -33,6 +35,7 @@ def render_markdown(log: RunLog) -> str:
     parts = [md_escape(head), to_markdown(summary_table(log))]
     for table, line in sweep_sections(log):
         parts.append(f"**{md_escape(table.title)}**\n\n{to_markdown(table)}" + (f"\n\n{md_escape(line)}" if line else ""))
+    parts += [sec.markdown() for sec in sections(log)]
     warns = warnings(log)
     if warns:
         parts.append("**Warnings**\n\n" + "\n".join(f"- {md_escape(w)}" for w in warns))

@@ -6,10 +6,9 @@ from __future__ import annotations
 from macprof.analyse.speculative import FIGURES
 from macprof.model.log import ModelResult, RunLog
 from macprof.model.speculative import SpeculativeCase, SpeculativePhase
-from macprof.render.exporters import Column, Table, cell, to_text
-from macprof.render.report import PhaseReport
+from macprof.render.exporters import Column, Table, cell
+from macprof.render.report import PhaseReport, Section
 from macprof.render.text import fmt_bytes, fmt_rate, fmt_s, fmt_x
-from macprof.sanitise import clean
 
 NOTE = ("speculative: speed-up = decode tok/s drafting k tokens a round over plain greedy decoding of the same target "
         "on the same prompts (ratio of medians, bootstrap interval), at the k where it is highest; α = accepted / "
@@ -125,22 +124,18 @@ def draft_lines(m: ModelResult) -> list[str]:
     return lines
 
 
-def speculative_table(log: RunLog) -> str | None:
+def speculative_table(log: RunLog) -> Section | None:
     models = [m for m in log.models if m.phases.speculative is not None]
     if not models:
         return None
     rows = tuple(r for m in models for r in _rows(m))
-    parts = ["Speculative decoding (draft k tokens, verify in one pass):"]
-    if rows:
-        parts.append(to_text(Table("speculative", TABLE_COLUMNS, rows, (), (), {})))
     lines = [line for m in models for line in draft_lines(m)]
     lines += [f"{m.identity.name}: the engine's own speculative decoding not measured: {ph.native_reason}"
               for m in models if (ph := m.phases.speculative) is not None and ph.native_reason]
     reasons = sorted({f"{r['model']} k={r['k']}: no prediction: {r['reason']}" for r in rows if r["reason"]})
-    parts += [f"  {clean(line)}" for line in lines + reasons]
-    if rows:
-        parts.append(f"  {TABLE_NOTE}")
-    return "\n".join(parts)
+    return Section("Speculative decoding (draft k tokens, verify in one pass)",
+                   Table("speculative", TABLE_COLUMNS, rows, (), (), {}) if rows else None,
+                   tuple(lines + reasons + ([TABLE_NOTE] if rows else [])))
 
 
 def speculative_lines(ph: SpeculativePhase) -> list[str]:

@@ -163,7 +163,7 @@ def render_summary(log: RunLog, path: str | None = None) -> str:
     sweeps = sweep_tables(log)
     if sweeps:
         parts.append("\n" + sweeps)
-    parts += ["\n" + text for text in sections(log)]  # each phase's own table (render/report.py)
+    parts += ["\n" + sec.text() for sec in sections(log)]  # each phase's own table (render/report.py)
     from macprof.render.serving import overhead_lines
 
     overhead = overhead_lines(log)

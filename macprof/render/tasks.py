@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from macprof.model.log import RunLog
 from macprof.model.tasks import Proportion, TasksPhase
-from macprof.render.exporters import Column, Table, to_text
+from macprof.render.exporters import Column, Table
 from macprof.render.text import fmt_bytes, fmt_s
 from macprof.sanitise import clean
-from macprof.render.report import PhaseReport
+from macprof.render.report import PhaseReport, Section
 
 TASKS_FIELDS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "accuracy_first", "tool_valid",
                 "time_per_correct_s", "tokens_per_correct", "energy_per_correct_j", "mean_attempts", "tasks_n",
@@ -47,7 +47,7 @@ TASKS_COLUMNS = (Column("accuracy (95% CI)", _accuracy), Column("tool calls vali
                  Column("s per correct", _per_correct))
 
 
-def tasks_table(log: RunLog) -> str | None:
+def tasks_table(log: RunLog) -> Section | None:
     """One row per model with the tasks phase."""
     from macprof.analyse.headline import headline
     from macprof.analyse.tasks import tasks_figures
@@ -66,9 +66,8 @@ def tasks_table(log: RunLog) -> str | None:
                Column("tokens per correct", _num("tokens_per_correct")),
                Column("J per correct", _num("energy_per_correct_j", "{:.3g}")),
                Column("peak RSS", lambda r: fmt_bytes(r["peak_rss_bytes"])))
-    text = to_text(Table("tasks", columns, tuple(rows), (), (), {}))
-    notes = [f"  {r['model']}: {r['tasks_reason']}" for r in rows if r["tasks_reason"] and r["accuracy"] is None]
-    return "Tasks (right answers):\n" + text + ("\n" + "\n".join(clean(n) for n in notes) if notes else "")
+    notes = tuple(f"{r['model']}: {r['tasks_reason']}" for r in rows if r["tasks_reason"] and r["accuracy"] is None)
+    return Section("Tasks (right answers)", Table("tasks", columns, tuple(rows), (), (), {}), notes)
 
 
 def tasks_lines(ph: TasksPhase) -> list[str]:
