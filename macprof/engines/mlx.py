@@ -366,29 +366,28 @@ class MlxEngine(PrefixReuse):
         on the drafts before its one ``mx.eval``; other drafts are read and the pass is built
         when the verdict is read."""
         self._settle()
-        queued = drafts.handle if isinstance(drafts, Later) and isinstance(drafts.handle, mx.array) else None
-
-        def run(tail: Any) -> Later:
-            if self._cache is None:
-                self.reset()
-            held = self.cached_tokens()
+        if isinstance(drafts, Later) and isinstance(drafts.handle, mx.array):
             with mx.stream(self._stream):
-                inputs = mx.array(list(ids), dtype=mx.uint32)
-                if tail is not None:
-                    inputs = mx.concatenate([inputs, tail.astype(mx.uint32)])
-                choices = mx.argmax(self.model(inputs[None], cache=self._cache)[0], axis=-1)
-                mx.async_eval(choices)
-
-            def read() -> list[int]:
-                self._history = self._history[:held] + list(ids) + list(drafts)
-                return choices.tolist()  # type: ignore[return-value]  # a 1-d array: a list of ints
-
-            return Later(read)
-
-        if queued is not None:
-            self._unread = run(queued)
+                inputs = mx.concatenate([mx.array(list(ids), dtype=mx.uint32), drafts.handle.astype(mx.uint32)])
+            self._unread = self._queue_pass(inputs, ids, drafts)
             return self._unread
-        return Later(lambda: run(mx.array(list(drafts), dtype=mx.uint32) if len(drafts) else None).tokens())
+        return Later(lambda: self._queue_pass(mx.array([*ids, *drafts], dtype=mx.uint32), ids, drafts).tokens())
+
+    def _queue_pass(self, inputs: mx.array, ids: Sequence[int], drafts: Sequence[int]) -> Later:
+        """verify's forward pass over ``inputs`` (``ids`` then ``drafts``), queued with
+        ``mx.async_eval``; reading it waits for the argmax at every position."""
+        if self._cache is None:
+            self.reset()
+        held = self.cached_tokens()
+        with mx.stream(self._stream):
+            choices = mx.argmax(self.model(inputs[None], cache=self._cache)[0], axis=-1)
+            mx.async_eval(choices)
+
+        def read() -> list[int]:
+            self._history = self._history[:held] + list(ids) + list(drafts)
+            return choices.tolist()  # type: ignore[return-value]  # a 1-d array: a list of ints
+
+        return Later(read)
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
         self.reset()
