@@ -13,8 +13,10 @@ What counts as done, per model (the orchestrator and the protocols skip it):
   a failed sweep case is skipped with the cases before it, a case that could not be set up or
   is unsupported is skipped);
 - each request and output check recorded (the worker gets them as ``done``; a warm-up is run
-  again, unrecorded, when measured requests remain after it; a prefix pair's missing half, or
-  a missing check, is compared with the recorded tokens);
+  again, unrecorded, when measured requests remain after it; a prefix pair's missing half, a
+  speculative request's missing plain or draft one, or a missing check of either, is compared
+  with the recorded tokens: the requests of the phases that check outputs keep their tokens,
+  ``REPLAYED``);
 - a task of the tasks phase whose recorded attempt ends it (right, the last allowed, an engine
   error, or one the parent cut at a timeout or a crash), named as a done request of kind
   "task" (run/phases/tasks.py settled_tasks); a task interrupted between its attempts is run
@@ -33,9 +35,13 @@ from macprof.collect import facts
 from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.model.speculative import SpeculativeCheck
 from macprof.model.tasks import TaskAttemptDone, TasksStart
 
 SUFFIX = ".journal.jsonl"
+# the phases whose output checks compare a request with another of the same prompt: a resume
+# gives their recorded requests' tokens back, so that a check the interruption left undone is made
+REPLAYED = ("prefix", "batch", "speculative")
 
 
 def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
@@ -176,15 +182,15 @@ def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
         out.phases_done.add(e.phase)
     elif isinstance(e, (ev.CaseError, ev.CaseUnsupported)):
         out.skip_cases.setdefault(e.phase, set()).add(e.case)
-    elif isinstance(e, ev.Request):  # a prefix pair's and a batch's tokens: its output check needs them
+    elif isinstance(e, ev.Request):  # a prefix pair's, a batch's, a speculative prompt's tokens: their checks need them
         key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
         tokens = list(e.tokens) if e.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one
-        out.requests.append({**key, "tokens": tokens} if e.phase in ("prefix", "batch") else key)
+        out.requests.append({**key, "tokens": tokens} if e.phase in REPLAYED else key)
     elif isinstance(e, TasksStart):
         out.task_attempts = e.attempts_allowed
     elif isinstance(e, TaskAttemptDone):
         if e.status != "ok" or e.correct or (out.task_attempts is not None and e.attempt >= out.task_attempts):
             out.requests.append({"phase": e.phase, "case": e.task, "mode": None, "kind": "task", "index": e.attempt - 1})
-    elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck)):  # a check is named as a request of mode "check"
+    elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck, SpeculativeCheck)):  # a check: a request of mode "check"
         out.requests.append({"phase": e.phase, "case": getattr(e, "case", None), "mode": "check",
                              "kind": "measured" if isinstance(e, ev.BatchCheck) else e.kind, "index": e.index})
