@@ -3,8 +3,10 @@ journal already holds of each model, so that the resumed run measures only what 
 every request measured before the interruption stays in the run log.
 
 A journal is continued only by the command that began it: the same models (names, engines,
-files with the same sha256) and the same settings, recorded in its run_start and model_start
-events. Anything else would give one "complete" log that mixes two runs.
+files with the same sha256), the same settings, and the same inputs (the task file, a chat
+template given, the quality text, the draft's files: collect/facts.py ``input_paths``, each with
+its sha256 in the model_start's identity), recorded in its run_start and model_start events.
+Anything else would give one "complete" log that mixes two runs.
 
 What counts as done, per model (the orchestrator and the protocols skip it):
 - a model with a model_end: the whole model;
@@ -73,6 +75,10 @@ def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -
     changed = _changed_files(events, models)
     if changed:
         raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix two models: start a new run")
+    changed = changed_inputs(events, models)
+    if changed:
+        raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix the results of both: "
+                           f"start a new run, or put the file back")
 
 
 def _plain(value):
@@ -116,6 +122,27 @@ def _changed_files(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> s
         if then != now:
             which = sorted({x[0] for x in then ^ now})
             return f"the files of model {m.name} changed ({', '.join(which)}: other bytes or sha256)"
+    return None
+
+
+def changed_inputs(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> str | None:
+    """Which input of a model's run (its model_start's ``identity.inputs``) is not as it was:
+    another size or sha256, gone, unreadable, or one more; None where each is the same (a journal
+    from before inputs were recorded has none to compare)."""
+    starts = {e.model: e for e in events if isinstance(e, ev.ModelStart)}
+    for m in models:
+        start = starts.get(m.name)
+        if start is None or not start.identity.has("inputs") or start.identity.inputs is None:
+            continue
+        then = {(f.role, f.path): (f.bytes, f.sha256) for f in start.identity.inputs}
+        try:
+            now = {(f["role"], f["path"]): (f["bytes"], f["sha256"]) for f in facts.run_inputs(m)}
+        except (MacprofError, OSError) as exc:
+            return f"an input of model {m.name} changed ({exc})"
+        for role, where in sorted(then.keys() ^ now.keys() | {k for k in then.keys() & now.keys() if then[k] != now[k]}):
+            what = "gone" if (role, where) not in now else "new" if (role, where) not in then else \
+                "other bytes: another size or sha256"
+            return f"{role} of model {m.name}, {where}, changed ({what})"
     return None
 
 
