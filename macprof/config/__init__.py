@@ -361,6 +361,6 @@ def endpoint_spec(where: str, entry: dict, config_path: Path, settings: Settings
         file, _ = resolve_path(str(entry["path"]), config_path)
         if not file.exists():
             raise MacprofError(f"{where}: key 'path': {file} does not exist")
-    return ModelSpec(entry["name"], "openai", file or Path(entry["url"].split("://", 1)[1]), entry.get("quant"),
-                     check_settings(where, settings), endpoint=Endpoint(entry["url"], entry["model"], api, file),
-                     config=config_path.resolve())
+    endpoint = Endpoint(entry["url"], entry["model"], api, file)
+    return ModelSpec(entry["name"], "openai", file or endpoint.named_path, entry.get("quant"),
+                     check_settings(where, settings), endpoint=endpoint, config=config_path.resolve())
