@@ -303,7 +303,7 @@ class OpenAIEngine:
             except wire.ServerError as exc:
                 raise MacprofError(f"{url}: the server's tokenizer failed: {exc}") from None
             tokens = got.get("tokens") if isinstance(got, dict) else None
-            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            if not isinstance(tokens, list) or not all(wire._int(t) is not None for t in tokens):  # ids: within 64 bits
                 raise MacprofError(f"{url}: the server's tokenizer answered no token list")
             self._server_ids[text] = tokens
         return list(self._server_ids[text])
