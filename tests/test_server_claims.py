@@ -68,24 +68,11 @@ def test_chat_usage_counts_are_checked_where_they_enter(usage, claimed):
 def test_stream_counts_are_bounded_by_the_prompt_and_the_chunks(loopback):
     """The streamed path's counts enter through the same reader and bounds: a prompt count past
     what was sent, a cached count past the prompt, a count that is no integer are claims."""
-    from http.server import BaseHTTPRequestHandler
-
     last = {"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
             "usage": {"prompt_tokens": 30, "completion_tokens": "lots",
                       "prompt_tokens_details": {"cached_tokens": 10 ** 6}},
             "timings": {"prompt_n": 2 ** 70, "predicted_n": 1e30, "deep": {"a": {"b": {"c": {"d": [10 ** 30]}}}}}}
-
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.end_headers()
-            for o in ({"choices": [{"text": "ab", "index": 0}]}, last):
-                self.wfile.write(f"data: {json.dumps(o)}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
+    H = _sse_server([{"choices": [{"text": "ab", "index": 0}]}, last])
 
     items = list(wire.stream(loopback(H) + "/x", {"prompt": "a b c"}, 10.0, False))
     final = items[-1]
@@ -112,6 +99,13 @@ def test_stream_counts_are_bounded_by_the_prompt_and_the_chunks(loopback):
     ({"choices": [{"text": 5}]}, "choices[0].text is an integer, not a string"),
 ])
 def test_a_malformed_stream_chunk_fails_its_request_named(loopback, line, named):
+    H = _sse_server([line])
+    with pytest.raises(wire.ServerError, match=r"a malformed reply: " + named.replace("[", r"\[").replace("]", r"\]")):
+        list(wire.stream(loopback(H) + "/x", {"prompt": "p"}, 10.0, False))
+
+
+def _sse_server(lines: list):
+    """A server that streams ``lines`` (each a data: event), then [DONE]."""
     from http.server import BaseHTTPRequestHandler
 
     class H(BaseHTTPRequestHandler):
@@ -122,14 +116,16 @@ def test_a_malformed_stream_chunk_fails_its_request_named(loopback, line, named)
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_response(200)
             self.end_headers()
-            self.wfile.write(f"data: {json.dumps(line)}\n\ndata: [DONE]\n\n".encode())
+            for o in lines:
+                self.wfile.write(f"data: {json.dumps(o)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
 
-    with pytest.raises(wire.ServerError, match=r"a malformed reply: " + named.replace("[", r"\[").replace("]", r"\]")):
-        list(wire.stream(loopback(H) + "/x", {"prompt": "p"}, 10.0, False))
+    return H
 
 
-def _lying_server(replies: dict):
-    """A chat server whose reply to each task (by the prompt's text) is ``replies[text]``."""
+def lying_server(replies):
+    """A chat server whose reply to a task is ``replies[its prompt's text]`` (a dict), or
+    ``replies(body)`` (a function of the request's body)."""
     from http.server import BaseHTTPRequestHandler
 
     class Handler(BaseHTTPRequestHandler):
@@ -149,7 +145,7 @@ def _lying_server(replies: dict):
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            self._send(replies[body["messages"][0]["content"]])
+            self._send(replies(body) if callable(replies) else replies[body["messages"][0]["content"]])
 
     return Handler
 
@@ -167,7 +163,7 @@ def test_a_lying_server_loses_no_attempt_and_no_log(loopback, tmp_path):
     tasks.write_text("".join(json.dumps({"id": k, "prompt": k, "checker": {"type": "number", "answer": 4},
                                          "max_tokens": 8}) + "\n" for k in replies))
     log = tmp_path / "s.json"
-    proc = macprof("run", "--endpoint", loopback(_lying_server(replies)) + "/v1", "--api", "chat", "--phases", "tasks",
+    proc = macprof("run", "--endpoint", loopback(lying_server(replies)) + "/v1", "--api", "chat", "--phases", "tasks",
                    "--tasks", str(tasks), "--log", str(log), check=False)
     assert proc.returncode == 0, proc.stderr
     ph = runlog.load(log).models[0].phases.tasks

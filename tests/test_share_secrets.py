@@ -15,6 +15,7 @@ from macprof.store import runlog
 from macprof.store.share import redact
 from tests.conftest import cli
 from tests.test_run import macprof
+from tests.test_server_claims import lying_server
 
 # what a reply, a server's error, an engine's message may leak: each must go
 SECRETS = {
@@ -105,29 +106,8 @@ def test_share_removes_the_account_s_full_name(monkeypatch):
 
 
 def _chat_server(reply: str):
-    from http.server import BaseHTTPRequestHandler
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def _send(self, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._send({"data": [{"id": "m"}]})
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self._send({"choices": [{"message": {"content": reply}, "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
-
-    return Handler
+    return lying_server(lambda body: {"choices": [{"message": {"content": reply}, "finish_reason": "stop"}],
+                                      "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
 
 
 def test_a_shared_log_keeps_no_secret_a_model_replied(loopback, tmp_path, monkeypatch):
