@@ -23,9 +23,10 @@ _ESCAPES = re.compile(
 def clean(text) -> str:
     """One line, safe anywhere: escape sequences removed whole, every line break, tab or other
     space (\\n, \\r, NBSP, U+2028...) made a plain space, so a name never adds a row to a table
-    or a line to the output, and any other control or format character (BEL, NUL, bidi
-    overrides) removed."""
-    text = _ESCAPES.sub("", str(text))
+    or a line to the output, any other control or format character (BEL, NUL, bidi overrides)
+    removed, and a URL's credentials (user:secret@) removed: an error that quotes --endpoint,
+    a reference or a server's URL never prints them."""
+    text = hide_credentials(_ESCAPES.sub("", str(text)))
     return "".join(" " if ch.isspace() else ch for ch in text if ch.isprintable() or ch.isspace())
 
 
@@ -34,10 +35,11 @@ def clean_lines(text) -> str:
     return "\n".join(clean(line) for line in str(text).split("\n"))
 
 
-# a URL's userinfo (user:secret@): what a URL is given with to reach a server, never what is shown
-_CREDENTIALS = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+# a URL's userinfo (user:secret@, up to the authority's last @: a password may hold one), what
+# a URL is given with to reach a server, never what is shown
+_CREDENTIALS = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@")
 
 
 def hide_credentials(text) -> str:
-    """``text`` with every URL's user:password@ removed (`show` of an --endpoint run's log)."""
+    """``text`` with every URL's user:password@ removed (every line ``clean`` makes)."""
     return _CREDENTIALS.sub(r"\1", str(text))

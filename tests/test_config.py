@@ -2,6 +2,7 @@
 naming the file, the entry and the key, exit code 2, no traceback."""
 
 import dataclasses
+import re
 import sys
 
 import click
@@ -71,10 +72,10 @@ BAD = [
     ("no models", "[settings]\nreps = 2\n", "no models"),
     ("unknown key", M + "promt_tokens = 5\n", "models[0] (\"a\"): unknown key 'promt_tokens'"),
     ("unknown top key", M + "[extra]\nx = 1\n", "unknown top-level key 'extra'"),
-    ("wrong type", M + 'reps = "five"\n', "models[0] (\"a\"): key 'reps' must be a positive integer, not 'five'"),
-    ("bool for int", M + "reps = true\n", "key 'reps' must be a positive integer, not True"),
-    ("negative", M + "gen_tokens = -3\n", "key 'gen_tokens' must be a positive integer, not -3"),
-    ("zero timeout", M + "timeout = 0\n", "key 'timeout' must be a positive number of seconds, not 0"),
+    ("wrong type", M + 'reps = "five"\n', "models[0] (\"a\"): key 'reps' must be a positive integer, 1 to 2^63 - 1, not 'five'"),
+    ("bool for int", M + "reps = true\n", "key 'reps' must be a positive integer, 1 to 2^63 - 1, not True"),
+    ("negative", M + "gen_tokens = -3\n", "key 'gen_tokens' must be a positive integer, 1 to 2^63 - 1, not -3"),
+    ("zero timeout", M + "timeout = 0\n", "key 'timeout' must be a number of seconds, more than 0, at most 86400, not 0"),
     ("bad phase", M + 'phases = ["hot"]\n', "key 'phases' must be a non-empty list of distinct phases"),
     ("missing path", '[[models]]\nname = "a"\nengine = "mlx"\n', "models[0] (\"a\"): missing key 'path'"),
     ("missing file", M.replace("model.gguf", "nope.gguf"), "key 'path': "),
@@ -87,10 +88,10 @@ BAD = [
     ("directory for the fake engine", M.replace("model.gguf", "mlxdir").replace("llama.cpp", "fake"),
      "mlxdir is a directory; fake needs a .gguf file"),
     ("prefix >= prompt", M + "prompt_tokens = 64\nprefix_tokens = 64\n", "prefix_tokens (64) must be smaller than prompt_tokens (64)"),
-    ("settings wrong type", "[settings]\nreps = 1.5\n" + M, "[settings]: key 'reps' must be a positive integer, not 1.5"),
+    ("settings wrong type", "[settings]\nreps = 1.5\n" + M, "[settings]: key 'reps' must be a positive integer, 1 to 2^63 - 1, not 1.5"),
     ("platform table type", M + "linux = 3\n", "key 'linux' must be a table of settings"),
     ("bad demo ref", M.replace("model.gguf", "demo:huge/q4"), "key 'path': unknown demo model 'huge/q4'"),
-    ("negative depth", M + "depths = [0, -5]\n", "key 'depths' must be a non-empty list of distinct integers >= 0, not [0, -5]"),
+    ("negative depth", M + "depths = [0, -5]\n", "key 'depths' must be a non-empty list of distinct integers >= 0, each 0 to 2^63 - 1, not [0, -5]"),
     ("zero batch", M + "batches = [0, 2]\n", "key 'batches' must be a non-empty list of distinct positive integers"),
     ("repeated grid value", M + "prompt_grid = [128, 128]\n", "key 'prompt_grid' must be a non-empty list of distinct"),
     ("unknown shape", M + 'shapes = ["essay"]\n', "key 'shapes' must be a non-empty list of distinct shapes from rag, chat, code"),
@@ -131,7 +132,7 @@ def test_bad_command_line_value(folder):
     p = folder / "models.toml"
     p.write_text(M)
     result = CliRunner().invoke(main, ["run", "--config", str(p), "--reps", "0"])
-    assert result.exit_code == 2 and "command line: key 'reps' must be a positive integer, not 0" in result.output
+    assert result.exit_code == 2 and "command line: key 'reps' must be a positive integer, 1 to 2^63 - 1, not 0" in result.output
 
 
 @pytest.mark.parametrize("args,message", [
@@ -342,3 +343,108 @@ def test_a_bad_value_for_any_setting_s_flag_exits_2(folder, flag, value, name):
     assert flag in result.output or name in result.output, result.output
     if "Usage:" not in result.output:  # not click's own message: the project's one line
         assert result.output.count("\n") == 1 and result.output.startswith("macprof: error: ")
+
+
+# -- issue 37 (rows 8 and 13, class 4): every number is bounded where it is declared ----------
+def _numeric_settings():
+    """(setting, is a list, integer?) of every setting whose check holds numbers."""
+    from macprof.config.settings import SPECS
+
+    out = []
+    for name, s in SPECS.items():
+        node = s.check.schema.get("items", s.check.schema)
+        if node.get("type") in ("integer", "number"):
+            out.append((name, "items" in s.check.schema, node["type"] == "integer"))
+    return out
+
+
+_OUT_OF_RANGE = {"integer": [99999999999999999999, 2 ** 63, -(2 ** 63) - 1],
+                 "number": [float("inf"), float("-inf"), float("nan"), 10 ** 400]}
+
+
+@pytest.mark.parametrize("name,listed,integer", _numeric_settings(), ids=[c[0] for c in _numeric_settings()])
+def test_every_number_setting_refuses_what_a_log_cannot_hold(folder, name, listed, integer):
+    """An integer past 64 bits, an infinite or NaN float: refused in models.toml in one line
+    naming the file, the entry and the key (``--seed 99999999999999999999`` made a log `show`
+    refuses, ``--temperature inf`` a worker's TypeError and no log)."""
+    from macprof.config.settings import SPECS
+
+    for bad in _OUT_OF_RANGE["integer" if integer else "number"]:
+        value = [bad] if listed else bad
+        with pytest.raises(MacprofError) as err:
+            config.check_value("models.toml: models[0]", name, value)
+        assert str(err.value).startswith(f"models.toml: models[0]: key '{name}' must be ") and "\n" not in str(err.value)
+        assert SPECS[name].check.bounds and SPECS[name].check.bounds in str(err.value)
+    p = folder / "models.toml"
+    text = {float("inf"): "inf", float("nan"): "nan"}
+    bad = _OUT_OF_RANGE["integer" if integer else "number"][0]
+    shown = text.get(bad, repr(bad))
+    p.write_text(M + f"{name} = {'[' + shown + ']' if listed else shown}\n")
+    result = CliRunner().invoke(main, ["run", "--config", str(p)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert f"key '{name}' must be" in result.output
+
+
+@pytest.mark.parametrize("flag,value,key", [
+    ("--temperature", "inf", "temperature"), ("--temperature", "nan", "temperature"),
+    ("--temperature", "1e-320", "temperature"), ("--temperature", "1000", "temperature"),
+    ("--timeout", "inf", "timeout"), ("--timeout", "nan", "timeout"), ("--timeout", "1e9", "timeout"),
+    ("--delay", "inf", "delay"), ("--load-seconds", "inf", "load_seconds"), ("--rate", "inf", "rates"),
+    ("--slo", "ttft:1e400s", "slo_ttft"), ("--seed", "99999999999999999999", "seed"),
+    ("--reps", "18446744073709551616", "reps"), ("--prompt-tokens", "99999999999999999999", "prompt_tokens"),
+    ("--depth", "0,99999999999999999999", "depths"), ("--draft-tokens", "100000", "draft_tokens"),
+])
+def test_an_out_of_range_option_is_one_line(folder, flag, value, key):
+    """Issue 37 row 8: the values that were accepted and left no log (or one `show` refuses)
+    are refused before anything runs, in one line naming the setting and its range."""
+    p = folder / "models.toml"
+    p.write_text(M)
+    result = CliRunner().invoke(main, ["run", "--config", str(p), "--log", str(folder / "run.json"), flag, value])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"macprof: error: command line: key '{key}' must be ")
+    assert not (folder / "run.json").exists()
+
+
+def test_every_number_option_says_its_range_in_its_help():
+    """The range a check holds is in the flag's help, from the same declaration (and in the schema)."""
+    from macprof.config.settings import SPECS, run_flags
+
+    helps = {flag.name: help for _, flag, help, _ in run_flags()}
+    for name, _, _ in _numeric_settings():
+        for flag in SPECS[name].flags:
+            bounds = SPECS[name].check.bounds
+            assert bounds in helps[flag.name] or flag.help and "at most" in flag.help, (flag.name, helps[flag.name])
+    assert "(0 (greedy), or 0.001 to 100)" in helps["--temperature"] and "(0 to 2^63 - 1)" in helps["--seed"]
+    assert "more than 0, at most 86400 s" in helps["--timeout"] and "each 1 to 64" in helps["--draft-tokens"]
+
+
+@pytest.mark.parametrize("gen, ks, message", [
+    (9, "8", "draft_tokens 8 is more than a round can draft with gen_tokens 9 (at most gen_tokens - 2 = 7"),
+    (128, "4,100", "key 'draft_tokens' must be a non-empty list of distinct positive integers, each 1 to 64"),
+    (2, "1", "gen_tokens 2 leaves no token to draft"),
+])
+def test_draft_tokens_past_a_round_s_room_are_refused(folder, gen, ks, message):
+    """Issue 37 row 13: ``--draft-tokens 100000`` was accepted (the case labelled k100000,
+    predicted at it and the context sized for it, while no round drafted more than 7): k is at
+    most what a round can draft, gen_tokens - 2, and 64; in models.toml as on the command line."""
+    p = folder / "models.toml"
+    p.write_text(M + f"gen_tokens = {gen}\ndraft_tokens = [{ks}]\nphases = [\"speculative\"]\ndraft = \"ngram\"\n")
+    with pytest.raises(MacprofError, match=re.escape(message)):
+        config.load(p)
+    p.write_text(M)
+    result = CliRunner().invoke(main, ["run", "--config", str(p), "--phases", "speculative", "--draft", "ngram",
+                                       "--gen-tokens", str(gen), "--draft-tokens", ks])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and message in result.output, result.output
+    assert config.settings_for(None, {"phases": ["speculative"], "gen_tokens": 9, "draft_tokens": [7]}).draft_tokens == [7]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--path", "speculative", "--draft", "ngram", "--draft-tokens", "100000"], "not in the range 1<=x<=64"),
+    (["--path", "speculative", "--draft", "ngram", "--draft-tokens", "8", "--gen-tokens", "8"],
+     "overhead: --draft-tokens 8 is more than a round can draft with --gen-tokens 8"),
+    (["--pairs", "99999999999999999999"], "not in the range 1<=x<=9223372036854775807"),
+])
+def test_overhead_options_are_bounded_too(args, message):
+    """The benchmark's own options (no setting) are bounded by the same constants."""
+    result = CliRunner().invoke(main, ["overhead", "demo:tiny/q8_0", *args])
+    assert result.exit_code == 2 and message in result.output, result.output

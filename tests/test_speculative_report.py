@@ -372,7 +372,7 @@ def test_a_refused_draft_is_one_line_in_the_summary_and_in_compare(tmp_path):
     (tmp_path / "models.toml").write_text('[[models]]\nname = "t"\nengine = "fake"\npath = "t.gguf"\n')
     log = tmp_path / "run.json"
     proc = macprof("run", "--config", str(tmp_path / "models.toml"), "--phases", "warm,speculative", "--prompt-tokens",
-                   "24", "--gen-tokens", "8", "--reps", "2", "--draft", str(tmp_path / "other.gguf"), "--log", str(log),
+                   "24", "--gen-tokens", "10", "--reps", "2", "--draft", str(tmp_path / "other.gguf"), "--log", str(log),
                    "--force-overwrite")
     refused = [line for line in proc.stdout.splitlines() if "draft refused:" in line]
     assert len(refused) == 1 and "another tokenizer" in refused[0] and "other.gguf" in refused[0]

@@ -54,7 +54,7 @@ def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: Pha
             fields: dict = {k: getattr(e, k) for k in (
                 "task", "attempt", "status", "error", "t0", "t_tokenized", "token_times", "prompt_tokens", "tokens",
                 "stop", "text", "correct", "message")}
-            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed"):
+            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed", "claims"):
                 if e.has(key):
                     fields[key] = getattr(e, key)
             a = TaskAttempt(**fields)
@@ -84,8 +84,14 @@ def summarize(results: Sequence[TaskResult], telemetry: Sequence[ev.Telemetry] =
     wall = sum(b - a for a, b in windows) / 1e9 if windows else None
     tokens = sum(a.completion_tokens or 0 if a.has("completion_tokens") else len(a.tokens) for a in attempts)
     cut = sum(1 for a in attempts if a.status in CUT)
-    tokens_reason = (f"{cut} attempt(s) cut by the parent ({', '.join(sorted({a.status for a in attempts if a.status in CUT}))}): "
-                     f"the tokens they generated are not known" if cut else None)
+    # a server's attempt whose usage gave no count (none, or an impossible one: its claim) generated unknown tokens
+    uncounted = [a for a in attempts if a.status == "ok" and a.has("completion_tokens") and a.completion_tokens is None]
+    tokens_reason = "; ".join(filter(None, (
+        f"{cut} attempt(s) cut by the parent ({', '.join(sorted({a.status for a in attempts if a.status in CUT}))}): "
+        f"the tokens they generated are not known" if cut else None,
+        f"{len(uncounted)} attempt(s) through the server without a token count"
+        f"{' (its usage claimed ' + _claimed(uncounted) + ')' if _claimed(uncounted) else ''}: the tokens they "
+        f"generated are not known" if uncounted else None))) or None
     joules, why = _energy(windows, telemetry)
     return TasksSummary(
         tasks=n, first=proportion(first, n), within=proportion(len(solved), n),
@@ -97,9 +103,14 @@ def summarize(results: Sequence[TaskResult], telemetry: Sequence[ev.Telemetry] =
         mean_attempts_to_correct=sum(r.solved_at or 0 for r in solved) / len(solved) if solved else None,
         attempts_run=len(attempts), wall_s=wall, tokens_generated=tokens, attempts_cut=cut,
         time_per_correct_s=wall / len(solved) if solved and wall is not None else None,
-        tokens_per_correct=tokens / len(solved) if solved and not cut else None, tokens_reason=tokens_reason,
+        tokens_per_correct=tokens / len(solved) if solved and not tokens_reason else None, tokens_reason=tokens_reason,
         energy_per_correct_j=joules / len(solved) if solved and joules is not None else None,
         energy_reason=None if joules is not None and solved else ("no task solved" if joules is not None else why))
+
+
+def _claimed(attempts: Sequence[TaskAttempt]) -> str:
+    """The first impossible usage count these attempts' server claimed, as it claimed it ("" where none did)."""
+    return next((f"{key} = {value}" for a in attempts for key, value in sorted((a.claims or {}).items())), "")
 
 
 def _energy(windows: list[tuple[int, int]], telemetry: Sequence[ev.Telemetry]) -> tuple[float | None, str | None]:

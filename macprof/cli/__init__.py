@@ -16,7 +16,7 @@ from macprof.cli.errors import Group, echo_err
 from macprof.errors import MacprofError, NothingMeasured
 from macprof.cli.options import csv_ints, number, run_options
 from macprof.sanitise import clean
-from macprof.config.settings import KV_TYPES, MODEL_ENGINES, implied_phases
+from macprof.config.settings import DRAFT_TOKENS_MAX, INT_MAX, KV_TYPES, MODEL_ENGINES, implied_phases
 
 if TYPE_CHECKING:
     from macprof.model.log import RunLog
@@ -240,8 +240,8 @@ def inspect(model, kv_type, as_json) -> None:
 
 @main.command(name="bandwidth")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), help="[gpu (MLX) on macOS, cpu elsewhere]")
-@click.option("--threads", type=int, help="CPU threads [all cores].")
-@click.option("--reps", type=int, default=7, show_default=True)
+@click.option("--threads", type=click.IntRange(1, INT_MAX), help="CPU threads [all cores].")
+@click.option("--reps", type=click.IntRange(1, INT_MAX), default=7, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def bandwidth_cmd(device, threads, reps, as_json) -> None:
     """Measure sustained memory read bandwidth (and peak matmul throughput) on the device the engines use."""
@@ -274,15 +274,18 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
                    "own benchmark in its own process (llama.cpp: needs --llama-bench); speculative: macprof's "
                    "speculative loop against the engine's own (needs --draft).")
 @click.option("--draft", help="With --path speculative: the draft (any reference MODEL takes) or ngram.")
-@click.option("--draft-tokens", "draft_tokens", type=int, default=4, show_default=True,
-              help="With --path speculative: tokens drafted per round (k).")
-@click.option("--ngram", type=int, default=2, show_default=True,
+@click.option("--draft-tokens", "draft_tokens", type=click.IntRange(1, DRAFT_TOKENS_MAX), default=4, show_default=True,
+              help="With --path speculative: tokens drafted per round (k; at most --gen-tokens - 2).")
+@click.option("--ngram", type=click.IntRange(1, INT_MAX), default=2, show_default=True,
               help="With --draft ngram: the longest n-gram looked up (both sides).")
-@click.option("--gen-tokens", type=int, default=128, show_default=True)
-@click.option("--depth", type=int, default=256, show_default=True, help="KV depth (prompt tokens) before decoding.")
-@click.option("--pairs", type=int, default=7, show_default=True, help="Alternating macprof/reference pairs.")
-@click.option("--reps", type=int, default=5, show_default=True, help="Measured requests per full-path run.")
-@click.option("--threads", type=int, help="Engine threads (llama.cpp) [physical cores].")
+@click.option("--gen-tokens", type=click.IntRange(1, INT_MAX), default=128, show_default=True)
+@click.option("--depth", type=click.IntRange(0, INT_MAX), default=256, show_default=True,
+              help="KV depth (prompt tokens) before decoding.")
+@click.option("--pairs", type=click.IntRange(1, INT_MAX), default=7, show_default=True,
+              help="Alternating macprof/reference pairs.")
+@click.option("--reps", type=click.IntRange(1, INT_MAX), default=5, show_default=True,
+              help="Measured requests per full-path run.")
+@click.option("--threads", type=click.IntRange(1, INT_MAX), help="Engine threads (llama.cpp) [physical cores].")
 @click.option("--llama-bench", "llama_bench", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="A llama-bench binary (benchmarks/build_llama_bench.sh): the loop's reference instead of the "
                    "in-process tg loop, and the full path's reference.")
@@ -323,6 +326,11 @@ def overhead(ctx, refs, engine, config_path, names, which, draft, draft_tokens, 
     results = []
     if which == "speculative":
         from macprof.bench.speculative import speculative_overhead
+        from macprof.config import draft_room_refusal
+
+        refusal = draft_room_refusal(gen_tokens, [draft_tokens], "--gen-tokens", "--draft-tokens")
+        if refusal:
+            raise MacprofError(f"overhead: {refusal}")
 
         results = [speculative_overhead(m, draft, draft_tokens, ngram, gen_tokens, depth, pairs, threads, say)
                    for m in selected]

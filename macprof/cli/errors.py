@@ -10,7 +10,7 @@ import click
 
 from macprof.errors import MacprofError
 from macprof.run.signals import Interrupted
-from macprof.sanitise import clean
+from macprof.sanitise import clean, hide_credentials
 
 # A reader that went away (`macprof show LOG | head -1`) ends the command as SIGPIPE ends a
 # shell tool: quietly, with the status a shell gives it (128 + 13). Not 0: a `compare --fail-if`
@@ -33,7 +33,10 @@ class Group(click.Group):
         except MacprofError as exc:
             echo_err(f"macprof: error: {clean(exc)}")
             ctx.exit(exc.exit_code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except click.ClickException as exc:  # click's own message may quote a value given: a URL's credentials go
+            exc.message = hide_credentials(exc.message)
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except (KeyboardInterrupt, Interrupted):  # before a run's journal held anything: nothing is lost
             echo_err("macprof: interrupted")

@@ -112,9 +112,35 @@ def check_settings(where: str, s: Settings) -> Settings:
         raise MacprofError(f"{where}: phase 'batch' needs batch sizes (--batch 1,2,4,8 or batches = [...])")
     if "concurrency" in s.phases and not (s.concurrency or s.rates):
         raise MacprofError(f"{where}: phase 'concurrency' needs levels (--concurrency 1,2,4,8 or --rate R)")
+    refusal = draft_room_refusal(s.gen_tokens, s.draft_tokens) if "speculative" in s.phases else None
+    if refusal:
+        raise MacprofError(f"{where}: {refusal}")
     if isinstance(s.distributed, dict):
         return replace(s, distributed=_finish_distributed(where, s.distributed))
     return s
+
+
+def draft_room(gen_tokens: int) -> int:
+    """The most tokens a speculative round drafts in a request of ``gen_tokens``: the first token
+    is the prefill's and every round ends with the target's own (measure/speculative.py
+    draft_budget), so a round drafts at most gen_tokens - 2."""
+    return max(0, gen_tokens - 2)
+
+
+def draft_room_refusal(gen_tokens: int, ks, gen: str = "gen_tokens", k: str = "draft_tokens") -> str | None:
+    """Why a draft length of ``ks`` cannot run in a request of ``gen_tokens``, or None (``gen``
+    and ``k`` name the two as the user gave them): a k past what a round can draft would be
+    labelled, predicted and sized for while no round drafted it (k100000 measured at k7)."""
+    room = draft_room(gen_tokens)
+    over = [x for x in ks if x > room]
+    if not over:
+        return None
+    if room == 0:
+        return f"{gen} {gen_tokens} leaves no token to draft (a speculative round drafts at most {gen} - 2): give " \
+               f"{gen} of at least 3"
+    return (f"{k} {over[0]} is more than a round can draft with {gen} {gen_tokens} (at most {gen} - 2 = {room}: the "
+            f"first token is the prefill's, every round ends with the target's own): give {k} of at most {room}, or "
+            f"more {gen}")
 
 
 def following_prefix(prompt_tokens: int) -> int:
@@ -335,6 +361,6 @@ def endpoint_spec(where: str, entry: dict, config_path: Path, settings: Settings
         file, _ = resolve_path(str(entry["path"]), config_path)
         if not file.exists():
             raise MacprofError(f"{where}: key 'path': {file} does not exist")
-    return ModelSpec(entry["name"], "openai", file or Path(entry["url"].split("://", 1)[1]), entry.get("quant"),
-                     check_settings(where, settings), endpoint=Endpoint(entry["url"], entry["model"], api, file),
-                     config=config_path.resolve())
+    endpoint = Endpoint(entry["url"], entry["model"], api, file)
+    return ModelSpec(entry["name"], "openai", file or endpoint.named_path, entry.get("quant"),
+                     check_settings(where, settings), endpoint=endpoint, config=config_path.resolve())

@@ -12,6 +12,7 @@ the diagnostic pass measured.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -21,6 +22,7 @@ from macprof.errors import MacprofError
 BACKENDS = ("ring", "jaccl", "jaccl-ring", "mpi")
 PARALLEL = ("tensor", "pipeline")
 KEYS = ("hosts", "backend", "parallel", "link_gbs")
+LINK_GBS_MAX = 1_000_000  # GB/s (a petabyte a second): far past any link, and every figure made of it finite
 
 # A host reaches ssh (the preflight's, and mlx.launch's, which puts no "--" before it): only
 # what a host can be is let through, so none can be an option (-oProxyCommand=...) or shell text.
@@ -76,6 +78,13 @@ class Distributed:
         return {"hosts": list(self.hosts), "backend": self.backend, "parallel": self.parallel, "link_gbs": self.link_gbs}
 
 
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer past float's range
+        return False
+
+
 def partial(where: str, value: Any) -> dict:
     """One layer's table (models.toml or the command line), keys and types checked; merged later."""
     if isinstance(value, Distributed):
@@ -96,8 +105,10 @@ def partial(where: str, value: Any) -> dict:
             raise MacprofError(f"{where}: distributed.backend must be one of {', '.join(BACKENDS)}, not {v!r}")
         if key == "parallel" and v not in PARALLEL:
             raise MacprofError(f"{where}: distributed.parallel must be tensor or pipeline, not {v!r}")
-        if key == "link_gbs" and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
-            raise MacprofError(f"{where}: distributed.link_gbs must be a positive number of GB/s, not {v!r}")
+        if key == "link_gbs" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v)
+                                  or not 0 < v <= LINK_GBS_MAX):
+            raise MacprofError(f"{where}: distributed.link_gbs must be a number of GB/s, more than 0, at most "
+                               f"{LINK_GBS_MAX:g}, not {v!r}")
     return {k: v for k, v in value.items() if v is not None}
 
 

@@ -18,6 +18,7 @@ Nothing here imports click, an engine or numpy: a worker imports this module wit
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any, Callable, Literal
 
 from macprof.cases import SHAPES
 import macprof.phases
-from macprof.config.dist import BACKENDS, PARALLEL, Distributed
+from macprof.config.dist import BACKENDS, LINK_GBS_MAX, PARALLEL, Distributed
 from macprof.config.dist import from_cli as _distributed_from_cli
 from macprof.config.dist import partial as _distributed_table
 from macprof.errors import MacprofError
@@ -41,6 +42,17 @@ ENDPOINT_PHASES = ("warm", "prefix")
 
 
 # -- checks: what a valid value is, in Python, in words and in the run log's JSON Schema ----
+# Every number is bounded where it is declared: an integer within 64 bits (what a run log holds:
+# a larger --seed made a log `show` refuses), a float finite (--timeout inf left no log, a NaN
+# passes every comparison) and within the setting's own documented range. The range is said in
+# the error, in the flag's help (``setting_flags``) and in the schema.
+INT_MAX = 2 ** 63 - 1  # a signed 64-bit integer
+SECONDS_MAX = 86_400  # a day: the most of any duration setting (a request's timeout, a cool-down, a level, an SLO)
+TEMPERATURE_MIN, TEMPERATURE_MAX = 0.001, 100  # below, logits / T overflow (1e-320: inf); above, every token alike
+DRAFT_TOKENS_MAX = 64  # tokens drafted per round (llama.cpp's server drafts 16 at most by default, mlx-lm 2)
+RATE_MAX = 10_000  # requests per second of an open-loop level
+
+
 @dataclass(frozen=True)
 class Check:
     types: type | tuple[type, ...]  # what models.toml (or the command line) may give; a list is stored as a tuple
@@ -49,20 +61,37 @@ class Check:
     schema: dict  # the JSON Schema of a valid value (a log also holds the default: null, or an empty list)
     choices: tuple[str, ...] = ()  # a value (or each item) is one of these
     finish: Callable[[str, Any], Any] | None = None  # the checked value as merged (a distributed table)
+    bounds: str = ""  # a number's range in words, said in the flag's help
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _int_at_least(minimum: int, what: str) -> Check:
-    return Check(int, lambda v: v >= minimum, what, {"type": "integer", "minimum": minimum})
+def _finite(v: Any) -> bool:
+    """A number a log can hold as one: not NaN, not infinite, not an integer past float's range."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
-def _number(what: str, minimum: float = 0, exclusive: bool = True) -> Check:
+def _most(maximum: float) -> str:
+    return "2^63 - 1" if maximum == INT_MAX else f"{maximum:g}"
+
+
+def _int_at_least(minimum: int, what: str, maximum: int = INT_MAX) -> Check:
+    bounds = f"{minimum} to {_most(maximum)}"
+    return Check(int, lambda v: minimum <= v <= maximum, f"{what}, {bounds}",
+                 {"type": "integer", "minimum": minimum, "maximum": maximum}, bounds=bounds)
+
+
+def _number(what: str, minimum: float = 0, exclusive: bool = True, maximum: float = SECONDS_MAX) -> Check:
+    """A finite number above ``minimum`` (or from it), at most ``maximum``."""
     bound = "exclusiveMinimum" if exclusive else "minimum"
-    return Check((int, float), (lambda v: v > minimum) if exclusive else (lambda v: v >= minimum), what,
-                 {"type": "number", bound: minimum})
+    bounds = f"more than {minimum:g}, at most {_most(maximum)}" if exclusive else f"{minimum:g} to {_most(maximum)}"
+    return Check((int, float), lambda v: _finite(v) and (v > minimum if exclusive else v >= minimum) and v <= maximum,
+                 f"{what}, {bounds}", {"type": "number", bound: minimum, "maximum": maximum}, bounds=bounds)
 
 
 def _one_of(choices: tuple[str, ...]) -> Check:
@@ -78,21 +107,34 @@ def _names(choices: tuple[str, ...], what: str) -> Check:
                  f"{', '.join(choices)}", {"type": "array", "items": {"enum": list(choices)}}, choices)
 
 
-def _ints(minimum: int) -> Check:
+def _ints(minimum: int, maximum: int = INT_MAX) -> Check:
     what = "positive integers" if minimum == 1 else f"integers >= {minimum}"
-    return Check(list, lambda v: _distinct(v, lambda x: _is_int(x) and x >= minimum), f"a non-empty list of distinct {what}",
-                 {"type": "array", "items": {"type": "integer", "minimum": minimum}})
+    bounds = f"each {minimum} to {_most(maximum)}"
+    return Check(list, lambda v: _distinct(v, lambda x: _is_int(x) and minimum <= x <= maximum),
+                 f"a non-empty list of distinct {what}, {bounds}",
+                 {"type": "array", "items": {"type": "integer", "minimum": minimum, "maximum": maximum}}, bounds=bounds)
 
 
 POSITIVE_INT = _int_at_least(1, "a positive integer")
-SECONDS = _number("a positive number of seconds")
+SECONDS = _number("a number of seconds")
+TEMPERATURE = Check(
+    (int, float), lambda v: v == 0 or _finite(v) and TEMPERATURE_MIN <= v <= TEMPERATURE_MAX,
+    f"a temperature, 0 (greedy), or {TEMPERATURE_MIN:g} to {TEMPERATURE_MAX:g}",
+    {"type": "number", "minimum": 0, "maximum": TEMPERATURE_MAX},
+    bounds=f"0 (greedy), or {TEMPERATURE_MIN:g} to {TEMPERATURE_MAX:g}")
+RATES = Check(list, lambda v: bool(v) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and _finite(x)
+                                              and 0 < x <= RATE_MAX for x in v),
+              f"a non-empty list of requests per second, each more than 0, at most {_most(RATE_MAX)}",
+              {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "maximum": RATE_MAX}},
+              bounds=f"each more than 0, at most {_most(RATE_MAX)}")
 FLAG = Check(bool, lambda v: True, "true or false", {"type": "boolean"})
 _TEXT = {"type": "string"}
 _DISTRIBUTED = Check((dict, Distributed), lambda v: True, "a table", {  # checked key by key in config/dist.py
     "type": "object", "required": ["hosts"],
     "properties": {"hosts": {"type": "array", "items": {"type": "string"}, "minItems": 2},
                    "backend": {"enum": list(BACKENDS)}, "parallel": {"enum": list(PARALLEL)},
-                   "link_gbs": {"type": ["number", "null"], "exclusiveMinimum": 0}}}, finish=_distributed_table)
+                   "link_gbs": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": LINK_GBS_MAX}}},
+    finish=_distributed_table)
 
 
 # -- command-line flags ---------------------------------------------------------------------
@@ -214,7 +256,7 @@ class Settings:
                                   unit="threads", logged="always", flags=(Flag("--threads", "int"),))
     timeout: float = setting(300.0, SECONDS, "Per-request timeout in seconds [{timeout}].", unit="s", logged="required",
                              flags=(Flag("--timeout", "float"),))
-    delay: float = setting(0.0, _number("a number of seconds >= 0", exclusive=False),
+    delay: float = setting(0.0, _number("a number of seconds", exclusive=False),
                            "Cool-down seconds before each trial [{delay}].", unit="s", logged="always",
                            flags=(Flag("--delay", "float"),))
     drop_cache: bool = setting(
@@ -248,13 +290,15 @@ class Settings:
             Flag("--backend", "choice", choices=BACKENDS, help="MLX distributed backend [{backend}]."),
             Flag("--parallel", "choice", choices=PARALLEL, help="tensor or pipeline parallel [{parallel}]."),
             Flag("--link-gbs", "float", help="The link's bandwidth for the group's prediction, GB/s "
-                                             "[the communication pass's measured time].")))
+                                             "[the communication pass's measured time] (more than 0, at most "
+                                             f"{LINK_GBS_MAX:g}).")))
     # the quality phase (run/phases/quality.py): tokens scored, in chunks of quality_ctx; the
     # reference model's name (None: the run's highest-precision model); the text (None: the shipped one)
     quality_tokens: int = setting(2048, POSITIVE_INT, "quality: tokens scored, in whole chunks [{quality_tokens}].",
                                   unit="tokens", phases=_QUALITY, flags=(Flag("--quality-tokens", "int"),))
     quality_ctx: int = setting(
-        512, Check(int, lambda v: v >= 4 and v % 2 == 0, "an even integer >= 4", {"type": "integer", "minimum": 4}),
+        512, Check(int, lambda v: 4 <= v <= INT_MAX and v % 2 == 0, f"an even integer, 4 to {_most(INT_MAX)}",
+                   {"type": "integer", "minimum": 4, "maximum": INT_MAX}, bounds=f"4 to {_most(INT_MAX)}"),
         "quality: chunk length; its second half is scored [{quality_ctx}].", unit="tokens", phases=_QUALITY,
         flags=(Flag("--quality-ctx", "int"),))
     reference: str | None = setting(
@@ -272,7 +316,9 @@ class Settings:
         "speculative: the draft model (any reference MODEL takes) or ngram (prompt lookup).", phases=_SPEC,
         flags=(Flag("--draft"),))
     draft_tokens: tuple[int, ...] = setting(
-        (1, 2, 4, 8), _ints(1), "speculative: tokens drafted per round; a list is a sweep [{draft_tokens}].",
+        (1, 2, 4, 8), _ints(1, DRAFT_TOKENS_MAX), "speculative: tokens drafted per round, each less than "
+        "--gen-tokens - 1 (a round drafts no more: the first token is the prefill's, every round ends with the "
+        "target's own); a list is a sweep [{draft_tokens}].",
         unit="tokens", phases=_SPEC, flags=(Flag("--draft-tokens", "ints"),), read=_levels("draft_tokens"))
     ngram: int = setting(2, POSITIVE_INT, "speculative with --draft ngram: the longest n-gram looked up [{ngram}].",
                          unit="tokens", phases=_SPEC, flags=(Flag("--ngram", "int"),))
@@ -289,11 +335,9 @@ class Settings:
         (), _ints(1), "Closed-loop levels against a server: concurrent clients, e.g. 1,2,4,8.", unit="clients",
         phases=_LOAD, selects=True, flags=(Flag("--concurrency", "ints"),), read=_levels("concurrency"))
     rates: tuple[float, ...] = setting(
-        (), Check(list, lambda v: bool(v) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in v),
-                  "a non-empty list of positive requests per second", {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0}}),
-        "Open-loop levels: seeded Poisson arrivals, requests/s.", unit="requests/s", phases=_LOAD, selects=True,
+        (), RATES, "Open-loop levels: seeded Poisson arrivals, requests/s.", unit="requests/s", phases=_LOAD, selects=True,
         flags=(Flag("--rate", "rates"),), read=_levels("rates"))
-    load_requests: int = setting(0, _int_at_least(0, "an integer >= 0 (0: automatic)"),
+    load_requests: int = setting(0, _int_at_least(0, "an integer (0: automatic)"),
                                  "Requests per concurrency level [2 x level, at least --reps].", unit="requests",
                                  phases=_LOAD, flags=(Flag("--load-requests", "int"),))
     load_seconds: float = setting(120.0, SECONDS, "Time limit per concurrency level [{load_seconds}].", unit="s",
@@ -313,7 +357,7 @@ class Settings:
     system_tokens: int = setting(128, POSITIVE_INT, "conversation: tokens of each app's system prompt [{system_tokens}].",
                                  unit="tokens", phases=_CHAT, flags=(Flag("--system-tokens", "int"),))
     tool_tokens: int = setting(
-        0, _int_at_least(0, "an integer >= 0 (0: a chat, no tool results)"),
+        0, _int_at_least(0, "an integer (0: a chat, no tool results)"),
         "conversation: an agent's tool result of this many tokens after each reply [{tool_tokens}: a chat].",
         unit="tokens", phases=_CHAT, flags=(Flag("--tool-tokens", "int"),))
     apps: int = setting(1, POSITIVE_INT, "conversation: apps taking turns on the engine, each its own system prompt "
@@ -338,11 +382,11 @@ class Settings:
     attempts: int = setting(1, POSITIVE_INT, "tasks: attempts per task; a failed one is retried with the checker's "
                             "message as the next user turn [{attempts}].", unit="attempts", phases=_TASKS,
                             flags=(Flag("--attempts", "int"),))
-    temperature: float = setting(0.0, _number("a number >= 0", exclusive=False),
+    temperature: float = setting(0.0, TEMPERATURE,
                                  "tasks: sampling temperature of the retries, the first attempt staying greedy (0: "
                                  "greedy, every attempt) [{temperature}].",
                                  unit="logit scale", phases=_TASKS, flags=(Flag("--temperature", "float"),))
-    seed: int = setting(0, _int_at_least(0, "an integer >= 0"), "tasks: the sampled retries' seed: each retry's own "
+    seed: int = setting(0, _int_at_least(0, "an integer"), "tasks: the sampled retries' seed: each retry's own "
                         "is derived from it, the task and the attempt, and logged [{seed}].",
                         unit="seed", phases=_TASKS, flags=(Flag("--seed", "int"),))
 
@@ -382,13 +426,20 @@ HELP_FIELDS = {**{name: _shown(v) for name, v in DEFAULTS.items()}, "phase_names
 
 
 def setting_flags() -> list[tuple[str, Flag, str, tuple[str, ...]]]:
-    """(click parameter, flag, help, choices) of every setting's flag, in declaration order."""
+    """(click parameter, flag, help, choices) of every setting's flag, in declaration order; a
+    number's help ends with its range, from its check."""
     out = []
     for s in SPECS.values():
         for flag in s.flags:
             choices = flag.choices or (s.check.choices if flag.kind == "choice" else ())
-            out.append((flag.param, flag, (flag.help or s.help).format(**HELP_FIELDS), choices))
+            text = (flag.help or s.help).format(**HELP_FIELDS)
+            if s.check.bounds and not flag.help:
+                text = f"{text.rstrip('.')} ({s.check.bounds}{' ' + s.unit if s.unit in UNITS_SAID else ''})."
+            out.append((flag.param, flag, text, choices))
     return out
+
+
+UNITS_SAID = ("s", "tokens")  # units a range in the help names (a range of "attempts" reads as well without)
 
 
 def command_line_settings(values: dict[str, Any]) -> dict[str, Any]:

@@ -224,7 +224,9 @@ class OpenAIEngine:
         replies no rerun reproduces; the caller records what was sent). With the OpenAI
         ``tools`` field where the task has tools. A server that refuses
         the field is asked again without it, as ``without_tools`` (the tools described in a system
-        turn: the caller's), and ``tools_refused`` says why. -> text, tool_calls, usage counts, finish_reason."""
+        turn: the caller's), and ``tools_refused`` says why. -> text, tool_calls, usage counts, finish_reason,
+        and ``claims``: what the server's usage said that is no count (wire.chat_reply). A reply
+        of another shape is a MacprofError naming what is wrong."""
         if self.api == "ollama":
             raise MacprofError("the tasks phase through Ollama's API is not built: use its OpenAI API (--api chat)")
         url = self.url.rstrip("/") + "/chat/completions"
@@ -241,13 +243,14 @@ class OpenAIEngine:
                 got = wire.get_json(url, timeout=self.timeout, body={**body, "messages": list(without_tools)})
             except wire.ServerError as again:
                 raise MacprofError(f"chat completion: {again}") from None
-        choice = (got.get("choices") or [{}])[0] if isinstance(got, dict) else {}
-        message = choice.get("message") or {}
-        usage = got.get("usage") or {} if isinstance(got, dict) else {}
-        calls = [c.get("function") or {} for c in message.get("tool_calls") or () if isinstance(c, dict)]
-        return {"text": message.get("content") or "", "tool_calls": calls, "finish_reason": choice.get("finish_reason"),
-                "completion_tokens": usage.get("completion_tokens"), "prompt_tokens": usage.get("prompt_tokens"),
-                "tools_refused": refused}
+        try:  # its shape and its counts checked where they enter (wire.chat_reply)
+            reply = wire.chat_reply(got, max_tokens, {"messages": list(without_tools if refused else messages),
+                                                      "tools": [] if refused else list(tools)})
+        except wire.ServerError as exc:
+            raise MacprofError(f"chat completion: {exc}") from None
+        return {"text": reply.text, "tool_calls": list(reply.tool_calls), "finish_reason": reply.finish_reason,
+                "completion_tokens": reply.completion_tokens, "prompt_tokens": reply.prompt_tokens,
+                "claims": reply.claims, "tools_refused": refused}
 
     def tokenize_chat(self, text: str) -> list[int]:
         """A rendered chat prompt's ids as the server reads its text: its special tokens parsed,
@@ -300,7 +303,7 @@ class OpenAIEngine:
             except wire.ServerError as exc:
                 raise MacprofError(f"{url}: the server's tokenizer failed: {exc}") from None
             tokens = got.get("tokens") if isinstance(got, dict) else None
-            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            if not isinstance(tokens, list) or not all(wire._int(t) is not None for t in tokens):  # ids: within 64 bits
                 raise MacprofError(f"{url}: the server's tokenizer answered no token list")
             self._server_ids[text] = tokens
         return list(self._server_ids[text])
@@ -400,8 +403,10 @@ class OpenAIEngine:
         except OSError:
             return
         hit = re.search(LOG_REUSE[0], text)
-        if hit:
-            final.cached_tokens, final.cached_source = int(hit.group(1)), f"the server's log: {hit.group(0)!r}"
+        if hit:  # checked as the reply's counts are: within the prompt, else the log's claim
+            final.cached_tokens = int(hit.group(1)[:20])  # 20 digits are past any count already
+            final.cached_source = f"the server's log: {hit.group(0)[:200]!r}"
+            wire.bound(final)
             return
         refused = re.search(LOG_REUSE[1], text)
         if refused or LOG_DONE in text:  # it computed the whole prompt
@@ -610,6 +615,8 @@ def model_ids(listed) -> list[str]:
     if not isinstance(listed, dict):
         return []
     items = listed.get("data") or listed.get("models") or []
+    if not isinstance(items, list):  # a server's nonsense is no model list
+        return []
     return [str(m.get("id") or m.get("name")) for m in items if isinstance(m, dict)][:20]
 
 

@@ -32,6 +32,10 @@ LINE_CAP = 1 << 20  # bytes of one stream line: a longer one fails its request
 BODY_CAP = 16 << 20  # bytes of a non-streamed body (model lists, counting, tokenize, error bodies)
 READ_BYTES = 65536  # one read of a stream
 SPECIAL_SLACK = 8  # tokens with no text a count may hold beyond its chunks (EOS, stop tokens)
+# tokens a server's chat template may add to the prompt it was sent (role markers, a default
+# system turn, a tools preamble): a prompt count beyond the bytes sent and this is the server's claim
+TEMPLATE_SLACK = 2048
+COUNT_MAX = 2 ** 63 - 1  # a count a log holds (a signed 64-bit integer): a larger one is a claim
 
 
 class ServerError(Exception):
@@ -57,8 +61,9 @@ class Final:
     finish_reason: str | None = None
     count_source: str | None = None  # where completion_tokens came from
     timings: dict[str, Any] = field(default_factory=dict)  # normalised seconds + the raw report
-    # impossible values the server sent (negative, non-finite, more tokens than the text can
-    # carry): its claim as a string, keyed by field, never a figure (server_request.py flags them)
+    # impossible values the server sent (negative, non-finite, not a number, more tokens than the
+    # text sent or streamed can hold): its claim as a string, keyed by field, never a figure
+    # (server_request.py flags them and keeps them in the request's server record)
     claims: dict[str, str] = field(default_factory=dict)
 
 
@@ -138,7 +143,8 @@ def reply(obj: Any) -> Reply:
         raise ServerError(f"not a completion reply: {json.dumps(obj)[:200]}")
     choice = choices[0]
     message: dict = choice["message"] if isinstance(choice.get("message"), dict) else {}
-    text = choice.get("text") if "text" in choice else message.get("content")
+    text = _text(choice.get("text"), "choices[0].text") if "text" in choice else \
+        _text(message.get("content"), "choices[0].message.content")
     usage: dict = obj["usage"] if isinstance(obj.get("usage"), dict) else {}
     total = _int(usage.get("completion_tokens"))
     lp: dict = choice["logprobs"] if isinstance(choice.get("logprobs"), dict) else {}
@@ -153,6 +159,65 @@ def reply(obj: Any) -> Reply:
     if isinstance(lp.get("text_offset"), list) and all(_int(o) is not None for o in lp["text_offset"]):
         offsets = tuple(lp["text_offset"])  # llama-cpp-python: where each token starts in the text
     return Reply(str(text or ""), total, ids, offsets, pieces)
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """A non-streamed chat completion as the tasks phase reads it: the message's text and tool
+    calls (each ``{"name", "arguments"}`` as the server gave them), why it ended, and the
+    server's usage counts, each checked where it entered (``claims``: what was no count)."""
+
+    text: str
+    tool_calls: tuple[dict, ...]
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    claims: dict[str, str]
+
+
+def chat_reply(obj: Any, max_tokens: int, sent: Any) -> ChatReply:
+    """A non-streamed chat completion (OpenAI ``/chat/completions``) read and checked: a reply of
+    another shape (not an object, no choices, ``choices: [1]``, a list as the content, a tool
+    call that is no object) is a ServerError naming what is wrong; a usage count that is none
+    (negative, a float, a string, past COUNT_MAX) or more than the request allows (completion
+    tokens past ``max_tokens``, prompt tokens past what ``sent``, the messages and tools, can
+    hold: ``prompt_room``) is the server's claim, kept in ``claims``, never a count."""
+    top = _object(obj, "the reply")
+    if "error" in top:
+        raise ServerError(f"the server reported an error: {_error_text(json.dumps(top).encode())}")
+    choices = _array(top.get("choices"), "choices")
+    if not choices:
+        raise ServerError("a malformed reply: choices is an empty list")
+    choice = _object(choices[0], "choices[0]")
+    message = _object(choice.get("message"), "choices[0].message")
+    calls = []
+    for i, call in enumerate(_array(message.get("tool_calls"), "choices[0].message.tool_calls", none=True)):
+        where = f"choices[0].message.tool_calls[{i}]"
+        function = _object(_object(call, where).get("function"), where + ".function")
+        calls.append({"name": _optional(function.get("name"), where + ".function.name"),
+                      "arguments": function.get("arguments")})
+    final = Final()
+    usage = top.get("usage")
+    if isinstance(usage, dict):
+        final.prompt_tokens = _count(usage, "prompt_tokens", final, "usage.")
+        final.completion_tokens = _count(usage, "completion_tokens", final, "usage.")
+    elif usage is not None:
+        final.claims["usage"] = _shown(usage)
+    bound(final, completion_most=(max_tokens + SPECIAL_SLACK, f"max_tokens {max_tokens} asked"),
+          prompt_most=prompt_room(sent))
+    return ChatReply(_text(message.get("content"), "choices[0].message.content"), tuple(calls),
+                     _optional(choice.get("finish_reason"), "choices[0].finish_reason"), final.prompt_tokens,
+                     final.completion_tokens, dict(final.claims))
+
+
+def prompt_room(sent: Any) -> tuple[int, str] | None:
+    """The most prompt tokens a request that sent ``sent`` (a prompt's text, or chat messages and
+    tools) can hold, and why: a token is at least one byte of what was sent (its JSON, which
+    over-counts), plus what a chat template may add of its own (TEMPLATE_SLACK). None: nothing to bound by."""
+    if sent is None:
+        return None
+    size = len(json.dumps(sent, ensure_ascii=False).encode())
+    return size + TEMPLATE_SLACK, f"the {size} bytes sent and {TEMPLATE_SLACK} tokens a chat template may add"
 
 
 def stream(url: str, body: dict, deadline_s: float, ndjson: bool, given_s: float | None = None) -> Iterator[Chunk | Final]:
@@ -187,7 +252,8 @@ def stream(url: str, body: dict, deadline_s: float, ndjson: bool, given_s: float
         if "text/html" in kind:
             raise ServerError(f"HTTP {resp.status}: an HTML page, not an event stream ({kind}): "
                               f"is the URL the server's API?")
-        yield from _read(resp, conn, end, limit, ndjson)
+        sent = body.get("messages", body.get("prompt"))
+        yield from _read(resp, conn, end, limit, ndjson, prompt_room(sent))
     finally:
         conn.close()
 
@@ -199,7 +265,8 @@ def _limit(deadline_s: float, given_s: float | None) -> str:
     return f"within --timeout {given_s:g} s (the request gave up at {deadline_s:g} s, leaving time to record it)"
 
 
-def _read(resp, conn, end: float, limit: str, ndjson: bool) -> Iterator[Chunk | Final]:
+def _read(resp, conn, end: float, limit: str, ndjson: bool, prompt_most: tuple[int, str] | None = None
+          ) -> Iterator[Chunk | Final]:
     final = Final()
     state: dict[str, Any] = {"chunks": 0, "counted": 0, "per_chunk": True, "bytes": 0}
     for raw in _lines(resp, conn, end, limit):
@@ -236,7 +303,9 @@ def _read(resp, conn, end: float, limit: str, ndjson: bool) -> Iterator[Chunk | 
         if ndjson and obj.get("done"):
             break
     _settle_count(final, state)
-    _bound_count(final, state)
+    bound(final, completion_most=(state["bytes"] + state["chunks"] + SPECIAL_SLACK,
+                                  f"the {state['chunks']} chunks and {state['bytes']} bytes of text streamed can carry"),
+          prompt_most=prompt_most)
     yield final
 
 
@@ -264,15 +333,24 @@ def _lines(resp, conn, end: float, limit: str) -> Iterator[bytes]:
         buf += data
 
 
-def _bound_count(final: Final, state: dict) -> None:
-    """A count more than the streamed text could carry is the server's claim, not a count: a
-    token is at least one byte of text, allowing one empty token per chunk and SPECIAL_SLACK more
-    (EOS and other special tokens that stream no text)."""
-    most = state["bytes"] + state["chunks"] + SPECIAL_SLACK
-    if final.completion_tokens is not None and final.completion_tokens > most:
-        final.claims["completion_tokens"] = (f"{final.completion_tokens} (more than the {state['chunks']} chunks "
-                                             f"and {state['bytes']} bytes of text streamed can carry)")
+def bound(final: Final, completion_most: tuple[int, str] | None = None,
+          prompt_most: tuple[int, str] | None = None) -> None:
+    """Each count of ``final`` within what the request allows, else the server's claim (kept in
+    ``final.claims``, the count None): the completion tokens within ``completion_most`` (what the
+    streamed text can carry: a token is at least one byte of text, allowing one empty token per
+    chunk and SPECIAL_SLACK more, EOS and other special tokens that stream no text; or the
+    max_tokens asked), the prompt tokens within ``prompt_most`` (``prompt_room``), the cached
+    tokens within the prompt. Each bound is (the most, why)."""
+    if completion_most is not None and final.completion_tokens is not None and final.completion_tokens > completion_most[0]:
+        final.claims["completion_tokens"] = f"{final.completion_tokens} (more than {completion_most[1]})"
         final.completion_tokens, final.count_source = None, None
+    if prompt_most is not None and final.prompt_tokens is not None and final.prompt_tokens > prompt_most[0]:
+        final.claims["prompt_tokens"] = f"{final.prompt_tokens} (more than {prompt_most[1]})"
+        final.prompt_tokens = None
+    cached_most = (final.prompt_tokens, "the prompt's tokens") if final.prompt_tokens is not None else prompt_most
+    if cached_most is not None and final.cached_tokens is not None and final.cached_tokens > cached_most[0]:
+        final.claims["cached_tokens"] = f"{final.cached_tokens} (more than {cached_most[1]}, {cached_most[0]})"
+        final.cached_tokens, final.cached_source = None, None
 
 
 def _settle_count(final: Final, state: dict) -> None:
@@ -284,41 +362,51 @@ def _settle_count(final: Final, state: dict) -> None:
 
 
 def _openai(obj: dict, final: Final) -> Chunk | None:
+    """One OpenAI stream chunk: its text, and what it reports of the request (usage, llama.cpp's
+    timings, LM Studio's stats), each count read by ``_count``. A chunk of another shape
+    (``choices: [1]``, a list as the text) fails the request, named."""
     _claims({k: obj[k] for k in ("usage", "timings", "stats") if isinstance(obj.get(k), dict)}, final)
     usage = obj.get("usage")
     if isinstance(usage, dict):
-        final.prompt_tokens = _int(usage.get("prompt_tokens"), final.prompt_tokens)
-        if _int(usage.get("completion_tokens")) is not None:
-            final.completion_tokens, final.count_source = _int(usage.get("completion_tokens")), "usage"
+        final.prompt_tokens = _or(_count(usage, "prompt_tokens", final, "usage."), final.prompt_tokens)
+        completion = _count(usage, "completion_tokens", final, "usage.")
+        if completion is not None:
+            final.completion_tokens, final.count_source = completion, "usage"
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and _int(details.get("cached_tokens")) is not None:
-            final.cached_tokens, final.cached_source = _int(details.get("cached_tokens")), \
-                "usage.prompt_tokens_details.cached_tokens"
+        cached = _count(details, "cached_tokens", final, "usage.prompt_tokens_details.") \
+            if isinstance(details, dict) else None
+        if cached is not None:
+            final.cached_tokens, final.cached_source = cached, "usage.prompt_tokens_details.cached_tokens"
+    elif usage is not None:  # OpenAI streams "usage": null until the last chunk
+        final.claims["usage"] = _shown(usage)
     timings = obj.get("timings")
     if isinstance(timings, dict):  # llama.cpp's server (the last one holds the totals)
         final.timings = {"source": "llama.cpp timings", "prompt_s": _ms(timings.get("prompt_ms")),
                          "decode_s": _ms(timings.get("predicted_ms")), "raw": _raw(timings)}
-        if _int(timings.get("cache_n")) is not None:
-            final.cached_tokens, final.cached_source = _int(timings.get("cache_n")), "timings.cache_n"
-        computed = _int(timings.get("prompt_n"))  # the tokens it computed: the prompt less what it reused
+        cached = _count(timings, "cache_n", final, "timings.")
+        if cached is not None:
+            final.cached_tokens, final.cached_source = cached, "timings.cache_n"
+        computed = _count(timings, "prompt_n", final, "timings.")  # the tokens it computed: the prompt less what it reused
         if computed is not None and usage_prompt(obj) is None:
             final.prompt_tokens = computed + (final.cached_tokens or 0)
-        if final.count_source != "usage" and _int(timings.get("predicted_n")) is not None:
-            final.completion_tokens, final.count_source = _int(timings.get("predicted_n")), "timings.predicted_n"
+        predicted = _count(timings, "predicted_n", final, "timings.")
+        if final.count_source != "usage" and predicted is not None:
+            final.completion_tokens, final.count_source = predicted, "timings.predicted_n"
     stats = obj.get("stats")
     if isinstance(stats, dict):  # LM Studio's REST API (/api/v0)
         final.timings = {"source": "LM Studio stats", "ttft_s": _num(stats.get("time_to_first_token")),
                          "decode_s": _num(stats.get("generation_time")), "raw": _raw(stats)}
-        final.finish_reason = stats.get("stop_reason") or final.finish_reason
-    choices = obj.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
+        final.finish_reason = _optional(stats.get("stop_reason"), "stats.stop_reason") or final.finish_reason
+    choices = _array(obj.get("choices"), "choices", none=True)
+    if not choices:
         return None
-    choice = choices[0]
-    final.finish_reason = choice.get("finish_reason") or final.finish_reason
-    raw_delta = choice.get("delta")
-    delta: dict = raw_delta if isinstance(raw_delta, dict) else {}
-    text = choice.get("text") if "text" in choice else (delta.get("content") or delta.get("reasoning_content") or "")
-    return Chunk(str(text or ""), _chunk_tokens(obj, choice))
+    choice = _object(choices[0], "choices[0]")
+    final.finish_reason = _optional(choice.get("finish_reason"), "choices[0].finish_reason") or final.finish_reason
+    delta = _object(choice.get("delta"), "choices[0].delta", none=True)
+    text = _text(choice.get("text"), "choices[0].text") if "text" in choice else (
+        _text(delta.get("content"), "choices[0].delta.content") or
+        _text(delta.get("reasoning_content"), "choices[0].delta.reasoning_content"))
+    return Chunk(text, _chunk_tokens(obj, choice))
 
 
 def usage_prompt(obj: dict) -> int | None:
@@ -343,23 +431,88 @@ def _chunk_tokens(obj: dict, choice: dict) -> int | None:
 def _ollama(obj: dict, final: Final) -> Chunk | None:
     _claims({k: v for k, v in obj.items() if k.endswith(("_duration", "_count"))}, final)
     if obj.get("done"):
-        final.completion_tokens = _int(obj.get("eval_count"))
+        final.completion_tokens = _count(obj, "eval_count", final, "")
         final.count_source = "eval_count" if final.completion_tokens is not None else None
-        final.prompt_tokens = _int(obj.get("prompt_eval_count"))
-        final.finish_reason = obj.get("done_reason")
+        final.prompt_tokens = _count(obj, "prompt_eval_count", final, "")
+        final.finish_reason = _optional(obj.get("done_reason"), "done_reason")
         final.timings = {"source": "ollama durations", "prompt_s": _ns(obj.get("prompt_eval_duration")),
                          "decode_s": _ns(obj.get("eval_duration")), "load_s": _ns(obj.get("load_duration")),
                          "total_s": _ns(obj.get("total_duration")),
                          "raw": _raw({k: v for k, v in obj.items() if k.endswith(("_duration", "_count"))})}
     text = obj.get("response")
     if text is None and isinstance(obj.get("message"), dict):  # /api/chat
-        text = obj["message"].get("content")
-    return Chunk(str(text or ""), None)
+        return Chunk(_text(obj["message"].get("content"), "message.content"), None)
+    return Chunk(_text(text, "response"), None)
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
-    """A count: a non-negative int (not a bool); anything else is no count (``default``)."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+    """A count: a non-negative int (not a bool) that a log holds (at most COUNT_MAX); anything
+    else is no count (``default``)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT_MAX else default
+
+
+def _or(value: int | None, default: int | None) -> int | None:
+    return default if value is None else value
+
+
+def _count(obj: dict, key: str, final: Final, where: str) -> int | None:
+    """The count a server's report gives at ``obj[key]``, where every count a server reports
+    enters (usage, timings, Ollama's counts): a value there that is no count (negative, a float,
+    a string, past COUNT_MAX) is the server's claim, kept in ``final.claims`` under ``where +
+    key``, and no count is taken. Whether it fits the request is ``bound``'s."""
+    value = obj.get(key)
+    n = _int(value)
+    if n is None and value is not None:
+        final.claims[where + key] = _shown(value)
+    return n
+
+
+def _what(v: Any) -> str:
+    """What a JSON value is, in words (for a malformed reply's message)."""
+    if v is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(v), type(v).__name__)
+
+
+def _shown(v: Any) -> str:
+    """A server's value as its claim is kept: a scalar as it reads, a container by its size."""
+    if isinstance(v, (dict, list)):
+        return f"{_what(v)} of {len(v)} item(s)"
+    return repr(v)[:200]
+
+
+def _malformed(where: str, v: Any, want: str) -> ServerError:
+    return ServerError(f"a malformed reply: {where} is {_what(v)}, not {want}")
+
+
+def _object(v: Any, where: str, none: bool = False) -> dict:
+    """``v``, a JSON object (``none``: absent or null reads as an empty one), else a ServerError naming ``where``."""
+    if isinstance(v, dict):
+        return v
+    if none and v is None:
+        return {}
+    raise _malformed(where, v, "an object")
+
+
+def _array(v: Any, where: str, none: bool = False) -> list:
+    if isinstance(v, list):
+        return v
+    if none and v is None:
+        return []
+    raise _malformed(where, v, "a list")
+
+
+def _text(v: Any, where: str) -> str:
+    """A text field of a reply: its text, "" for null or absent, else a ServerError naming ``where``."""
+    return _optional(v, where) or ""
+
+
+def _optional(v: Any, where: str) -> str | None:
+    """A string field of a reply that may be null (a finish reason): the string or None, else a ServerError."""
+    if v is None or isinstance(v, str):
+        return v
+    raise _malformed(where, v, "a string")
 
 
 def _num(v: Any) -> float | None:
@@ -390,10 +543,21 @@ def _claims(obj: dict, final: Final, where: str = "") -> None:
             final.claims[f"{where}{k}"] = repr(v)
 
 
-def _raw(d: dict) -> dict:
-    """A server's own report as kept in the log: JSON only (an impossible number as its claim, a string)."""
-    return {k: (_raw(v) if isinstance(v, dict) else repr(v) if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in d.items()}
+RAW_DEPTH = 4  # levels of a server's own report kept as they are; deeper ones by their size
+
+
+def _raw(v: Any, depth: int = 0) -> Any:
+    """A server's own report as kept in the log: JSON a log reads back (a non-finite number, or
+    an integer past 64 bits, as its claim, a string; nesting past RAW_DEPTH by its size)."""
+    if isinstance(v, (dict, list)) and depth >= RAW_DEPTH:
+        return _shown(v)
+    if isinstance(v, dict):
+        return {str(k): _raw(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_raw(x, depth + 1) for x in v]
+    if isinstance(v, float) and not math.isfinite(v) or isinstance(v, int) and abs(v) > COUNT_MAX:
+        return repr(v)
+    return v
 
 
 def _ms(v: Any) -> float | None:

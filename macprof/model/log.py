@@ -116,6 +116,18 @@ class Source(Record):
     path: str | None = None
 
 
+class InputFile(Record):
+    """A file a model's run reads besides the model's own (collect/facts.py run_inputs): what it
+    is to the run, its path, size and sha256, recorded once when the model starts; a resume
+    refuses a run whose inputs changed since (run/resume.py)."""
+
+    KINDS = {"role": VOCAB, "path": PATH, "sha256": VOCAB}
+    role: str = ""  # "the task file", "the chat template", "the quality text", "the draft"
+    path: str = ""
+    bytes: Count = 0
+    sha256: Sha256 = ""
+
+
 class Identity(Record):
     KINDS = {"name": NAME, "engine": VOCAB, "path": MODEL_PATH, "quant_label": VOCAB, "quant_declared": VOCAB,
              "architecture": VOCAB}
@@ -130,6 +142,7 @@ class Identity(Record):
     total_bytes: Count = 0
     files: tuple[ModelFile, ...] = ()
     source: Source | None = ABSENT  # only a model named on the command line has one
+    inputs: tuple[InputFile, ...] | None = ABSENT  # the run's other files (absent from older logs)
 
 
 class ModelSettings(Record):

@@ -80,7 +80,8 @@ class ServerReport(Record):
 
     # cached_tokens_source may quote a line of the server's own log
     KINDS = {"count_source": VOCAB, "chunk_tokens_source": VOCAB, "prompt_tokens_source": VOCAB,
-             "finish_reason": TEXT, "eos": VOCAB, "timings": TEXT, "flags": TEXT, "cached_tokens_source": TEXT}
+             "finish_reason": TEXT, "eos": VOCAB, "timings": TEXT, "flags": TEXT, "cached_tokens_source": TEXT,
+             "claims": TEXT}
 
     completion_tokens: int | None = None
     count_source: str | None = None
@@ -97,6 +98,9 @@ class ServerReport(Record):
     counting: CountingRequest | None = ABSENT
     timings: dict[str, Any] | None = None
     flags: tuple[str, ...] = ()
+    # what the server reported that is no count or duration (negative, not a number, more than the
+    # request allows: engines/wire.py), keyed by field, as it said it; flagged, never taken as a figure
+    claims: dict[str, str] | None = ABSENT
 
 
 class Request(Record):

@@ -49,7 +49,7 @@ class TaskAttempt(Record):
     """One attempt at a task: the raw stamps and ids, the reply, why it ended, the verdict."""
 
     KINDS = {"task": TEXT, "status": VOCAB, "error": TEXT, "tokens": TEXT, "stop": VOCAB, "text": TEXT,
-             "message": TEXT}
+             "message": TEXT, "claims": TEXT}
 
     REQUIRED_KEYS = ("task", "attempt", "status")  # in every log, though code may leave them out
     task: str = ""
@@ -75,6 +75,9 @@ class TaskAttempt(Record):
     # a sampled attempt (a retry at --temperature): what it was drawn with (run/phases/tasks.py attempt_seed)
     temperature: Number | None = ABSENT
     seed: int | None = ABSENT
+    # through a server: what its usage said that is no count (negative, not an integer, more than
+    # the request allows: engines/wire.py chat_reply), keyed by field, as it said it; never a count
+    claims: dict[str, str] | None = ABSENT
 
 
 class TaskResult(Record):
@@ -190,6 +193,7 @@ class TaskAttemptDone(Event):
     completion_tokens: int | None = ABSENT
     temperature: Number | None = ABSENT  # a sampled attempt's
     seed: int | None = ABSENT
+    claims: dict[str, str] | None = ABSENT  # through a server: what its usage said that is no count
 
 
 class TaskRefused(Event):

@@ -3,8 +3,10 @@ journal already holds of each model, so that the resumed run measures only what 
 every request measured before the interruption stays in the run log.
 
 A journal is continued only by the command that began it: the same models (names, engines,
-files with the same sha256) and the same settings, recorded in its run_start and model_start
-events. Anything else would give one "complete" log that mixes two runs.
+files with the same sha256), the same settings, and the same inputs (the task file, a chat
+template given, the quality text, the draft's files: collect/facts.py ``input_paths``, each with
+its sha256 in the model_start's identity), recorded in its run_start and model_start events.
+Anything else would give one "complete" log that mixes two runs.
 
 What counts as done, per model (the orchestrator and the protocols skip it):
 - a model with a model_end: the whole model;
@@ -13,8 +15,10 @@ What counts as done, per model (the orchestrator and the protocols skip it):
   a failed sweep case is skipped with the cases before it, a case that could not be set up or
   is unsupported is skipped);
 - each request and output check recorded (the worker gets them as ``done``; a warm-up is run
-  again, unrecorded, when measured requests remain after it; a prefix pair's missing half, or
-  a missing check, is compared with the recorded tokens);
+  again, unrecorded, when measured requests remain after it; a prefix pair's missing half, a
+  speculative request's missing plain or draft one, or a missing check of either, is compared
+  with the recorded tokens: the requests of the phases that check outputs keep their tokens,
+  ``REPLAYED``);
 - a task of the tasks phase whose recorded attempt ends it (right, the last allowed, an engine
   error, or one the parent cut at a timeout or a crash), named as a done request of kind
   "task" (run/phases/tasks.py settled_tasks); a task interrupted between its attempts is run
@@ -33,9 +37,13 @@ from macprof.collect import facts
 from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.model.speculative import SpeculativeCheck
 from macprof.model.tasks import TaskAttemptDone, TasksStart
 
 SUFFIX = ".journal.jsonl"
+# the phases whose output checks compare a request with another of the same prompt: a resume
+# gives their recorded requests' tokens back, so that a check the interruption left undone is made
+REPLAYED = ("prefix", "batch", "speculative")
 
 
 def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
@@ -67,6 +75,10 @@ def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -
     changed = _changed_files(events, models)
     if changed:
         raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix two models: start a new run")
+    changed = changed_inputs(events, models)
+    if changed:
+        raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix the results of both: "
+                           f"start a new run, or put the file back")
 
 
 def _plain(value):
@@ -110,6 +122,27 @@ def _changed_files(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> s
         if then != now:
             which = sorted({x[0] for x in then ^ now})
             return f"the files of model {m.name} changed ({', '.join(which)}: other bytes or sha256)"
+    return None
+
+
+def changed_inputs(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> str | None:
+    """Which input of a model's run (its model_start's ``identity.inputs``) is not as it was:
+    another size or sha256, gone, unreadable, or one more; None where each is the same (a journal
+    from before inputs were recorded has none to compare)."""
+    starts = {e.model: e for e in events if isinstance(e, ev.ModelStart)}
+    for m in models:
+        start = starts.get(m.name)
+        if start is None or not start.identity.has("inputs") or start.identity.inputs is None:
+            continue
+        then = {(f.role, f.path): (f.bytes, f.sha256) for f in start.identity.inputs}
+        try:
+            now = {(f["role"], f["path"]): (f["bytes"], f["sha256"]) for f in facts.run_inputs(m)}
+        except (MacprofError, OSError) as exc:
+            return f"an input of model {m.name} changed ({exc})"
+        for role, where in sorted(then.keys() ^ now.keys() | {k for k in then.keys() & now.keys() if then[k] != now[k]}):
+            what = "gone" if (role, where) not in now else "new" if (role, where) not in then else \
+                "other bytes: another size or sha256"
+            return f"{role} of model {m.name}, {where}, changed ({what})"
     return None
 
 
@@ -176,15 +209,15 @@ def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
         out.phases_done.add(e.phase)
     elif isinstance(e, (ev.CaseError, ev.CaseUnsupported)):
         out.skip_cases.setdefault(e.phase, set()).add(e.case)
-    elif isinstance(e, ev.Request):  # a prefix pair's and a batch's tokens: its output check needs them
+    elif isinstance(e, ev.Request):  # a prefix pair's, a batch's, a speculative prompt's tokens: their checks need them
         key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
         tokens = list(e.tokens) if e.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one
-        out.requests.append({**key, "tokens": tokens} if e.phase in ("prefix", "batch") else key)
+        out.requests.append({**key, "tokens": tokens} if e.phase in REPLAYED else key)
     elif isinstance(e, TasksStart):
         out.task_attempts = e.attempts_allowed
     elif isinstance(e, TaskAttemptDone):
         if e.status != "ok" or e.correct or (out.task_attempts is not None and e.attempt >= out.task_attempts):
             out.requests.append({"phase": e.phase, "case": e.task, "mode": None, "kind": "task", "index": e.attempt - 1})
-    elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck)):  # a check is named as a request of mode "check"
+    elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck, SpeculativeCheck)):  # a check: a request of mode "check"
         out.requests.append({"phase": e.phase, "case": getattr(e, "case", None), "mode": "check",
                              "kind": "measured" if isinstance(e, ev.BatchCheck) else e.kind, "index": e.index})

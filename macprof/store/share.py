@@ -4,18 +4,28 @@ Removes what identifies a person or a machine, by what each value is (every stri
 the log has its kind in its record's KINDS, model/kind.py): model paths (a model stays identified by file
 name, size and sha256) and the host id go; a path anywhere else loses its folders and keeps its
 file name; a URL loses its credentials (user:secret@) and its query; a rank's host becomes
-``<host N>``; and this machine's home directory, user name and host name go wherever they
-appear (model names, engine messages, stderr tails, a server's command line and the model ids
-it lists, free-form values). Says what it removed, in words that hold none of it.
+``<host N>``; and this machine's home directory, user name (the login and the account's full
+name) and host name go wherever they appear (model names, engine messages, stderr tails, a
+server's command line and the model ids it lists, a model's replies, free-form values). Says
+what it removed, in words that hold none of it.
+
+Secret-shaped strings go from every string, whatever its kind (``SECRETS``): API keys by their
+vendors' prefixes (``sk-``, ``sk-live-``, ``sk_live_``, ``hf_``, ``ghp_``, ``glpat-``, ``xoxb-``,
+``AKIA``, ``AIza``...), JSON web tokens, private key blocks, a bearer token, the value of an
+``Authorization:`` header or of an ``api_key=`` / ``password:`` pair, and ``user:secret@`` before
+a host: each becomes ``<secret>`` (``<credentials>`` before a host), the word before it kept. A
+model's reply may repeat a key a prompt or a server leaked; a server's error may quote a header.
+The patterns are the formats' own (detect-secrets, for one, knows OpenAI keys only by their
+``T3BlbkFJ`` infix, so ``sk-live-...`` passes it), and a key needs a digit or its vendor's
+prefix, so "bearer instruments" or "sk-learn" stay words.
 
 Only whole tokens go: a user or host name as a word (so host "tiny" leaves "tinyllama" alone),
-a home directory as a path prefix (home "/data/max" leaves "/data/maxine" alone). User names are
-matched with their case (POSIX user names are case-sensitive: user "max" leaves "M4 Max"
-alone), host names without (DNS ignores case). Fields that hold what macprof, the OS or the
-hardware name (the chip, a method, a status) are left as they are: they carry nothing of the
-user, and replacing "M4" in "Apple M4 Max" for a user named "M4" would corrupt the chip and,
-by the gap it leaves, tell the user name. A path under the system's own folders (/usr, /sys,
-/System...) is kept: it names the OS, not the user.
+a home directory as a path prefix (home "/data/max" leaves "/data/maxine" alone). User and host
+names are matched in any case (a reply writes "Max" for user "max"; DNS ignores case). Fields
+that hold what macprof, the OS or the hardware name (the chip, a method, a status) are left as
+they are (secrets aside): they carry nothing of the user, and replacing "M4" in "Apple M4 Max"
+for a user named "M4" would corrupt the chip and, by the gap it leaves, tell the user name. A
+path under the system's own folders (/usr, /sys, /System...) is kept: it names the OS, not the user.
 """
 
 from __future__ import annotations
@@ -35,7 +45,32 @@ from macprof.model.log import RunLog
 _WORD = r"[^\W_]"  # a letter or digit: a name next to one is part of a longer word, not the name
 _OTHER_HOMES = r"/(?:Users|home)/[^/\s\"']+"  # any other user's home directory (a mounted volume)
 NAMES = {"<home>": "home-directory paths", "<user>": "user names", "<host>": "host names",
-         "<path>": "folders of paths", "<credentials>": "URL credentials", "<query>": "URL queries"}
+         "<path>": "folders of paths", "<credentials>": "URL credentials", "<query>": "URL queries",
+         "<secret>": "secret-shaped strings (API keys, tokens, passwords)"}
+
+_EDGE, _END = r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])"
+_DIGIT = r"(?=[A-Za-z0-9_-]*[0-9])"  # a random key holds a digit; a word like "sk-learn-compatible" none
+# (the secret's pattern, the part before it that stays): every secret-shaped string share removes
+SECRETS = (
+    (rf"{_EDGE}(?:sk|rk)[-_]{_DIGIT}[A-Za-z0-9_-]{{16,}}", ""),  # OpenAI sk-/sk-proj-, Stripe sk_live_, Anthropic sk-ant-
+    (rf"{_EDGE}hf_[A-Za-z0-9]{{20,}}{_END}", ""),  # Hugging Face
+    (rf"{_EDGE}(?:gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{30,}}){_END}", ""),  # GitHub
+    (rf"{_EDGE}glpat-[A-Za-z0-9_-]{{20,}}", ""),  # GitLab
+    (rf"{_EDGE}xox[abposr]-[A-Za-z0-9-]{{10,}}", ""),  # Slack
+    (rf"{_EDGE}(?:AKIA|ASIA)[0-9A-Z]{{16}}{_END}", ""),  # AWS access key id
+    (rf"{_EDGE}AIza[0-9A-Za-z_-]{{30,}}", ""),  # Google API key (35 after AIza)
+    (rf"{_EDGE}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", ""),  # a JSON web token
+    (r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.|\n)*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", ""),
+    (r"(?i:\b(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?(?:(?i:bearer|basic|token|digest)\s+)?[^\s\"',;]+",
+     r"(?i:\b(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?(?:(?i:bearer|basic|token|digest)\s+)?"),
+    (r"(?i:\bbearer)\s+(?=\S*[0-9])[A-Za-z0-9._~+/=-]{8,}", r"(?i:\bbearer)\s+"),
+    (r"(?i:\b(?:x-)?api[_-]?key|\bapikey|\b(?:access|auth|refresh|id)[_-]?token|\bclient[_-]?secret|\bsecret[_-]?key"
+     r"|\bpassword|\bpasswd)[\"']?\s*[:=]\s*[\"']?[^\s\"',;&]{4,}",
+     r"(?i:\b(?:x-)?api[_-]?key|\bapikey|\b(?:access|auth|refresh|id)[_-]?token|\bclient[_-]?secret|\bsecret[_-]?key"
+     r"|\bpassword|\bpasswd)[\"']?\s*[:=]\s*[\"']?"),
+)
+# user:secret@host with no scheme before it (a URL's are its own: _url)
+_BARE_CREDENTIALS = r"(?<![\w/@.%+:-])[\w.%+-]+:[^\s@/:\"'<>]+(?=@[A-Za-z0-9\[])"
 
 # a URL (scheme://...), up to what cannot be part of one in a message
 _URL = r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>()\[\]{}]+"
@@ -51,15 +86,20 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _identifiers() -> list[tuple[str, str]]:
-    """(text to remove, what replaces it): this machine's home directory, user and host names."""
+    """(text to remove, what replaces it): this machine's home directory, user names (the login,
+    and the account's full name where the system keeps one) and host names."""
     found: dict[str, str] = {}
     home = os.path.expanduser("~")
     if home and home not in ("/", "~"):
         found[home.rstrip("/")] = "<home>"
     try:
-        found[getpass.getuser()] = "<user>"
+        user = getpass.getuser()
+        found[user] = "<user>"
     except Exception:  # noqa: BLE001 - no user name to remove
-        pass
+        user = ""
+    full = _full_name(user)
+    if full:
+        found[full] = "<user>"
     host = socket.gethostname()
     if host:
         found[host] = "<host>"
@@ -68,11 +108,21 @@ def _identifiers() -> list[tuple[str, str]]:
     return [(k, v) for k, v in found.items() if len(k) >= 2 or v == "<home>"]
 
 
+def _full_name(user: str) -> str:
+    """The account's full name (the GECOS field's first part: "Max Mustermann"), where there is one."""
+    try:
+        import pwd
+
+        return pwd.getpwnam(user).pw_gecos.split(",")[0].strip()
+    except (ImportError, KeyError, OSError):  # no pwd (Windows), no such account
+        return ""
+
+
 def _pattern(text: str, label: str) -> str:
     body = re.escape(text)
     if label == "<home>":
         return body + r"(?![\w.-])"  # a path prefix: /home/max/x and /home/max, never /home/maxine
-    if label.startswith("<host"):
+    if label.startswith(("<host", "<user")):  # in any case: a reply writes "Max" for user "max"
         return rf"(?<!{_WORD})(?i:{body})(?!{_WORD})"
     return rf"(?<!{_WORD}){body}(?!{_WORD})"
 
@@ -80,6 +130,9 @@ def _pattern(text: str, label: str) -> str:
 def _alternation(parts: list[tuple[str, str]]) -> re.Pattern:
     """One regular expression of (pattern, label) alternatives, each a named group g<i>."""
     return re.compile("|".join(f"(?P<g{i}>{p})" for i, (p, _) in enumerate(parts)))
+
+
+_SECRET_KEPT = [re.compile(kept) for _, kept in SECRETS]
 
 
 class _Scrubber:
@@ -94,8 +147,11 @@ class _Scrubber:
         names = [(_pattern(t, lab), lab) for t, lab in ordered if lab != "<home>"]
         homes = [(_pattern(t, "<home>"), "<home>") for t in self.homes] + [(_OTHER_HOMES, "<home>")]
         paths = [(re.escape(p), lab) for p, lab in sorted(model_paths or [], key=lambda kv: -len(kv[0])) if p]
-        found = [(_URL, "url"), *paths, (_WINDOWS, "path"), (_POSIX, "path")]
-        self.parts = {"full": found + homes + names, "own": found + homes, "names": homes + names}
+        secrets = [(p, f"secret{i}") for i, (p, _) in enumerate(SECRETS)] + [(_BARE_CREDENTIALS, "<credentials>")]
+        found = [*secrets, (_URL, "url"), *paths, (_WINDOWS, "path"), (_POSIX, "path")]
+        # "secrets": every string, whatever its kind (macprof's words, the chip's, hold none)
+        self.parts = {"full": found + homes + names, "own": found + homes, "names": secrets + homes + names,
+                      "secrets": secrets}
         self.rx = {mode: _alternation(parts) for mode, parts in self.parts.items()}
         self.hits: dict[str, int] = {}
 
@@ -113,6 +169,9 @@ class _Scrubber:
                 return self._url(m.group(), mode)
             if label == "path":
                 return self._path(m.group(), mode)
+            if label.startswith("secret"):  # the word before a secret stays ("Authorization: <secret>")
+                kept = _SECRET_KEPT[int(label[6:])].match(m.group())
+                return (kept.group() if kept else "") + self.count("<secret>")
             return self.count(label)
 
         return self.rx[mode].sub(sub, value)
@@ -177,7 +236,7 @@ class _Scrubber:
 
     def _string(self, value: str, kind: str) -> str | None:
         if kind == VOCAB:
-            return value
+            return self.text(value, "secrets")
         if kind in (MODEL_PATH, HOST_ID):
             return None
         if kind == PATH and re.match(r"[A-Za-z]:[\\/]|~|/", value):

@@ -123,7 +123,8 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
                                                                           else None),
         cached_tokens=cached, cached_tokens_source=f.cached_source if cached is not None else None,
         finish_reason=f.finish_reason, eos=eos,
-        counting=CountingRequest(**s.counting) if s.counting else None, timings=f.timings or None, flags=tuple(flags))
+        counting=CountingRequest(**s.counting) if s.counting else None, timings=f.timings or None, flags=tuple(flags),
+        **({"claims": dict(f.claims)} if f.claims else {}))
     out: dict[str, Any] = {
         "status": status, "error": error, "t0": t0, "t_tokenized": t0, "token_times": times,
         "tokens": [c.text[:CHUNK_CHARS] for c in chunks], "prompt_tokens": prompt_tokens or 0, "reused_tokens": cached,

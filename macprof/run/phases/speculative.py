@@ -202,6 +202,18 @@ def heads_of(i: int, ks: Sequence[int], modes: Sequence[str] = ("speculative",))
             **{f"{key[m]}{k}": {**base, "mode": m, "case": f"k{k}"} for m in modes for k in ks}}
 
 
+def check_head(heads: dict[str, dict], key: str) -> dict:
+    """The output check of request ``key`` of a prompt's ``heads``, named as a request of mode
+    "check" whose case is the request's key (as its speculative_check event is, run/resume.py)."""
+    return {**heads[key], "mode": "check", "case": key}
+
+
+def undone(heads: dict[str, dict], done: dict) -> bool:
+    """Whether a prompt has a request or an output check the journal lacks."""
+    return any(request_key(h) not in done for h in heads.values()) or \
+        any(request_key(check_head(heads, key)) not in done for key in heads if key != "plain")
+
+
 def open_native(ctx: PhaseContext, draft_engine) -> bool:
     """Whether the engine's own speculative decoding can run with this draft (opened untimed);
     a native_refused event with the reason where it cannot."""
@@ -227,7 +239,7 @@ def run_speculative(ctx: PhaseContext) -> None:
     prompts = warm_prompts(ctx.builder, "warm", s.prompt_tokens, s.reps)  # the warm phase's prompts
     modes = IMPLS[s.speculative_impl]
     heads = [heads_of(i, s.draft_tokens, modes) for i in range(s.reps + 1)]
-    left = [any(request_key(h) not in ctx.done for h in group.values()) for group in heads]
+    left = [undone(group, ctx.done) for group in heads]
     if not any(left):
         return
     drafter, draft_engine = load_draft(ctx)
@@ -306,8 +318,8 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
         return
     plain = outputs.get("plain", ())
     for key in order:
-        if key == "plain" or not plain:
-            continue
+        if key == "plain" or not plain or request_key(check_head(heads, key)) in ctx.done:
+            continue  # a check a resumed run's journal has: made once
         if len(outputs[key]) == 0:
             continue  # a failed request: its failure is the record
         check = compare_outputs(target, prompt, plain, outputs[key])

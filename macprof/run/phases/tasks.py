@@ -230,6 +230,7 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
                     got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
                 "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
                 message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **tool,
+                **({"claims": got["claims"]} if got.get("claims") else {}),  # the usage's counts: wire.chat_reply
                 **_sampling_fields(sampled)))
             if verdict is None or verdict.correct:
                 break
