@@ -5,7 +5,7 @@ in under 5 s on a 2-core machine. Speed is measured here, never in a unit test.
 The logs are copies of one real log, by default tests/fixtures/runlogs/other-machine-demo-small.json
 (a default `macprof run` of the six small demo models, passed through `macprof share`); --log takes
 any other, e.g. a default run of your own. Each copy is made a distinct run as logset sees it
-(macprof/store/logset.py: _run_key): its own started_utc / ended_utc, an hour apart. The same
+(macprof/store/logset.py: run_key): its own started_utc / ended_utc, an hour apart. The same
 machine, as 50 reruns on one machine would be. Each copy's per-request decode tok/s and TTFT are
 scaled by a seeded factor (within 3%), so that no run's samples equal another's: nothing that
 could reuse one run's figures for another (a cache keyed on values) makes the copies cheap.
