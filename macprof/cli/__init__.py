@@ -159,6 +159,39 @@ def share(path, output) -> None:
 
 
 @main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True), metavar="LOG|DIR...")
+@click.option("--db", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The SQLite results database (created where there is none).")
+def collect(paths, db) -> None:
+    """Collect run logs (files or folders) into a SQLite database: one row per log, model and phase
+    or case. A run already there is not added again; a log that cannot be read is refused alone."""
+    from macprof.store.collection import collect as collect_logs
+
+    done = collect_logs(list(paths), db)
+    _say_collected(done)
+    click.echo(f"{clean(db)}: {len(done.added) + len(done.replaced)} log(s) collected ({done.results} result rows)"
+               + (f", {len(done.replaced)} of them an original over its shared copy" if done.replaced else "")
+               + (f"; {len(done.already)} already there" if done.already else "")
+               + (f"; {len(done.refused)} refused" if done.refused else ""))
+    _refused(done)
+
+
+def _say_collected(done) -> None:
+    """What was passed over and what was there already, one line each; each refusal its own line."""
+    for line in done.refused:
+        echo_err(f"macprof: refused: {clean(line)}")
+    if done.passed_over:
+        echo_err(clean(f"macprof: passed over {len(done.passed_over)} file(s): {'; '.join(done.passed_over)}"))
+    if done.already:
+        echo_err(clean(f"macprof: {len(done.already)} log(s) already collected: {'; '.join(done.already)}"))
+
+
+def _refused(done) -> None:
+    if done.refused:  # the others are collected; the command still says it did not take everything
+        raise MacprofError(f"{len(done.refused)} log(s) refused (each named above)")
+
+
+@main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="chart.png, .svg or .html")
 def plot(paths, output) -> None:

@@ -1,0 +1,222 @@
+"""The results database (`macprof collect`, store/database.py, store/collection.py,
+analyse/results.py): one log per run whatever copies of it are collected, a broken log refused
+alone, each log all or nothing, the figures as the logs hold them, and a schema documented,
+versioned and migrated that plain sqlite3 can query."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from macprof.analyse import results
+from macprof.analyse.headline import memory_figures
+from macprof.store import collection, database, runlog
+from tests.conftest import FIXTURES, cli
+
+LOGS = FIXTURES / "runlogs"
+OTHER = LOGS / "other-machine-demo-small.json"  # a default run on another machine, a `macprof share` copy
+ROOT = FIXTURES.parent.parent
+
+
+def _folder(tmp_path: Path, *names: str) -> Path:
+    folder = tmp_path / "logs"
+    folder.mkdir(exist_ok=True)
+    for n in names:
+        shutil.copy(LOGS / n, folder / n)
+    return folder
+
+
+def _count(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as con:
+        return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def _dump(db: Path) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+def test_collecting_twice_changes_nothing(tmp_path):
+    folder = _folder(tmp_path, "other-machine-demo-small.json", "tiny-a.json", "tiny-sweeps.json")
+    db = tmp_path / "r.sqlite"
+    first = cli("collect", folder, "--db", db)
+    assert first.exit_code == 0, first.output
+    before = _dump(db)
+    again = cli("collect", folder, "--db", db, folder / "tiny-a.json")
+    assert again.exit_code == 0, again.output
+    assert _dump(db) == before
+    assert "0 log(s) collected" in again.output and "4 already there" in again.output
+    expected = sum(len(results.result_rows(runlog.load(folder / n))) for n in
+                   ("other-machine-demo-small.json", "tiny-a.json", "tiny-sweeps.json"))
+    assert _count(db, "logs") == 3 and _count(db, "results") == expected
+
+
+def test_a_shared_copy_beside_its_original_is_one_log_and_the_original_is_kept(tmp_path):
+    folder = _folder(tmp_path, "schema1.json")  # a log as `run` wrote it: it has its host id
+    assert cli("share", folder / "schema1.json").exit_code == 0
+    assert (folder / "schema1.shared.json").exists()
+    db = tmp_path / "r.sqlite"
+    out = cli("collect", folder, "--db", db)
+    assert out.exit_code == 0, out.output
+    assert "schema1.shared.json (the same run as schema1.json, already collected)" in out.output
+    # the other way round: the copy first, then the original, which replaces it (its host id)
+    db2 = tmp_path / "r2.sqlite"
+    assert cli("collect", folder / "schema1.shared.json", "--db", db2).exit_code == 0
+    out = cli("collect", folder / "schema1.json", "--db", db2)
+    assert out.exit_code == 0 and "an original over its shared copy" in out.output, out.output
+    for d in (db, db2):
+        with sqlite3.connect(d) as con:
+            assert con.execute("SELECT file_name, shared, host_id FROM logs").fetchall() == [("schema1.json", 0, "5bce98f7")]
+        assert _count(d, "results") == len(results.result_rows(runlog.load(folder / "schema1.json")))
+
+
+def test_each_run_of_many_copies_is_its_own_log(tmp_path):
+    """Copies made distinct runs as benchmarks/many_logs.py makes them (another start time)."""
+    spec = importlib.util.spec_from_file_location("many_logs", ROOT / "benchmarks" / "many_logs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    bench.write_logs(OTHER, folder, 3)
+    db = tmp_path / "r.sqlite"
+    assert cli("collect", folder, "--db", db).exit_code == 0
+    assert _count(db, "logs") == 3 and _count(db, "machines") == 1 and _count(db, "models") == 6
+
+
+def test_a_malformed_log_is_refused_alone_in_one_line(tmp_path):
+    folder = _folder(tmp_path, "other-machine-demo-small.json", "malformed.json", "truncated.json", "newer.json")
+    (folder / "bandwidth.json").write_text('{"gbs": 100}')  # not a run log: passed over, as compare does
+    db = tmp_path / "r.sqlite"
+    out = cli("collect", folder, "--db", db)
+    assert out.exit_code == 2
+    lines = out.output.splitlines()
+    for name in ("malformed.json", "truncated.json", "newer.json"):
+        said = [line for line in lines if name in line]
+        assert len(said) == 1 and said[0].startswith("macprof: refused: "), out.output
+    assert any("passed over 1 file(s)" in line and "bandwidth.json" in line for line in lines)
+    assert "Traceback" not in out.output and lines[-1] == "macprof: error: 3 log(s) refused (each named above)"
+    assert _count(db, "logs") == 1
+    # a file named on the command line that is no run log is refused too
+    out = cli("collect", folder / "bandwidth.json", folder / "other-machine-demo-small.json", "--db", db)
+    assert out.exit_code == 2 and "refused: " in out.output and "bandwidth.json" in out.output
+
+
+def test_a_log_is_collected_whole_or_not_at_all(tmp_path, monkeypatch):
+    db = tmp_path / "r.sqlite"
+
+    def broken(log):
+        raise RuntimeError("a bug while reading its rows")
+
+    monkeypatch.setattr(collection.results, "result_rows", broken)
+    with pytest.raises(RuntimeError):
+        collection.collect([OTHER], db)
+    for table in ("logs", "machines", "models", "results"):
+        assert _count(db, table) == 0, table
+
+
+def test_the_rows_hold_the_logs_own_figures(tmp_path):
+    db = tmp_path / "r.sqlite"
+    assert cli("collect", OTHER, LOGS / "tiny-sweeps.json", "--db", db).exit_code == 0
+    con = database.connect(db)
+    try:
+        got = database.rows(con, "SELECT r.*, l.file_name AS log_file, mo.file_name AS model_file, mo.sha256, mo.quant, "
+                                 "ma.cpu_model, ma.memory_bytes FROM results r JOIN logs l USING (log_id) "
+                                 "JOIN models mo USING (model_id) JOIN machines ma ON ma.machine_id = l.machine_id "
+                                 "ORDER BY result_id")
+    finally:
+        con.close()
+    log = runlog.load(OTHER)
+    warm = [r for r in got if r["log_file"] == OTHER.name and r["phase"] == "warm"]
+    assert len(warm) == len(log.models) == 6
+    for row, m in zip(warm, log.models):
+        w = m.phases.warm
+        assert row["decode_tok_s"] == w.summary.decode_tok_s.median and row["ttft_s"] == w.summary.ttft_s.median
+        assert row["measured_efficiency"] == w.roofline.measured.efficiency
+        assert row["measured_ceiling_tok_s"] == w.roofline.measured.ceiling_tok_s
+        assert row["spec_efficiency"] is None and "not an Apple Silicon chip" in row["ceiling_reason"]
+        assert row["peak_memory_bytes"] == memory_figures([w.memory], m.identity.engine)["peak_memory_bytes"]
+        assert row["model_name"] == m.identity.name and row["quant"] == m.identity.quant_declared
+        assert row["cpu_model"] == log.machine.cpu_model and row["memory_bytes"] == log.machine.memory_bytes
+        if len(m.identity.files) == 1:
+            assert row["sha256"] == m.identity.files[0].sha256 and row["model_file"] == m.identity.files[0].name
+    sweeps = runlog.load(LOGS / "tiny-sweeps.json")
+    depth = {r["case_id"]: r for r in got if r["phase"] == "depth" and r["model_index"] == 0
+             and r["log_file"] == "tiny-sweeps.json"}
+    for case in sweeps.models[0].phases.depth.cases:
+        assert depth[case.id]["depth_tokens"] == case.depth
+        assert depth[case.id]["decode_tok_s"] == case.summary.decode_tok_s.median
+    batch = [r for r in got if r["phase"] == "batch" and r["model_index"] == 0 and r["log_file"] == "tiny-sweeps.json"]
+    assert [r["batch"] for r in batch] == [c.batch for c in sweeps.models[0].phases.batch.cases]
+
+
+def test_every_column_is_written_and_documented():
+    rows = results.result_rows(runlog.load(OTHER))
+    written = set(rows[0]) | {"result_id", "log_id", "model_id"}
+    assert written == {c.name for c in database.RESULTS}
+    log_columns = set(results.log_row(runlog.load(OTHER))) | {"log_id", "run_id", "file_name", "shared", "machine_id",
+                                                               "collected_utc"}
+    assert log_columns == {c.name for c in database.LOGS}
+    assert set(results.machine_row(runlog.load(OTHER))) | {"machine_id"} == {c.name for c in database.MACHINES}
+    docs = (ROOT / "docs" / "design.md").read_text()
+    assert database.markdown() in docs, "docs/design.md: paste `python -m macprof.store.database` into it"
+
+
+def _readme_query() -> str:
+    text = (ROOT / "README.md").read_text()
+    return re.search(r"<!-- results-query -->\s*```sql\n(.*?)```", text, re.S).group(1)
+
+
+@pytest.fixture
+def two_machines(tmp_path, fake_dir) -> Path:
+    """A run made here (the fake engine) and the recorded one from another machine, collected."""
+    here = tmp_path / "here.json"
+    made = cli("run", "--config", fake_dir / "models.toml", "--phases", "cold,warm,prefix", "--prompt-tokens", "32",
+               "--gen-tokens", "8", "--reps", "3", "--cold-trials", "1", "--log", here)
+    assert made.exit_code == 0, made.output
+    db = tmp_path / "results.sqlite"
+    assert cli("collect", here, OTHER, "--db", db).exit_code == 0
+    return db
+
+
+def test_plain_sqlite_answers_the_readme_query_over_two_machines(two_machines):
+    query = _readme_query()
+    with sqlite3.connect(two_machines) as con:
+        got = con.execute(query).fetchall()
+    here = runlog.load(two_machines.parent / "here.json")
+    other = runlog.load(OTHER)
+    assert len({(r[0], r[1]) for r in got}) == 2  # two machines
+    expected = {(m.identity.name, m.phases.warm.summary.decode_tok_s.median) for log in (here, other) for m in log.models}
+    assert {(r[2], r[4]) for r in got} == expected
+    sqlite = shutil.which("sqlite3")
+    if sqlite is None:
+        pytest.skip("no sqlite3 command on this machine: the query was checked through Python's sqlite3 only")
+    cmd = subprocess.run([sqlite, "-json", str(two_machines), query], capture_output=True, text=True, check=True)
+    assert [tuple(r.values()) for r in json.loads(cmd.stdout)] == got
+
+
+def test_a_database_of_something_else_or_of_a_newer_macprof_is_refused(tmp_path):
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute("CREATE TABLE t (x)")
+    out = cli("collect", OTHER, "--db", other)
+    assert out.exit_code == 2 and "not macprof's results" in out.output
+    newer = tmp_path / "newer.sqlite"
+    database.connect(newer).close()
+    with sqlite3.connect(newer) as con:
+        con.execute(f"PRAGMA user_version = {database.SCHEMA_VERSION + 1}")
+    out = cli("collect", OTHER, "--db", newer)
+    assert out.exit_code == 2 and "newer than this macprof" in out.output
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database at all, but long enough to have a header " * 20)
+    out = cli("collect", OTHER, "--db", junk)
+    assert out.exit_code == 2 and "not a SQLite database" in out.output and "Traceback" not in out.output
