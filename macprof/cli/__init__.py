@@ -192,6 +192,43 @@ def _refused(done) -> None:
 
 
 @main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True), metavar="DB|LOG|DIR...")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="board.html")
+def board(paths, output) -> None:
+    """One self-contained HTML page of the cross-machine table, from a results database or from
+    run logs (files or folders): sortable, filtered by chip, model, quantization and engine."""
+    from macprof.render.board import board_page
+    from macprof.store import database
+    from macprof.store.collection import collect_into
+
+    dbs = [p for p in paths if database.is_database(p)]
+    if dbs and len(paths) > 1:
+        raise MacprofError("board: give one results database, or run logs and folders (to see both, collect the "
+                           "logs into the database first: macprof collect LOG... --db DB)")
+    if dbs:
+        con, source = database.read_copy(dbs[0]), f"the database {dbs[0].name}"
+        done = None
+    else:
+        con = database.connect(":memory:")
+        done = collect_into(con, list(paths))
+        _say_collected(done)
+        source = f"{len(done.added) + len(done.replaced)} run log(s)"
+    try:
+        rows = database.board_rows(con)
+    finally:
+        con.close()
+    if not rows and done is not None and not done.refused:
+        raise MacprofError(f"board: no results in {', '.join(map(str, paths))}")
+    try:
+        output.write_text(board_page(rows, source), encoding="utf-8")
+    except OSError as exc:
+        raise MacprofError(f"{output}: cannot write the board ({exc.strerror})") from None
+    click.echo(str(output))
+    if done is not None:
+        _refused(done)
+
+
+@main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="chart.png, .svg or .html")
 def plot(paths, output) -> None:
