@@ -89,20 +89,25 @@ def demo(size, root) -> None:
 def show(path, fmt) -> None:
     """Render a run log, or the journal of an interrupted run."""
     from macprof.render.show import render_show
-    from macprof.store import runlog
+    from macprof.store.verify import load_checked
 
-    click.echo(render_show(runlog.load(path), fmt))
+    log, unverified = load_checked(path)
+    click.echo(render_show(log, fmt))
+    if unverified:  # on stderr: what show prints stays the log's
+        echo_err(clean(unverified))
 
 
-def _load_logs(paths) -> list[tuple[str, RunLog]]:
+def _load_logs(paths) -> tuple[list[tuple[str, RunLog]], list[str]]:
     """The logs named, and folders of them; what a folder held that was passed over (not a
-    run log, or a second copy of a run) is named in one line on stderr."""
+    run log, or a second copy of a run) is named in one line on stderr. With them, a warning
+    line for each log that does not verify, for the caller to write after its output."""
     from macprof.store.logset import load_logs
 
-    logs, skipped = load_logs(list(paths))
+    unverified: list[str] = []
+    logs, skipped = load_logs(list(paths), unverified)
     if skipped:
         click.echo(clean(f"macprof: passed over {len(skipped)} file(s): {'; '.join(skipped)}"), err=True)
-    return logs
+    return logs, unverified
 
 
 @main.command()
@@ -124,12 +129,15 @@ def compare(paths, baseline, fmt, case, fail_if) -> None:
 
     specs = cmp.parse_fail_if(list(fail_if))
     which = cmp.parse_case(case)
-    rows = [row for source, log in _load_logs(paths) for row in cmp.rows_from(log, source, which)]
+    logs, unverified = _load_logs(paths)
+    rows = [row for source, log in logs for row in cmp.rows_from(log, source, which)]
     if which and not rows:
         raise MacprofError(f"compare: no model in these logs has the case {case!r}")
     result = cmp.compare(rows, baseline)
     result["case"] = case
     click.echo(compare_table(result, fmt))
+    for line in unverified:  # on stderr: the table stays the logs'
+        echo_err(clean(line))
     bad = cmp.regressions(result, specs)
     for line in bad:
         click.echo(f"REGRESSION: {clean(line)}", err=True)
@@ -147,8 +155,11 @@ def share(path, output) -> None:
     """Write a copy of a run log that is safe to post: no user, host or home path in it."""
     from macprof.model.log import RunLog
     from macprof.store import runlog, share as sh
+    from macprof.store.verify import load_checked
 
-    log = runlog.load(path)
+    log, unverified = load_checked(path)
+    if unverified:  # the copy's digest is of what it holds: say that its original did not verify
+        echo_err(clean(unverified))
     shared, removed = sh.redact(log.to_json())  # every string of the log, wherever it is
     runlog.validate(shared, "shared copy")
     out = output or sh.default_output(path)
@@ -229,13 +240,38 @@ def board(paths, output) -> None:
 
 
 @main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="LOG...")
+def verify(paths) -> None:
+    """Check that each run log proves its figures: every summary recomputes from its raw records,
+    none is impossible, its digest matches. One line per problem; exit 1 unless every log verifies."""
+    from macprof.store.verify import verify_file
+
+    failed = 0
+    for path in paths:
+        try:
+            found = verify_file(path)
+        except MacprofError as exc:  # it names the file
+            click.echo(clean(f"{exc}: does not verify"))
+            failed += 1
+            continue
+        failed += not found.ok
+        click.echo(clean(f"{path}: {found.summary()}"))
+        for line in found.lines():
+            click.echo(clean(f"{path}: {line}"))
+    sys.exit(1 if failed else 0)
+
+
+@main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="chart.png, .svg or .html")
 def plot(paths, output) -> None:
     """Chart decode tok/s against the ceiling and cold / warm / prefix TTFT per model."""
     from macprof.render import plot as pl
 
-    click.echo(str(pl.plot(_load_logs(paths), output)))
+    logs, unverified = _load_logs(paths)
+    click.echo(str(pl.plot(logs, output)))
+    for line in unverified:
+        echo_err(clean(line))
 
 
 @main.command()

@@ -26,12 +26,14 @@ class _Entry:
     named: bool  # named on the command line, not found in a folder
     run: tuple | None  # which run it records (None: cannot tell, never merged)
     shared: bool  # a copy written by `macprof share`
+    raw: dict | None = None  # its JSON as read (a journal: none), for its digest
 
 
-def load_logs(paths: list[Path]) -> tuple[list[tuple[str, RunLog]], list[str]]:
+def load_logs(paths: list[Path], unverified: list[str] | None = None) -> tuple[list[tuple[str, RunLog]], list[str]]:
     """(name, log) per run, in the order given, and what was passed over, each as 'FILE (why)'.
     Each file is read and its JSON parsed once: what says whether it claims to be a run log and
-    which run it records is what the log is made from (runlog.parse)."""
+    which run it records is what the log is made from (runlog.parse). ``unverified``, where
+    given, gets a warning line for each log kept that does not verify (store/verify.py)."""
     entries: list[_Entry] = []
     skipped: list[str] = []
     for f, named in log_files(paths):
@@ -39,11 +41,15 @@ def load_logs(paths: list[Path]) -> tuple[list[tuple[str, RunLog]], list[str]]:
         if isinstance(found, str):
             skipped.append(f"{f} ({found})")
         else:
-            entries.append(_Entry(f, found[0], named, run_key(found[1]), is_shared(found[1])))
+            entries.append(_Entry(f, found[0], named, run_key(found[1]), is_shared(found[1]), found[1]))
     kept = _once_per_run(entries, skipped)
     if not kept:
         where = ", ".join(map(str, paths))
         raise MacprofError(f"no run logs found in {where}" + (f" (passed over: {'; '.join(skipped)})" if skipped else ""))
+    if unverified is not None:
+        from macprof.store.verify import warning
+
+        unverified += [w for e in kept if e.raw is not None and (w := warning(str(e.path), e.log, e.raw))]
     return [(e.path.name.removesuffix(".json"), e.log) for e in kept], skipped
 
 
