@@ -6,9 +6,12 @@ The logs are copies of one real log, by default tests/fixtures/runlogs/other-mac
 (a default `macprof run` of the six small demo models, passed through `macprof share`); --log takes
 any other, e.g. a default run of your own. Each copy is made a distinct run as logset sees it
 (macprof/store/logset.py: run_key): its own started_utc / ended_utc, an hour apart. The same
-machine, as 50 reruns on one machine would be. Each copy's per-request decode tok/s and TTFT are
-scaled by a seeded factor (within 3%), so that no run's samples equal another's: nothing that
-could reuse one run's figures for another (a cache keyed on values) makes the copies cheap.
+machine, as 50 reruns on one machine would be. Each copy's warm requests are decoded faster or
+slower by a seeded factor (within 3%): their raw token stamps after the first are stretched, and
+every figure is recomputed from the stamps by build itself (analyse/unbuild.py), so that no run's
+samples equal another's (nothing that could reuse one run's figures for another, a cache keyed on
+values, makes the copies cheap) and each copy is a log macprof could have written: it verifies
+(store/verify.py) and carries its digest, as `run` saves it (store/runlog.py).
 
 Each timing is one fresh process (`python -m macprof compare|plot`), wall clock, the same
 command line a user runs; the median of --reps runs is reported, with the min and max:
@@ -36,13 +39,24 @@ FIXTURE = ROOT / "tests" / "fixtures" / "runlogs" / "other-machine-demo-small.js
 TARGETS = {"compare": 2.0, "plot": 5.0}  # seconds, for 50 logs on a 2-core machine
 
 
-def _jitter(value, factor: float):
-    return value * factor if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+def _stretched(times: list, factor: float) -> list:
+    """Token stamps (ns) decoded ``factor`` times as fast: the first token where it was, each gap
+    after it divided by ``factor``."""
+    if not times:
+        return times
+    first = times[0]
+    return [first + round((t - first) / factor) for t in times]
 
 
 def write_logs(source: Path, folder: Path, n: int, seed: int = 0) -> list[Path]:
-    """n distinct runs made from ``source``: started an hour apart, samples scaled per run."""
+    """n distinct runs made from ``source``: started an hour apart, decode sped up or slowed per
+    run, figures recomputed from the stamps, saved with their digest."""
+    from macprof.analyse.unbuild import rebuilt
+    from macprof.model.log import RunLog
+    from macprof.store import runlog
+
     base = json.loads(source.read_text(encoding="utf-8"))
+    base.pop("digest", None)
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     rng = random.Random(seed)
     paths = []
@@ -51,12 +65,13 @@ def write_logs(source: Path, folder: Path, n: int, seed: int = 0) -> list[Path]:
         t0 = start + dt.timedelta(hours=i)
         log["started_utc"], log["ended_utc"] = t0.isoformat(), (t0 + dt.timedelta(minutes=5)).isoformat()
         for model in log.get("models") or []:
-            for phase in (model.get("phases") or {}).values():
-                for req in phase.get("requests") or [] if isinstance(phase, dict) else []:
-                    f = 1 + rng.uniform(-0.03, 0.03)
-                    req["decode_tok_s"], req["ttft_s"] = _jitter(req.get("decode_tok_s"), f), _jitter(req.get("ttft_s"), 1 / f)
+            warm = (model.get("phases") or {}).get("warm") or {}
+            for req in warm.get("requests") or []:
+                req["token_times"] = _stretched(req.get("token_times") or [], 1 + rng.uniform(-0.03, 0.03))
+        typed = runlog.parse(f"copy {i} of {source}", json.dumps(log), log)
+        log["models"] = rebuilt(typed).to_json()["models"]
         path = folder / f"run-{i:03d}.json"
-        path.write_text(json.dumps(log, indent=1) + "\n", encoding="utf-8")  # as runlog.save writes
+        runlog.save(RunLog.from_json(log), path)  # as run writes it: validated, its digest, atomically
         paths.append(path)
     return paths
 
