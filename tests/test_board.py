@@ -128,7 +128,7 @@ def embedded_rows(data: dict) -> list[dict]:
     return sorted(rows, key=lambda r: r["result_id"])
 
 
-def _board(tmp_path: Path, *paths: Path, name="board.html") -> tuple[_Page, dict, Path]:
+def _board(tmp_path: Path, *paths, name="board.html") -> tuple[_Page, dict, Path]:
     out = tmp_path / name
     done = cli("board", *paths, "-o", out)
     assert done.exit_code == 0, done.output
@@ -283,3 +283,14 @@ def test_chromium_builds_sorts_and_filters_the_table(tmp_path):
     mac = _dom(page, tmp_path, chip="Apple M4 Max, 40-core GPU")
     assert len(mac.rows) == 6 and all(r["marks"] == "|battery" for r in mac.rows)
     assert all(r["spec_efficiency"].endswith("%") for r in mac.rows)
+
+
+def test_a_log_that_does_not_verify_is_refused_or_shown_marked(tmp_path):
+    data = json.loads(OTHER.read_text())
+    data["models"][0]["phases"]["warm"]["summary"]["decode_tok_s"]["median"] *= 2  # edited by hand
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    out = cli("board", edited, LOGS / "tiny-a.json", "-o", tmp_path / "b.html")
+    assert out.exit_code == 2 and "edited.json: does not verify" in out.output
+    page, data, _ = _board(tmp_path, edited, "--allow-unverified")
+    assert {tuple(g["marks"]) for g in data["groups"]} == {("unverified",)}

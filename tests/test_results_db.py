@@ -164,7 +164,7 @@ def test_every_column_is_written_and_documented():
     written = set(rows[0]) | {"result_id", "log_id", "model_id"}
     assert written == {c.name for c in database.RESULTS}
     log_columns = set(results.log_row(runlog.load(OTHER))) | {"log_id", "run_id", "file_name", "shared", "machine_id",
-                                                               "collected_utc"}
+                                                               "collected_utc", "verified", "verify_problems"}
     assert log_columns == {c.name for c in database.LOGS}
     assert set(results.machine_row(runlog.load(OTHER))) | {"machine_id"} == {c.name for c in database.MACHINES}
     docs = (ROOT / "docs" / "design.md").read_text()
@@ -220,3 +220,82 @@ def test_a_database_of_something_else_or_of_a_newer_macprof_is_refused(tmp_path)
     junk.write_text("not a database at all, but long enough to have a header " * 20)
     out = cli("collect", OTHER, "--db", junk)
     assert out.exit_code == 2 and "not a SQLite database" in out.output and "Traceback" not in out.output
+
+
+# -- verification --------------------------------------------------------------------------------
+def _edited(tmp_path: Path) -> Path:
+    """The recorded run with one summary figure edited by hand: its raw records say otherwise."""
+    data = json.loads(OTHER.read_text())
+    data["models"][0]["phases"]["warm"]["summary"]["decode_tok_s"]["median"] *= 2
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_a_log_that_does_not_verify_is_refused_unless_allowed_and_then_marked(tmp_path):
+    edited = _edited(tmp_path)
+    db = tmp_path / "r.sqlite"
+    out = cli("collect", edited, LOGS / "tiny-a.json", "--db", db)
+    assert out.exit_code == 2, out.output
+    said = [line for line in out.output.splitlines() if "edited.json" in line]
+    assert len(said) == 1 and "does not verify (models/0/phases/warm/summary/decode_tok_s/median" in said[0]
+    assert "--allow-unverified" in said[0]
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT file_name, verified, verify_problems FROM logs").fetchall() == [("tiny-a.json", 1, None)]
+    out = cli("collect", edited, "--db", db, "--allow-unverified")
+    assert out.exit_code == 0, out.output
+    with sqlite3.connect(db) as con:
+        verified, problems = con.execute("SELECT verified, verify_problems FROM logs WHERE file_name = 'edited.json'").fetchone()
+    assert verified == 0 and "models/0/phases/warm/summary/decode_tok_s/median" in problems
+
+
+# -- versions --------------------------------------------------------------------------------
+V1 = FIXTURES / "results" / "results-v1.sql"
+
+
+def _columns(con: sqlite3.Connection) -> dict:
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') ORDER BY name")]
+    return {t: [(c[1], c[2], c[3], c[5]) for c in con.execute(f"PRAGMA table_info({t})")] for t in tables}
+
+
+def test_a_version_1_database_is_migrated_when_opened(tmp_path):
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as con:
+        con.executescript(V1.read_text())
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 1
+        before = {t: con.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("machines", "models", "results")}
+        logs_before = con.execute("SELECT * FROM logs ORDER BY 1").fetchall()
+    # collecting into it migrates it first; the runs it holds are not collected again
+    out = cli("collect", LOGS / "tiny-a.json", LOGS / "tiny-b.json", "--db", old)
+    assert out.exit_code == 0 and "1 already there" in out.output, out.output
+    fresh = tmp_path / "fresh.sqlite"
+    database.connect(fresh).close()
+    with sqlite3.connect(old) as con, sqlite3.connect(fresh) as new:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == database.SCHEMA_VERSION
+        assert _columns(con) == _columns(new)  # the same tables, columns and views as a new database's
+        for table, rows in before.items():
+            assert con.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()[:len(rows)] == rows, table
+        logs = con.execute("SELECT * FROM logs ORDER BY 1").fetchall()
+        assert [r[:-2] for r in logs[:3]] == logs_before and all(r[-2:] == (None, None) for r in logs[:3])
+        assert logs[3][-2:] == (1, None)  # tiny-b, collected now: verified
+    # a board of it marks the runs that were never verified
+    page = tmp_path / "b.html"
+    assert cli("board", old, "-o", page).exit_code == 0
+    marks = {tuple(board_marks) for board_marks in _page_marks(page)}
+    assert ("not verified",) in marks and () in marks
+
+
+def _page_marks(page: Path) -> list[list[str]]:
+    text = page.read_text()
+    start = text.index('id="board-data">') + len('id="board-data">')
+    data = json.loads(text[start:text.index("</script>", start)])
+    return [g["marks"] for g in data["groups"]]
+
+
+def test_board_reads_a_database_without_changing_it(tmp_path):
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as con:
+        con.executescript(V1.read_text())
+    before = old.read_bytes()
+    assert cli("board", old, "-o", tmp_path / "b.html").exit_code == 0
+    assert old.read_bytes() == before

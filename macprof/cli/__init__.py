@@ -173,12 +173,15 @@ def share(path, output) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True), metavar="LOG|DIR...")
 @click.option("--db", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="The SQLite results database (created where there is none).")
-def collect(paths, db) -> None:
+@click.option("--allow-unverified", is_flag=True, help="Collect a log that does not verify (`macprof verify`), "
+                                                       "marked so, instead of refusing it.")
+def collect(paths, db, allow_unverified) -> None:
     """Collect run logs (files or folders) into a SQLite database: one row per log, model and phase
-    or case. A run already there is not added again; a log that cannot be read is refused alone."""
+    or case. A run already there is not added again; a log that cannot be read, or does not verify,
+    is refused alone."""
     from macprof.store.collection import collect as collect_logs
 
-    done = collect_logs(list(paths), db)
+    done = collect_logs(list(paths), db, allow_unverified)
     _say_collected(done)
     click.echo(f"{clean(db)}: {len(done.added) + len(done.replaced)} log(s) collected ({done.results} result rows)"
                + (f", {len(done.replaced)} of them an original over its shared copy" if done.replaced else "")
@@ -205,7 +208,9 @@ def _refused(done) -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True), metavar="DB|LOG|DIR...")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="board.html")
-def board(paths, output) -> None:
+@click.option("--allow-unverified", is_flag=True, help="From logs: show one that does not verify, marked so, "
+                                                       "instead of refusing it (as collect).")
+def board(paths, output, allow_unverified) -> None:
     """One self-contained HTML page of the cross-machine table, from a results database or from
     run logs (files or folders): sortable, filtered by chip, model, quantization and engine."""
     from macprof.render.board import board_page
@@ -221,7 +226,7 @@ def board(paths, output) -> None:
         done = None
     else:
         con = database.connect(":memory:")
-        done = collect_into(con, list(paths))
+        done = collect_into(con, list(paths), allow_unverified)
         _say_collected(done)
         source = f"{len(done.added) + len(done.replaced)} run log(s)"
     try:

@@ -55,6 +55,8 @@ def marks(row: dict) -> tuple[str, ...]:
         out.append("throttled")
     if row.get("verified") == 0:
         out.append("unverified")
+    elif "verified" in row and row["verified"] is None:
+        out.append("not verified")  # collected before verification
     if row.get("complete") == 0:
         out.append("incomplete run")
     if row.get("status") not in (None, "ok"):

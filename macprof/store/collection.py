@@ -1,7 +1,9 @@
 """`macprof collect`: run logs (files, folders of them) into the results database.
 
-Each log is read and its JSON parsed once (store/logset.py), then written in one transaction
-of its own: its machine and models where the database lacks them, its row in ``logs``, and its
+Each log is read and its JSON parsed once (store/logset.py) and verified (store/verify.py: its
+figures recomputed from its raw records, its digest checked); one that does not verify is
+refused, or with ``allow_unverified`` collected and marked (``logs.verified`` 0, with its
+problems). Then it is written in one transaction of its own: its machine and models where the database lacks them, its row in ``logs``, and its
 results in one executemany. A log that cannot be read is refused alone, in one line, and the
 others are collected. A run already in the database is not collected again (its ``run_id``,
 logset.run_key: a `macprof share` copy is the same run as its original), except that an original
@@ -22,6 +24,7 @@ from macprof.errors import MacprofError
 from macprof.model.log import RunLog
 from macprof.store import database, runlog
 from macprof.store.logset import NOT_JSON, is_shared, log_files, read_log, run_key
+from macprof.store.verify import Verification, verify
 
 
 @dataclass
@@ -36,7 +39,7 @@ class Collected:
     results: int = 0  # result rows written
 
 
-def collect_into(con: sqlite3.Connection, paths: list[Path]) -> Collected:
+def collect_into(con: sqlite3.Connection, paths: list[Path], allow_unverified: bool = False) -> Collected:
     """Every run log of ``paths`` into the open database ``con``."""
     done = Collected()
     for path, named in log_files(paths):
@@ -55,15 +58,26 @@ def collect_into(con: sqlite3.Connection, paths: list[Path]) -> Collected:
             done.passed_over.append(f"{path} ({found})")
             continue
         log, raw = found
-        add_log(con, path, log, raw, done)
+        checked = verify(log, raw)
+        if not checked.ok and not allow_unverified:
+            done.refused.append(refusal(path, checked))
+            continue
+        add_log(con, path, log, raw, done, checked)
     return done
 
 
-def collect(paths: list[Path], db: Path) -> Collected:
+def refusal(path: Path, checked: Verification) -> str:
+    """One line: the log does not verify, its first problem, and how to see the others."""
+    more = f" and {len(checked.problems) - 1} more" if len(checked.problems) > 1 else ""
+    return (f"{path}: does not verify ({checked.problems[0].line()}{more}): `macprof verify {path}` names each "
+            f"problem; --allow-unverified collects it, marked")
+
+
+def collect(paths: list[Path], db: Path, allow_unverified: bool = False) -> Collected:
     """``macprof collect PATHS --db DB``: the database created or migrated first."""
     con = database.connect(db)
     try:
-        return collect_into(con, paths)
+        return collect_into(con, paths, allow_unverified)
     finally:
         con.close()
 
@@ -78,7 +92,8 @@ def run_id(log: RunLog, raw: dict | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def add_log(con: sqlite3.Connection, path: Path, log: RunLog, raw: dict | None, done: Collected) -> None:
+def add_log(con: sqlite3.Connection, path: Path, log: RunLog, raw: dict | None, done: Collected,
+            checked: Verification) -> None:
     """One log in one transaction: all its rows, or none of them."""
     rid, shared = run_id(log, raw), is_shared(raw)
     con.execute("BEGIN IMMEDIATE")
@@ -93,7 +108,8 @@ def add_log(con: sqlite3.Connection, path: Path, log: RunLog, raw: dict | None, 
         machine = _id(con, "machines", "machine_id", results.machine_row(log))
         log_id = _insert(con, "logs", {
             "run_id": rid, "file_name": path.name, "shared": shared, "machine_id": machine, **results.log_row(log),
-            "collected_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+            "collected_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "verified": checked.ok, "verify_problems": "\n".join(p.line() for p in checked.problems) or None})
         models = [_id(con, "models", "model_id", results.model_row(m)) for m in log.models]
         rows = [{**r, "log_id": log_id, "model_id": models[r["model_index"]]} for r in results.result_rows(log)]
         names = [c.name for c in database.RESULTS if c.name != "result_id"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from macprof.errors import MacprofError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: logs.verified and verify_problems
 APPLICATION_ID = 0x6D707266  # "mprf": PRAGMA application_id of a macprof results database
 LOCK_WAIT_S = 600  # a second collect into one database waits this long for the first one's transaction
 
@@ -86,6 +86,10 @@ LOGS = (
     C("measured_bandwidth_gbs", "REAL", "GB/s", "the bandwidth measured on the machine (`macprof bandwidth`, median)"),
     C("measured_tflops", "REAL", "TFLOP/s", "the matmul probe's median"),
     C("collected_utc", "TEXT NOT NULL", "ISO 8601", "when it was collected"),
+    C("verified", "INTEGER", "0/1", "1: the log verifies (`macprof verify`: its figures recompute from its raw "
+                                    "records, none is impossible, its digest matches); 0: it does not, collected with "
+                                    "--allow-unverified; null: collected before verification (schema version 1)"),
+    C("verify_problems", "TEXT", "", "what does not verify, one line per problem (as `macprof verify` says it)"),
 )
 RESULTS = (
     C("result_id", "INTEGER PRIMARY KEY", "", "the result's row"),
@@ -144,7 +148,7 @@ INDEXES = ("CREATE INDEX results_model ON results (model_id)", "CREATE INDEX log
 
 # The board page's rows: a result with its run, machine and model, as the page reads them.
 BOARD_VIEW = """CREATE VIEW board AS
-SELECT r.result_id, r.log_id, l.file_name AS log_file, l.started_utc, l.complete, l.shared,
+SELECT r.result_id, r.log_id, l.file_name AS log_file, l.started_utc, l.complete, l.shared, l.verified,
        l.machine_id, m.chip, m.gpu_cores, m.cpu_model, m.cores_physical, m.memory_bytes, m.os, m.os_version,
        r.model_id, r.model_name, mo.file_name AS model_file, mo.sha256 AS model_sha256, mo.quant, mo.n_params,
        r.engine, r.engine_version, r.phase, r.case_id, r.status, r.prompt_tokens, r.gen_tokens, r.depth_tokens,
@@ -160,7 +164,9 @@ VIEWS = {"board": BOARD_VIEW}
 
 # version k -> the statements that took a version-k database's tables to k + 1, as they were
 # written then. Views hold no data: each migration drops them and creates today's.
-MIGRATIONS: dict[int, tuple[str, ...]] = {}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE logs ADD COLUMN verified INTEGER", "ALTER TABLE logs ADD COLUMN verify_problems TEXT"),
+}
 
 
 def create_statements() -> list[str]:

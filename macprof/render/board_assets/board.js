@@ -92,7 +92,7 @@
   }
 
   function badge(mark) {
-    var kind = mark === "unverified" || mark === "failed" ? "bad" : (mark === "incomplete run" ? "info" : "");
+    var kind = mark === "unverified" || mark === "failed" ? "bad" : (mark === "incomplete run" || mark === "not verified" ? "info" : "");
     return el("span", "badge" + (kind ? " " + kind : ""), mark);
   }
 
