@@ -111,17 +111,49 @@ def test_a_malformed_log_is_refused_alone_in_one_line(tmp_path):
     assert out.exit_code == 2 and "refused: " in out.output and "bandwidth.json" in out.output
 
 
-def test_a_log_is_collected_whole_or_not_at_all(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stop", [IndexError, KeyboardInterrupt])
+def test_a_log_is_collected_whole_or_not_at_all_and_what_stops_a_collect_keeps_the_logs_before_it(tmp_path, monkeypatch,
+                                                                                                  stop):
     db = tmp_path / "r.sqlite"
+    real = collection.results.result_rows
 
-    def broken(log):
-        raise RuntimeError("a bug while reading its rows")
+    def second_breaks(log):
+        rows = real(log)
+        if log.started_utc == runlog.load(LOGS / "tiny-sweeps.json").started_utc:
+            rows[-1] = {**rows[-1], "model_index": 99}  # its last row names no model: written after its others
+            if stop is KeyboardInterrupt:
+                raise KeyboardInterrupt
+        return rows
 
-    monkeypatch.setattr(collection.results, "result_rows", broken)
-    with pytest.raises(RuntimeError):
-        collection.collect([OTHER], db)
-    for table in ("logs", "machines", "models", "results"):
-        assert _count(db, table) == 0, table
+    monkeypatch.setattr(collection.results, "result_rows", second_breaks)
+    with pytest.raises(stop):
+        collection.collect([OTHER, LOGS / "tiny-sweeps.json", LOGS / "tiny-a.json"], db)
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT file_name FROM logs").fetchall() == [(OTHER.name,)]
+        assert con.execute("SELECT count(*) FROM machines").fetchone()[0] == 1  # tiny-sweeps' machine went with it
+        assert con.execute("SELECT count(*) FROM results").fetchone()[0] == len(real(runlog.load(OTHER)))
+
+
+def test_many_logs_are_examined_in_worker_processes_into_the_same_database(tmp_path, monkeypatch):
+    folder = _folder(tmp_path, "other-machine-demo-small.json", "tiny-a.json", "tiny-b.json", "tiny-sweeps.json",
+                     "malformed.json", "schema1.json")
+    serial, parallel = tmp_path / "serial.sqlite", tmp_path / "parallel.sqlite"
+    assert cli("collect", folder, "--db", serial).exit_code == 2
+    monkeypatch.setattr(collection, "PARALLEL_FROM", 2)
+    monkeypatch.setattr(collection, "cores", lambda: 2)
+    out = cli("collect", folder, "--db", parallel)
+    assert out.exit_code == 2 and "malformed.json" in out.output
+    assert _content(serial) == _content(parallel)
+
+
+def _content(db: Path) -> dict:
+    """Every table's rows, but when each log was collected."""
+    with sqlite3.connect(db) as con:
+        out = {}
+        for table in database.TABLES:
+            cols = [c.name for c in database.TABLES[table] if c.name != "collected_utc"]
+            out[table] = con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY 1").fetchall()
+        return out
 
 
 def test_the_rows_hold_the_logs_own_figures(tmp_path):

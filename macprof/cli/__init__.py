@@ -179,9 +179,9 @@ def collect(paths, db, allow_unverified) -> None:
     """Collect run logs (files or folders) into a SQLite database: one row per log, model and phase
     or case. A run already there is not added again; a log that cannot be read, or does not verify,
     is refused alone."""
-    from macprof.store.collection import collect as collect_logs
+    from macprof.store.collection import collect as collect_logs, cores
 
-    done = collect_logs(list(paths), db, allow_unverified)
+    done = collect_logs(list(paths), db, allow_unverified, workers=cores())
     _say_collected(done)
     click.echo(f"{clean(db)}: {len(done.added) + len(done.replaced)} log(s) collected ({done.results} result rows)"
                + (f", {len(done.replaced)} of them an original over its shared copy" if done.replaced else "")
@@ -215,7 +215,6 @@ def board(paths, output, allow_unverified) -> None:
     run logs (files or folders): sortable, filtered by chip, model, quantization and engine."""
     from macprof.render.board import board_page
     from macprof.store import database
-    from macprof.store.collection import collect_into
 
     dbs = [p for p in paths if database.is_database(p)]
     if dbs and len(paths) > 1:
@@ -225,8 +224,10 @@ def board(paths, output, allow_unverified) -> None:
         con, source = database.read_copy(dbs[0]), f"the database {dbs[0].name}"
         done = None
     else:
+        from macprof.store.collection import collect_into, cores
+
         con = database.connect(":memory:")
-        done = collect_into(con, list(paths), allow_unverified)
+        done = collect_into(con, list(paths), allow_unverified, workers=cores())
         _say_collected(done)
         source = f"{len(done.added) + len(done.replaced)} run log(s)"
     try:

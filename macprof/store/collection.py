@@ -1,13 +1,15 @@
 """`macprof collect`: run logs (files, folders of them) into the results database.
 
-Each log is read and its JSON parsed once (store/logset.py) and verified (store/verify.py: its
-figures recomputed from its raw records, its digest checked); one that does not verify is
-refused, or with ``allow_unverified`` collected and marked (``logs.verified`` 0, with its
-problems). Then it is written in one transaction of its own: its machine and models where the database lacks them, its row in ``logs``, and its
-results in one executemany. A log that cannot be read is refused alone, in one line, and the
-others are collected. A run already in the database is not collected again (its ``run_id``,
-logset.run_key: a `macprof share` copy is the same run as its original), except that an original
-replaces a shared copy collected before it (it keeps the host id the copy lost).
+Each file is examined on its own (``examine``: pure of the database, so many run in a process
+per core): read and its JSON parsed once (store/logset.py), verified (store/verify.py: its
+figures rebuilt from its raw records, its digest checked) and made into rows. One that cannot be
+read, or does not verify (unless ``allow_unverified``: then collected, ``logs.verified`` 0 with
+its problems), is refused alone, in one line, and the others are collected. The database is
+written here, in the files' order, in one transaction with a savepoint per log: its machine and
+models where the database lacks them, its row in ``logs``, its results in one executemany, all
+or none. A run already in the database is not collected again (its ``run_id``, logset.run_key:
+a `macprof share` copy is the same run as its original), except that an original replaces a
+shared copy collected before it (it keeps the host id the copy lost).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import sqlite3
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,35 +40,48 @@ class Collected:
     replaced: list[str] = field(default_factory=list)  # an original over its shared copy
     already: list[str] = field(default_factory=list)  # the same run was there
     passed_over: list[str] = field(default_factory=list)  # in a folder, not a run log
-    refused: list[str] = field(default_factory=list)  # could not be read: why
+    refused: list[str] = field(default_factory=list)  # could not be read, or does not verify: why
     results: int = 0  # result rows written
 
 
-def collect_into(con: sqlite3.Connection, paths: list[Path], allow_unverified: bool = False) -> Collected:
-    """Every run log of ``paths`` into the open database ``con``."""
-    done = Collected()
-    for path, named in log_files(paths):
-        try:
-            found = read_log(path, named)
-        except MacprofError as exc:
-            done.refused.append(str(exc))
-            continue
+@dataclass(frozen=True)
+class Examined:
+    """One file as collect found it: refused or passed over (a line saying why), or a log's rows
+    for the database (the machines, models and logs rows without their ids). Small and plain, so
+    a worker process can hand it back."""
+
+    path: str
+    refused: str | None = None
+    passed_over: str | None = None
+    run_id: str = ""
+    shared: bool = False
+    machine: dict = field(default_factory=dict)
+    log: dict = field(default_factory=dict)
+    models: tuple[dict, ...] = ()
+    results: tuple[dict, ...] = ()
+
+
+def examine(item: tuple[Path, bool, bool]) -> Examined:
+    """(file, named on the command line, allow_unverified) -> what goes into the database: the
+    file read and its JSON parsed once, the log verified, its rows made. Pure of the database."""
+    path, named, allow_unverified = item
+    try:
+        found = read_log(path, named)
         if found == NOT_JSON:  # a log cut short, most likely: compare passes it over, a collection refuses it
-            try:
-                runlog.load(path)
-            except MacprofError as exc:
-                done.refused.append(str(exc))
-                continue
-        if isinstance(found, str):
-            done.passed_over.append(f"{path} ({found})")
-            continue
-        log, raw = found
-        checked = verify(log, raw)
-        if not checked.ok and not allow_unverified:
-            done.refused.append(refusal(path, checked))
-            continue
-        add_log(con, path, log, raw, done, checked)
-    return done
+            runlog.load(path)
+    except MacprofError as exc:
+        return Examined(str(path), refused=str(exc))
+    if isinstance(found, str):
+        return Examined(str(path), passed_over=f"{path} ({found})")
+    log, raw = found
+    checked = verify(log, raw)
+    if not checked.ok and not allow_unverified:
+        return Examined(str(path), refused=refusal(path, checked))
+    shared = is_shared(raw)
+    row = {"file_name": path.name, "shared": shared, **results.log_row(log), "verified": checked.ok,
+           "verify_problems": "\n".join(p.line() for p in checked.problems) or None}
+    return Examined(str(path), run_id=run_id(log, raw), shared=shared, machine=results.machine_row(log), log=row,
+                    models=tuple(results.model_row(m) for m in log.models), results=tuple(results.result_rows(log)))
 
 
 def refusal(path: Path, checked: Verification) -> str:
@@ -71,15 +89,6 @@ def refusal(path: Path, checked: Verification) -> str:
     more = f" and {len(checked.problems) - 1} more" if len(checked.problems) > 1 else ""
     return (f"{path}: does not verify ({checked.problems[0].line()}{more}): `macprof verify {path}` names each "
             f"problem; --allow-unverified collects it, marked")
-
-
-def collect(paths: list[Path], db: Path, allow_unverified: bool = False) -> Collected:
-    """``macprof collect PATHS --db DB``: the database created or migrated first."""
-    con = database.connect(db)
-    try:
-        return collect_into(con, paths, allow_unverified)
-    finally:
-        con.close()
 
 
 def run_id(log: RunLog, raw: dict | None) -> str:
@@ -92,34 +101,81 @@ def run_id(log: RunLog, raw: dict | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def add_log(con: sqlite3.Connection, path: Path, log: RunLog, raw: dict | None, done: Collected,
-            checked: Verification) -> None:
-    """One log in one transaction: all its rows, or none of them."""
-    rid, shared = run_id(log, raw), is_shared(raw)
+# Examining a file (parse, verify in full, rows) is most of collect's time and needs nothing of the
+# others: with workers, from this many files on, files are examined in that many processes (the
+# platform's default start method), the database written here in the files' order. Fewer are
+# examined in this process: starting the workers would cost more than they save.
+PARALLEL_FROM = 16
+
+
+def cores() -> int:
+    """The cores this process may run on: the workers `macprof collect` starts."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _examined(items: list[tuple[Path, bool, bool]], workers: int) -> Iterator[Examined]:
+    workers = min(workers, len(items))
+    if len(items) < PARALLEL_FROM or workers < 2:
+        yield from map(examine, items)
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        yield from pool.map(examine, items, chunksize=4)
+
+
+def collect_into(con: sqlite3.Connection, paths: list[Path], allow_unverified: bool = False,
+                 workers: int = 1) -> Collected:
+    """Every run log of ``paths`` into the open database ``con``: in one transaction, each log in
+    a savepoint of its own (all its rows or none). Whatever stops the collect (an error, Ctrl-C)
+    keeps the logs written before it, each whole. ``workers``: processes that examine the files
+    (the command line gives one per core; a library caller's script need not be importable)."""
+    done = Collected()
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    items = [(path, named, allow_unverified) for path, named in log_files(paths)]
     con.execute("BEGIN IMMEDIATE")
     try:
-        there = con.execute("SELECT log_id, file_name, shared FROM logs WHERE run_id = ?", (rid,)).fetchone()
-        if there and not (there[2] and not shared):
-            done.already.append(f"{path} (the same run as {there[1]}, already collected)")
-            con.execute("ROLLBACK")
-            return
-        if there:  # the original over a shared copy
-            con.execute("DELETE FROM logs WHERE log_id = ?", (there[0],))
-        machine = _id(con, "machines", "machine_id", results.machine_row(log))
-        log_id = _insert(con, "logs", {
-            "run_id": rid, "file_name": path.name, "shared": shared, "machine_id": machine, **results.log_row(log),
-            "collected_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "verified": checked.ok, "verify_problems": "\n".join(p.line() for p in checked.problems) or None})
-        models = [_id(con, "models", "model_id", results.model_row(m)) for m in log.models]
-        rows = [{**r, "log_id": log_id, "model_id": models[r["model_index"]]} for r in results.result_rows(log)]
-        names = [c.name for c in database.RESULTS if c.name != "result_id"]
-        con.executemany(f"INSERT INTO results ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)})", rows)
+        for found in _examined(items, workers):
+            _write(con, found, when, done)
+    finally:
         con.execute("COMMIT")
+    return done
+
+
+def collect(paths: list[Path], db: Path, allow_unverified: bool = False, workers: int = 1) -> Collected:
+    """``macprof collect PATHS --db DB``: the database created or migrated first."""
+    con = database.connect(db)
+    try:
+        return collect_into(con, paths, allow_unverified, workers)
+    finally:
+        con.close()
+
+
+def _write(con: sqlite3.Connection, e: Examined, when: str, done: Collected) -> None:
+    """One examined file into the database (a savepoint: all its rows or none), or its line."""
+    if e.refused or e.passed_over:
+        (done.refused if e.refused else done.passed_over).append(e.refused or e.passed_over or "")
+        return
+    con.execute("SAVEPOINT log")
+    try:
+        there = con.execute("SELECT log_id, file_name, shared FROM logs WHERE run_id = ?", (e.run_id,)).fetchone()
+        if there and not (there[2] and not e.shared):
+            done.already.append(f"{e.path} (the same run as {there[1]}, already collected)")
+        else:
+            if there:  # the original over a shared copy
+                con.execute("DELETE FROM logs WHERE log_id = ?", (there[0],))
+            machine = _id(con, "machines", "machine_id", e.machine)
+            log_id = _insert(con, "logs", {"run_id": e.run_id, "machine_id": machine, **e.log, "collected_utc": when})
+            models = [_id(con, "models", "model_id", m) for m in e.models]
+            rows = [{**r, "log_id": log_id, "model_id": models[r["model_index"]]} for r in e.results]
+            names = [c.name for c in database.RESULTS if c.name != "result_id"]
+            con.executemany(f"INSERT INTO results ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)})",
+                            rows)
+            (done.replaced if there else done.added).append(e.path)
+            done.results += len(rows)
+        con.execute("RELEASE log")
     except BaseException:
-        con.execute("ROLLBACK")
+        con.execute("ROLLBACK TO log")
+        con.execute("RELEASE log")
         raise
-    (done.replaced if there else done.added).append(str(path))
-    done.results += len(rows)
 
 
 def _insert(con: sqlite3.Connection, table: str, row: dict) -> int:
