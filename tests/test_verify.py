@@ -275,6 +275,14 @@ def test_impossible_figures_are_named_as_such(everything):
     assert found["models/0/phases/warm/requests/1/token_times/3"].startswith("a time that runs backwards: 1 after ")
 
 
+def test_a_phase_its_settings_do_not_list_is_named(everything):
+    """A phase record added by hand (or left when its setting was taken out) is built from nothing."""
+    data = json.loads(everything.read_text())
+    data["models"][0]["settings"]["phases"].remove("quality")
+    found = {p.path: p.what for p in _problems(data)}
+    assert found["models/0/phases/quality"].startswith("stored, but nothing of it is built from its raw records")
+
+
 def test_a_changed_digest_alone_is_caught(everything, tmp_path):
     data = json.loads(everything.read_text())
     data["digest"]["sha256"] = "0" * 64

@@ -371,5 +371,7 @@ def rebuilt(log: RunLog, data: dict | None = None) -> RunLog:
 
     try:
         return build(journal_of(log, data))
-    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
-        raise MacprofError(f"its raw records cannot be built into a log ({type(exc).__name__}: {exc})") from None
+    except MacprofError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - records a run could not have written: that log does not verify
+        raise MacprofError(f"its raw records cannot be built into a log ({type(exc).__name__}: {str(exc)[:200]})") from None
