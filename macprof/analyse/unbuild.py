@@ -66,8 +66,11 @@ def journal_of(log: RunLog, data: dict | None = None) -> list[ev.Event]:
                                   tool_version=data.get("tool_version"), utc=data.get("started_utc"),
                                   machine=data.get("machine"), software=data.get("software"),
                                   bandwidth=data.get("bandwidth"), memory=(data.get("memory") or {}).get("start"))]
+    names: set[str] = set()
     for i, m in enumerate(data.get("models") or ()):
-        out += _model(m, f"m{i}")
+        name = str((m.get("identity") or {}).get("name"))  # the journal's key: a model's name, once per run
+        out += _model(m, name if name not in names else f"{name} (model {i})")
+        names.add(name)
     if data.get("interrupted"):
         out.append(_event(ev.Interrupted, {}))
     if data.get("ended_utc") is not None or data.get("complete") or (data.get("memory") or {}).get("end"):
@@ -86,7 +89,8 @@ def _event(cls: type[ev.Event], source: dict, **fields: Any) -> ev.Event:
 
 
 def _model(m: dict, key: str) -> list[ev.Event]:
-    """One model's events, each carrying ``model`` = ``key`` (build groups a model's events by it)."""
+    """One model's events, each carrying ``model`` = ``key`` (build groups a model's events by it,
+    and a failure keeps it)."""
     memory, phases = m.get("memory") or {}, m.get("phases") or {}
     out: list[ev.Event] = [_event(ev.ModelStart, m, memory=memory.get("system_before"))]
     planned = {name: [_planned(c) for c in phases[name].get("cases") or ()] for name in SWEEPS if phases.get(name)}
@@ -97,7 +101,6 @@ def _model(m: dict, key: str) -> list[ev.Event]:
     out.append(_event(ev.Loaded, {}, rss_bytes=memory.get("rss_after_load_bytes"),
                       engine_memory=memory.get("engine_after_load"), versions=m.get("engine_versions"),
                       **_present(memory, footprint_after_load_bytes="footprint_bytes")))
-    out += [_event(ev.Failure, f) for f in m.get("failures") or ()]
     for name in REGISTRY:
         phase = phases.get(name)
         if phase is None:
@@ -105,6 +108,8 @@ def _model(m: dict, key: str) -> list[ev.Event]:
         body = _PHASES[name](phase, m, name) if name in _PHASES else _sweep(phase, m, name)
         out += _bounds(phase, name, body)
     out += _distributed(m)
+    # after the workers' events, as the orchestrator journals them: a worker's first event is its spawn
+    out += [_event(ev.Failure, f) for f in m.get("failures") or ()]
     if m.get("complete"):
         out.append(_event(ev.ModelEnd, {}, memory=memory.get("system_after")))
     return [e.replace(model=key) for e in out]
@@ -366,5 +371,7 @@ def rebuilt(log: RunLog, data: dict | None = None) -> RunLog:
 
     try:
         return build(journal_of(log, data))
-    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
-        raise MacprofError(f"its raw records cannot be built into a log ({type(exc).__name__}: {exc})") from None
+    except MacprofError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - records a run could not have written: that log does not verify
+        raise MacprofError(f"its raw records cannot be built into a log ({type(exc).__name__}: {str(exc)[:200]})") from None

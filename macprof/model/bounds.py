@@ -11,6 +11,7 @@ the chip's caches) and is flagged, not refused (store/verify.py).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterator, NamedTuple
 
 from macprof.model.conversation import ConversationSummary, Turn
@@ -91,13 +92,35 @@ def impossible(log: RunLog) -> list[Impossible]:
     return list(_walk(log, "", []))
 
 
+@functools.cache
+def _rules(cls: type) -> dict[str, Any] | None:
+    return BOUNDS.get(cls) or next((r for c, r in BOUNDS.items() if issubclass(cls, c)), None)
+
+
+@functools.cache
+def _inner(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` that hold records with a rule somewhere inside: the walk goes there
+    only (a default run's log has some 27,000 records, most of them summaries and latencies)."""
+    found: list[str] = []
+    for name, f in fields_of(cls).items():
+        if f.record is not None and _bounded(f.record, frozenset([cls])):
+            found.append(name)
+    return tuple(found)
+
+
+def _bounded(cls: type, seen: frozenset) -> bool:
+    """Whether a record of ``cls``, or one it holds, has a rule."""
+    if _rules(cls):
+        return True
+    return any(f.record is not None and f.record not in seen and _bounded(f.record, seen | {cls})
+               for f in fields_of(cls).values())
+
+
 def _walk(record: Record, at: str, found: list) -> Iterator[Impossible]:
-    rules = BOUNDS.get(type(record)) or next((r for c, r in BOUNDS.items() if isinstance(record, c)), None)
+    rules = _rules(type(record))
     if rules:
         yield from _check(record, rules, at)
-    for name, f in fields_of(type(record)).items():
-        if f.record is None:
-            continue
+    for name in _inner(type(record)):
         value = getattr(record, name)
         if isinstance(value, Record):
             yield from _walk(value, f"{at}{name}/", found)

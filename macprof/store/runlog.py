@@ -182,13 +182,17 @@ def load(path: Path) -> RunLog:
     path = Path(path)
     if path.name.endswith(".jsonl"):
         return build(read_journal(path))
+    return parse(str(path), read_text(path))
+
+
+def read_text(path: Path) -> str:
+    """A run log file's text, or MacprofError naming it (load, `macprof verify`)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read ({exc.strerror})") from None
     except ValueError as exc:  # not UTF-8
         raise MacprofError(f"{path}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
-    return parse(str(path), text)
 
 
 _UNREAD = object()

@@ -81,14 +81,17 @@ class Verification:
                (f", {len(self.flags)} flag(s)" if self.flags else "")
 
 
-def verify(log: RunLog, data: dict | None = None, recompute: bool = True) -> Verification:
+def verify(log: RunLog, data: dict | None = None, recompute: bool | None = True) -> Verification:
     """``log`` (loaded: store/runlog.py) verified; ``data``: its JSON as read from its file
-    (json.loads of the text), for the digest (None: not checked). ``recompute=False`` is the
-    cheap check (`show`, `compare`): the digest and impossible figures, no rebuild."""
+    (json.loads of the text), for the digest (None: not checked). ``recompute``: whether its
+    figures are rebuilt from its raw records; False checks the digest and the impossible figures
+    only; None rebuilds only where the digest does not match (a log whose digest matches holds
+    what macprof wrote: `show` and `compare`'s cheap check)."""
     from macprof.model.bounds import impossible
     from macprof.store.digest import state
 
     digest, note = state(data) if data is not None else ("not checked", None)
+    recompute = digest != "matches" if recompute is None else recompute
     problems: list[Finding] = []
     if digest == "differs":
         problems.append(Finding("digest", note or "its digest does not match"))
@@ -111,12 +114,7 @@ def read(path: Path) -> tuple[RunLog, dict]:
     if path.name.endswith(".jsonl"):
         raise MacprofError(f"{path}: a journal, not a run log: its figures are computed from it when read, "
                            f"there is nothing stored to verify (`macprof show` writes none; a finished run's log does)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MacprofError(f"{path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise MacprofError(f"{path}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
+    text = runlog.read_text(path)
     data = runlog.parse_json(str(path), text)
     log = runlog.parse(str(path), text, data)
     return log, data
@@ -134,9 +132,7 @@ def warning(where: str, log: RunLog, data: dict | None) -> str | None:
     macprof wrote, so its impossible figures are looked for but its summaries are not rebuilt
     (`macprof verify` rebuilds every log's); one without a digest, or whose digest differs, is
     rebuilt (some 10 ms for a default run's log)."""
-    from macprof.store.digest import state
-
-    found = verify(log, data, recompute=data is None or state(data)[0] != "matches")
+    found = verify(log, data, recompute=None)
     if found.ok:
         return None
     first = found.problems[0].line()
@@ -182,6 +178,9 @@ def _differences(stored: Any, again: Any, at: str, skip: list[str], names: list[
         for key in stored:
             if key in again:
                 yield from _differences(stored[key], again[key], f"{at}/{key}", skip, names)
+            elif _figures(stored[key]) and not any(fnmatch.fnmatchcase(f"{at}/{key}", p) for p in skip):
+                yield Finding(f"{at}/{key}", "stored, but nothing of it is built from its raw records (a phase its "
+                                             "settings do not list, a figure of no record)", _model(at, names))
     elif isinstance(stored, list) and isinstance(again, list):
         if len(stored) != len(again):
             yield Finding(at, f"{len(stored)} entries stored, {len(again)} in its raw records", _model(at, names),
@@ -196,6 +195,15 @@ def _differences(stored: Any, again: Any, at: str, skip: list[str], names: list[
             return
         yield Finding(at, f"stored {_text(stored)}, recomputed from its raw records {_text(again)}",
                       _model(at, names), stored, again)
+
+
+def _figures(x: Any) -> bool:
+    """Whether ``x`` is or holds a number or true/false (what a record's words alone are not)."""
+    if isinstance(x, dict):
+        return any(_figures(v) for v in x.values())
+    if isinstance(x, list):
+        return any(_figures(v) for v in x)
+    return _number(x) or isinstance(x, bool)
 
 
 def _number(x: Any) -> bool:
@@ -235,7 +243,7 @@ def _flags(log: RunLog) -> Iterator[Finding]:
                 r = getattr(roof, side) if roof else None
                 if r is not None and r.efficiency is not None and r.efficiency > 1:
                     yield Finding(f"models/{i}/{where}/{side}/efficiency",
-                                  f"decode {roof.decode_tok_s:.1f} tok/s is above {words} ({r.ceiling_tok_s:.1f} "
+                                  f"decode {_text(roof.decode_tok_s)} tok/s is above {words} ({_text(r.ceiling_tok_s)} "
                                   f"tok/s, {r.efficiency:.0%}): possible for a model small enough to stay in the "
                                   f"chip's caches; check the model's size and the bandwidth figure",
                                   m.identity.name, r.efficiency)
