@@ -97,6 +97,17 @@ def time_once(cmd: list[str]) -> float:
     return time.perf_counter() - t
 
 
+def timings(runs: list[float], target: float | None) -> dict:
+    """A command's timed runs: median, min, max, each run, and its target (None: none at this size)."""
+    return {"median_s": statistics.median(runs), "min_s": min(runs), "max_s": max(runs), "runs_s": runs,
+            "target_s": target}
+
+
+def timing_line(what: str, r: dict) -> str:
+    target = f", target < {r['target_s']:g} s" if r["target_s"] else ""
+    return f"  macprof {what:10} {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}{target})"
+
+
 def profile(cmd: list[str], top: int) -> None:
     """The command under cProfile in a fresh process; the top entries by cumulative time."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,16 +147,14 @@ def main() -> None:
             cmd = command(what, folder, out)
             time_once(cmd)  # a first run, not counted: the page cache and .pyc files as a user has them
             runs = [time_once(cmd) for _ in range(args.reps)]
-            result["commands"][what] = {"median_s": statistics.median(runs), "min_s": min(runs), "max_s": max(runs),
-                                        "runs_s": runs, "target_s": TARGETS[what] if args.logs == 50 else None}
+            result["commands"][what] = timings(runs, TARGETS[what] if args.logs == 50 else None)
     if args.json:
         print(json.dumps(result, indent=1))
         return
     print(f"{args.logs} logs of {size_kb:.0f} kB ({args.log.name}, {'with' if result['digest'] else 'without'} digest), "
           f"{os.cpu_count()} CPUs, median of {args.reps} fresh processes:")
     for what, r in result["commands"].items():
-        target = f", target < {r['target_s']:g} s" if r["target_s"] else ""
-        print(f"  macprof {what:8} {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}{target})")
+        print(timing_line(what, r))
 
 
 if __name__ == "__main__":

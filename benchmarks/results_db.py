@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from many_logs import FIXTURE, ROOT, profile, time_once, write_logs  # noqa: E402
+from many_logs import FIXTURE, ROOT, profile, time_once, timing_line, timings, write_logs  # noqa: E402
 
 TARGETS = {"collect": 20.0, "board": 3.0}  # seconds, for 500 logs on a 2-core machine
 # also timed, with no target: the board made from the log files themselves (collected in memory first)
@@ -99,8 +99,7 @@ def main() -> None:
                 took = time_once(command(what, folder, db, page))
                 if rep:
                     runs.append(took)
-            result["commands"][what] = {"median_s": statistics.median(runs), "min_s": min(runs), "max_s": max(runs),
-                                        "runs_s": runs, "target_s": TARGETS.get(what) if args.logs == LOGS else None}
+            result["commands"][what] = timings(runs, TARGETS.get(what) if args.logs == LOGS else None)
         result["load_after"] = [round(x, 2) for x in os.getloadavg()]
         result["db_mb"] = round(db.stat().st_size / 1e6, 1) if db.exists() else None
         result["page_mb"] = round(page.stat().st_size / 1e6, 1) if page.exists() else None
@@ -110,8 +109,7 @@ def main() -> None:
     print(f"{args.logs} logs of {result['log_kb']} kB ({args.log.name}), {os.cpu_count()} CPUs, median of {args.reps} "
           f"fresh processes; load average {result['load_before']} before, {result['load_after']} after:")
     for what, r in result["commands"].items():
-        target = f", target < {r['target_s']:g} s" if r["target_s"] else ""
-        print(f"  macprof {what:10} {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}{target})")
+        print(timing_line(what, r))
     print(f"  database {result['db_mb']} MB, page {result['page_mb']} MB")
 
 
