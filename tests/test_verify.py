@@ -168,6 +168,20 @@ def test_a_server_run_with_failed_requests_verifies(fake_server, tmp_path):  # n
     assert _strictly_rebuilt(log) == []
 
 
+@pytest.mark.slow
+def test_a_run_of_the_real_engines_verifies_and_builds_again(tiny_dir, tmp_path):
+    """llama.cpp and MLX on the tiny demo models, with what each engine's own speculative path tells
+    (llama-cpp-python's prompt lookup; mlx-lm refuses it, said so) and a conversation."""
+    log = tmp_path / "real.json"
+    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q4_k_m,demo-tiny-mlx-4bit",
+            "--phases", "cold,warm,prefix,speculative,conversation", "--draft", "ngram", "--speculative-impl", "both",
+            "--draft-tokens", "2", "--prompt-tokens", "32", "--prefix-tokens", "24", "--gen-tokens", "8", "--reps", "2",
+            "--cold-trials", "1", "--turns", "2", "--threads", "1", "--log", str(log))
+    found = verify_file(log)
+    assert found.ok and found.digest == "matches", found.lines()
+    assert _strictly_rebuilt(log) == []
+
+
 @pytest.mark.parametrize("name", GOOD)
 def test_every_fixture_log_verifies_and_says_it_has_no_digest(name):
     r = run("verify", LOGS / name)

@@ -303,7 +303,8 @@ def _speculative(phase: dict, m: dict, name: str) -> list[ev.Event]:
                 accepted = told[2] if told[1] is not None or told[0] is None else None
                 out.append(_event(SpeculativeNative, {}, phase=name, index=r.get("index"), kind=r.get("kind"),
                                   case=case.get("id"), k=case.get("k"), impl=case.get("impl") or "",
-                                  from_draft=told[0], drafted=told[1], accepted=accepted, unknown=None))
+                                  from_draft=told[0], drafted=told[1], accepted=accepted,
+                                  unknown=_engine_unknown(case.get("unknown"))))
             if s.get("check"):
                 out.append(_event(SpeculativeCheck, s["check"], phase=name, index=r.get("index"), kind=r.get("kind"),
                                   case=f"n{case.get('k')}"))
@@ -315,6 +316,15 @@ def _speculative(phase: dict, m: dict, name: str) -> list[ev.Event]:
     if phase.get("native_reason"):
         out.append(_event(NativeRefused, {}, phase=name, reason=phase["native_reason"]))
     return out
+
+
+def _engine_unknown(text: str | None) -> str | None:
+    """What the engine said it does not tell: a native case's ``unknown`` before the sentences
+    its builder adds (analyse/speculative_native.py OWN_WORDS)."""
+    from macprof.analyse.speculative_native import OWN_WORDS
+
+    cut = min((i for i in (text.find(w) for w in OWN_WORDS) if i >= 0), default=len(text)) if text else 0
+    return text[:cut].removesuffix("; ") or None if text else None
 
 
 def _concurrency(phase: dict, m: dict, name: str) -> list[ev.Event]:
