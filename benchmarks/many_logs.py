@@ -5,10 +5,15 @@ in under 5 s on a 2-core machine. Speed is measured here, never in a unit test.
 The logs are copies of one real log, by default tests/fixtures/runlogs/other-machine-demo-small.json
 (a default `macprof run` of the six small demo models, passed through `macprof share`); --log takes
 any other, e.g. a default run of your own. Each copy is made a distinct run as logset sees it
-(macprof/store/logset.py: _run_key): its own started_utc / ended_utc, an hour apart. The same
-machine, as 50 reruns on one machine would be. Each copy's per-request decode tok/s and TTFT are
-scaled by a seeded factor (within 3%), so that no run's samples equal another's: nothing that
-could reuse one run's figures for another (a cache keyed on values) makes the copies cheap.
+(macprof/store/logset.py: run_key): its own started_utc / ended_utc, an hour apart. The same
+machine, as 50 reruns on one machine would be. Each copy's requests run at a seeded speed of
+their own (every stamp after a request's start moved by a factor within 3%), so that no run's
+samples equal another's: nothing that could reuse one run's figures for another (a cache keyed on
+values) makes the copies cheap. Every figure is then recomputed from those stamps by build itself
+(analyse/unbuild.py) and the copy gets its content digest, as `macprof run` writes a log: each
+copy verifies, as a real run's log does (`compare` checks each: store/verify.py). --no-digest
+leaves the digest out, as logs written before it have none (`compare` then rebuilds each one's
+figures to check them, the slower path).
 
 Each timing is one fresh process (`python -m macprof compare|plot`), wall clock, the same
 command line a user runs; the median of --reps runs is reported, with the min and max:
@@ -36,12 +41,33 @@ FIXTURE = ROOT / "tests" / "fixtures" / "runlogs" / "other-machine-demo-small.js
 TARGETS = {"compare": 2.0, "plot": 5.0}  # seconds, for 50 logs on a 2-core machine
 
 
-def _jitter(value, factor: float):
-    return value * factor if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+def _requests(value):
+    """Every request of a log's JSON: whatever holds a start stamp and token stamps."""
+    if isinstance(value, dict):
+        if "t0" in value and "token_times" in value:
+            yield value
+        for v in value.values():
+            yield from _requests(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _requests(v)
 
 
-def write_logs(source: Path, folder: Path, n: int, seed: int = 0) -> list[Path]:
-    """n distinct runs made from ``source``: started an hour apart, samples scaled per run."""
+def _slowed(req: dict, factor: float) -> None:
+    """The request's stamps after its start moved by ``factor``: as if it ran that much slower."""
+    t0 = req["t0"]
+    if req.get("t_tokenized") is not None:
+        req["t_tokenized"] = t0 + round((req["t_tokenized"] - t0) * factor)
+    req["token_times"] = [t0 + round((t - t0) * factor) for t in req["token_times"]]
+
+
+def write_logs(source: Path, folder: Path, n: int, seed: int = 0, digest: bool = True) -> list[Path]:
+    """n distinct runs made from ``source``: started an hour apart, each request's stamps moved
+    by a factor per run, every figure recomputed from them, and the digest where ``digest``."""
+    sys.path.insert(0, str(ROOT))
+    from macprof.store.digest import stamped
+    from tests.conftest import recomputed
+
     base = json.loads(source.read_text(encoding="utf-8"))
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     rng = random.Random(seed)
@@ -50,11 +76,10 @@ def write_logs(source: Path, folder: Path, n: int, seed: int = 0) -> list[Path]:
         log = json.loads(json.dumps(base))  # a deep copy
         t0 = start + dt.timedelta(hours=i)
         log["started_utc"], log["ended_utc"] = t0.isoformat(), (t0 + dt.timedelta(minutes=5)).isoformat()
-        for model in log.get("models") or []:
-            for phase in (model.get("phases") or {}).values():
-                for req in phase.get("requests") or [] if isinstance(phase, dict) else []:
-                    f = 1 + rng.uniform(-0.03, 0.03)
-                    req["decode_tok_s"], req["ttft_s"] = _jitter(req.get("decode_tok_s"), f), _jitter(req.get("ttft_s"), 1 / f)
+        for req in _requests(log.get("models")):
+            _slowed(req, 1 + rng.uniform(-0.03, 0.03))
+        log = recomputed(log)
+        log = stamped(log) if digest else log
         path = folder / f"run-{i:03d}.json"
         path.write_text(json.dumps(log, indent=1) + "\n", encoding="utf-8")  # as runlog.save writes
         paths.append(path)
@@ -70,6 +95,17 @@ def time_once(cmd: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     return time.perf_counter() - t
+
+
+def timings(runs: list[float], target: float | None) -> dict:
+    """A command's timed runs: median, min, max, each run, and its target (None: none at this size)."""
+    return {"median_s": statistics.median(runs), "min_s": min(runs), "max_s": max(runs), "runs_s": runs,
+            "target_s": target}
+
+
+def timing_line(what: str, r: dict) -> str:
+    target = f", target < {r['target_s']:g} s" if r["target_s"] else ""
+    return f"  macprof {what:10} {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}{target})"
 
 
 def profile(cmd: list[str], top: int) -> None:
@@ -93,31 +129,32 @@ def main() -> None:
     ap.add_argument("--profile", choices=sorted(TARGETS), help="profile one run of this command instead of timing")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-digest", action="store_true", help="logs as written before the digest: compare rebuilds each")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.dir or Path(tmp) / "logs"
         folder.mkdir(parents=True, exist_ok=True)
-        paths = write_logs(args.log, folder, args.logs)
+        paths = write_logs(args.log, folder, args.logs, digest=not args.no_digest)
         size_kb = statistics.mean(p.stat().st_size for p in paths) / 1000
         out = Path(tmp)
         if args.profile:
             profile(command(args.profile, folder, out), args.top)
             return
         result = {"logs": args.logs, "log_kb": round(size_kb), "source": str(args.log), "reps": args.reps,
+                  "digest": not args.no_digest,
                   "cpus": os.cpu_count(), "commands": {}}
         for what in [args.only] if args.only else sorted(TARGETS):
             cmd = command(what, folder, out)
             time_once(cmd)  # a first run, not counted: the page cache and .pyc files as a user has them
             runs = [time_once(cmd) for _ in range(args.reps)]
-            result["commands"][what] = {"median_s": statistics.median(runs), "min_s": min(runs), "max_s": max(runs),
-                                        "runs_s": runs, "target_s": TARGETS[what] if args.logs == 50 else None}
+            result["commands"][what] = timings(runs, TARGETS[what] if args.logs == 50 else None)
     if args.json:
         print(json.dumps(result, indent=1))
         return
-    print(f"{args.logs} logs of {size_kb:.0f} kB ({args.log.name}), {os.cpu_count()} CPUs, median of {args.reps} fresh processes:")
+    print(f"{args.logs} logs of {size_kb:.0f} kB ({args.log.name}, {'with' if result['digest'] else 'without'} digest), "
+          f"{os.cpu_count()} CPUs, median of {args.reps} fresh processes:")
     for what, r in result["commands"].items():
-        target = f", target < {r['target_s']:g} s" if r["target_s"] else ""
-        print(f"  macprof {what:8} {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}{target})")
+        print(timing_line(what, r))
 
 
 if __name__ == "__main__":

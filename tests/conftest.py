@@ -84,6 +84,19 @@ def cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def recomputed(data: dict) -> dict:
+    """A hand-edited run log (its JSON) with every figure recomputed from its raw records, as a
+    run that recorded those would have written it (analyse/unbuild.py: build itself), so that a
+    made-up log verifies and `show` and `compare` warn of nothing about it."""
+    import json
+
+    from macprof.analyse.unbuild import rebuilt
+    from macprof.store import runlog
+
+    log = runlog.parse("a test's log", json.dumps(data))
+    return {**data, "models": rebuilt(log).to_json()["models"]}
+
+
 @pytest.fixture(scope="session")
 def cache_root(request, tmp_path_factory) -> Path:
     """A private macprof cache (sha256 cache, demo models) for the whole session."""

@@ -16,6 +16,7 @@ from macprof.errors import MacprofError
 from macprof.measure import distributed as dm
 from macprof.run import distributed as launch
 from macprof.store import runlog
+from macprof.store.verify import verify_file
 from tests.test_run import macprof
 
 
@@ -156,8 +157,9 @@ def test_two_ranks_tensor_parallel_beside_one_process(tiny_dir, tmp_path):
     assert g.bytes_per_token["payload"] == g.bytes_per_token["measured_payload"] == 2 * 2 * 256 * 2
     assert g.prediction["tensor"]["tok_s"] > 0 and g.efficiency is not None
     assert one.distributed is None and "distributed" not in one.to_json()
-    shown = macprof("show", str(log)).stdout
-    assert "distributed: 2 ranks" in shown and "tokens equal rank 0" in shown
+    shown = macprof("show", str(log))
+    assert "distributed: 2 ranks" in shown.stdout and "tokens equal rank 0" in shown.stdout
+    assert verify_file(log).ok and shown.stderr == ""  # its timelines recompute; its communication pass stays as recorded
 
 
 def _refused(tmp_path, tiny_dir, entry: str) -> str:

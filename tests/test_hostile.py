@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from unittest.mock import ANY
 
 import pytest
 
@@ -331,7 +332,7 @@ def test_a_log_its_own_readers_would_refuse_is_never_written(tmp_path):
 
     good = runlog.load(A)  # migrated to this schema version on load
     runlog.save(good, tmp_path / "good.json")
-    assert runlog.load(tmp_path / "good.json").to_json() == good.to_json()
+    assert runlog.load(tmp_path / "good.json").to_json() == {**good.to_json(), "digest": ANY}  # save adds its digest
     # decoding refuses -7 too (the types are the schema): built as code would build it
     m = good.models[0]
     warm = m.phases.warm

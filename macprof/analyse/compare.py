@@ -17,11 +17,12 @@ from macprof.errors import MacprofError
 from macprof.measure.significance import (ALPHA, CONFIDENCE, RESAMPLES, SEED, median_ratio_intervals, min_reps,
                                           verdict)
 from macprof.measure import stats
-from macprof.analyse.headline import energy_figures, headline, measured_efficiency, memory_family, memory_figures
+from macprof.analyse.headline import (case_energy, energy_figures, engine_version, headline, measured_efficiency,
+                                      memory_family, memory_figures)
 from macprof.analyse.tasks import task_outcomes
 from macprof.measure import proportions
 from macprof.model.log import Machine, ModelResult, RunLog
-from macprof.model.phases import Sweep, SweepCase, WarmPhase
+from macprof.model.phases import PrefixPhase, Sweep, SweepCase, WarmPhase
 from macprof.phases import figures_of
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
@@ -31,11 +32,6 @@ METRICS = {"decode": ("decode tok/s", True), "ttft": ("warm TTFT", False), "memo
 MIN_PAIRED_TASKS = proportions.smallest_significant_pairs()
 ACCURACY_TEST = (f"accuracy: exact McNemar test on the tasks both sides ran (two-sided, alpha {proportions.ALPHA}); "
                  f"cannot tell under {MIN_PAIRED_TASKS} paired tasks")
-
-
-def _engine_version(model: ModelResult, software: dict | None) -> str | None:
-    eng = model.identity.engine
-    return (software or {}).get("llama_cpp_python" if eng == "llama.cpp" else "mlx_lm")
 
 
 def parse_case(spec: str | None) -> tuple[str, str] | None:
@@ -67,7 +63,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
             head.update(cold_ttft_s=None, prefix_ttft_s=None, warm_ttft_s=found.summary.ttft_s.median,
                         decode_tok_s=found.summary.decode_tok_s.median, efficiency=measured_efficiency(found.roofline),
                         **memory_figures([sweep.memory] if sweep.memory else [], m.identity.engine))
-            head.update(energy_figures(sweep.telemetry), **_case_energy(found))
+            head.update(energy_figures(sweep.telemetry), **case_energy(found))
             block, lengths, states = found, (found.prompt_tokens, found.gen_tokens), thermal_state_of(sweep)
         ok = [r for r in (block.requests if block else ()) if r.kind == "measured" and r.status == "ok"]
         rows.append({
@@ -81,7 +77,7 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 # what the requests really had (a server's prompts may not be the asked length)
                 "measured_lengths": measured_lengths(ok),
                 "machine": machine.host_id or (machine.cpu_model, machine.chip),
-                "engine_version": _engine_version(m, log.software),
+                "engine_version": engine_version(m, log.software),
                 "power_source": machine.power_source,
                 "thermal_state": machine.thermal_state,
                 # over time, from the phase's telemetry (absent from older logs: None on both sides)
@@ -126,19 +122,11 @@ _KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase
 THERMAL_RANK = {"nominal": 0, "fair": 1, "serious": 2, "critical": 3}
 
 
-def thermal_state_of(phase: WarmPhase | Sweep | None) -> str | None:
+def thermal_state_of(phase: WarmPhase | PrefixPhase | Sweep | None) -> str | None:
     """The worse of a phase's thermal states at its start and end; None where none was read."""
     states = [s for s in (getattr(phase, "thermal_state_start", None), getattr(phase, "thermal_state_end", None))
               if s in THERMAL_RANK]
     return max(states, key=THERMAL_RANK.__getitem__) if states else None
-
-
-def _case_energy(case: SweepCase) -> dict:
-    e = case.energy
-    return {"decode_j_per_token": e.decode_j_per_token if e else None,
-            "prefill_j_per_token": e.prefill_j_per_token if e else None, "avg_w": e.avg_w if e else None,
-            "energy_reason": (e.reason if e else "no telemetry for this case") if e is None or e.decode_j_per_token is None
-            else None}
 
 
 def compare(rows: list[dict], baseline: str | None = None) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from macprof.model.log import ModelResult
-from macprof.model.phases import Ceiling, PhaseMemory
+from macprof.model.phases import Ceiling, PhaseMemory, SweepCase
 from macprof.model.telemetry import PhaseTelemetry
 
 
@@ -141,3 +141,23 @@ def energy_figures(tel: PhaseTelemetry | None) -> dict:
         "phase_power_source": (tel.power_source_end or tel.power_source_start) if tel else None,
         "has_telemetry": tel is not None,
     }
+
+
+def case_energy(case: SweepCase) -> dict:
+    """A sweep case's energy, from its own requests against its phase's telemetry."""
+    e = case.energy
+    return {"decode_j_per_token": e.decode_j_per_token if e else None,
+            "prefill_j_per_token": e.prefill_j_per_token if e else None, "avg_w": e.avg_w if e else None,
+            "energy_reason": (e.reason if e else "no telemetry for this case") if e is None or e.decode_j_per_token is None
+            else None}
+
+
+def engine_version(model: ModelResult, software: dict | None) -> str | None:
+    """The version of the package that ran the model (llama-cpp-python, mlx-lm), as the run
+    recorded it; None for an engine without one (a server's, the fake engine)."""
+    package = ENGINE_PACKAGES.get(model.identity.engine)
+    return (software or {}).get(package) if package else None
+
+
+# the package whose version is an engine's, as collect/machine.py names it in the log's software
+ENGINE_PACKAGES = {"llama.cpp": "llama_cpp_python", "mlx": "mlx_lm"}

@@ -24,6 +24,9 @@ from macprof.model.phases import Checks, OutputCheck, Request
 from macprof.model.speculative import Interval, SpeculativeCase, SpeculativeNative, SpeculativeRequest
 
 NO_SPLIT = "the engine's own loop times no round of its own: the draft / verify / rewind split is unknown"
+NO_ROUNDS = "the engine told no rounds for some requests: rounds and tokens per round unknown"
+NO_DRAFTED = "α unknown: the engine does not tell how many tokens it drafted"
+OWN_WORDS = (NO_ROUNDS, NO_DRAFTED, NO_SPLIT)  # what a case's ``unknown`` adds to the engine's own
 
 
 def native_cases(requests: dict[str, list[Request]], told: dict[tuple, SpeculativeNative], checks: dict[tuple, OutputCheck],
@@ -85,9 +88,9 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
     prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram)
     unknown = [e.unknown for e in events[:1] if e.unknown]
     if not rounds_known:
-        unknown.append("the engine told no rounds for some requests: rounds and tokens per round unknown")
+        unknown.append(NO_ROUNDS)
     elif not drafted_known:
-        unknown.append("α unknown: the engine does not tell how many tokens it drafted")
+        unknown.append(NO_DRAFTED)
     cs = [b.check for b in ok if b.check]
     return SpeculativeCase(
         id=case, k=k, requests=tuple(built), rounds=n_rounds, drafted=drafted, accepted=accepted, acceptance=alpha,

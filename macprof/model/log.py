@@ -270,6 +270,16 @@ class Redacted(Record):
     removed: tuple[str, ...] = ()
 
 
+class Digest(Record):
+    """The log's content digest (store/digest.py): sha256 of its canonical form, which ``form``
+    names; it detects an edit made after the log was written, not who made the run."""
+
+    KINDS = {"sha256": VOCAB, "form": VOCAB}
+    REQUIRED_KEYS = ("sha256", "form")  # in every log that has one, though code may leave them out
+    sha256: Sha256 = ""
+    form: str = ""
+
+
 class RunLog(Record):
     # in every log (the schema's "required"), though code may construct the record without them
     KINDS = {"tool_version": VOCAB, "started_utc": VOCAB, "ended_utc": VOCAB, "software": TEXT, "definitions": VOCAB}
@@ -290,6 +300,7 @@ class RunLog(Record):
     models: tuple[ModelResult, ...] = ()
     redacted: Redacted | None = ABSENT  # a `macprof share` copy
     migrated_from: int | None = ABSENT
+    digest: Digest | None = ABSENT  # written by `save` (store/digest.py); absent from logs before it
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> Self:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from macprof.model.bounds import INVALID, share_ok
 from macprof.render.energy import ENERGY_FIELDS, fmt_j
 from macprof.render.exporters import Column, Table, cell, export
 from macprof.render.memory import MEMORY_FIELDS, memory_column
@@ -66,8 +67,10 @@ def _accuracy_against_base(r: dict) -> str:
         return "baseline"
     if r["accuracy_call"] is None:
         return "-"
-    diff = r["accuracy_vs_base"]
-    head = "" if diff is None else f"{100 * diff:+.0f} pts "
+    diff, mine = r["accuracy_vs_base"], r.get("accuracy")
+    # a difference of two accuracies, each a proportion (the base's is this row's less the difference)
+    possible = diff is None or (mine is not None and share_ok(mine) and share_ok(mine - diff))
+    head = "" if diff is None else f"{100 * diff:+.0f} pts " if possible else f"{INVALID} "
     tail = f"p={r['accuracy_p']:.2g}, {r['accuracy_only_base']} vs {r['accuracy_only_this']} of {r['accuracy_pairs']}"
     why = r["accuracy_why"]
     return f"{head}{r['accuracy_call']} ({why or tail})"

@@ -8,7 +8,7 @@ from macprof.model.conversation import ConversationPhase
 from macprof.model.log import RunLog
 from macprof.render.exporters import Column, Table, cell
 from macprof.render.report import PhaseReport, Section
-from macprof.render.text import fmt_pct, fmt_s
+from macprof.render.text import fmt_of, fmt_s, fmt_share
 from macprof.sanitise import clean
 
 NOTE = ("conversation: reuse = prompt tokens the engine reused from its cache as the previous request left it, "
@@ -19,11 +19,11 @@ NOTE = ("conversation: reuse = prompt tokens the engine reused from its cache as
 def _reuse(r: dict) -> str:
     if r.get("reuse_rate_p50") is None:
         return "-"
-    return f"{fmt_pct(r['reuse_rate_p50'])} (p10 {fmt_pct(r['reuse_rate_p10'])})"
+    return f"{fmt_share(r['reuse_rate_p50'])} (p10 {fmt_share(r['reuse_rate_p10'])})"
 
 
 def _hits(r: dict) -> str:
-    return "-" if r.get("hit_rate") is None else f"{fmt_pct(r['hit_rate'])} of {fmt_pct(r['ideal_hit_rate'])}"
+    return "-" if r.get("hit_rate") is None else f"{fmt_share(r['hit_rate'])} of {fmt_share(r['ideal_hit_rate'])}"
 
 
 COLUMNS = (Column("reuse p50 (p10)", _reuse), Column("hit rate of ideal", _hits),
@@ -44,7 +44,7 @@ def conversation_table(log: RunLog) -> Section | None:
                      "emptied": s.ttft_emptied_s.median, "growth_n": s.ttft_growth_natural_s_per_kt,
                      "growth_e": s.ttft_growth_emptied_s_per_kt,
                      "stops": ", ".join(f"{k} {n}" for k, n in s.stops.items()) or "-",
-                     "checks": f"{s.identical}/{len(ph.turns)} identical, {s.near_ties} near-ties, {s.failed_checks} failed",
+                     "checks": f"{fmt_of(s.identical, len(ph.turns))} identical, {s.near_ties} near-ties, {s.failed_checks} failed",
                      "stopped": ph.stopped, "unchecked": s.unchecked_reports, "holds": ph.holds,
                      "unreported": s.unreported, "not_emptied": s.not_emptied,
                      "why_not_emptied": next((t.not_emptied for t in ph.turns if t.not_emptied), None),
@@ -72,8 +72,8 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
     s = ph.summary
     lines = [f"   conversation: {len(ph.turns)} turns of {ph.apps} app(s), {ph.app_order}; template {ph.template_source}"
              + (f" ({clean(ph.template_path)})" if ph.template_path else "") + f", sha256 {(ph.template_sha256 or '?')[:12]}",
-             f"   reuse p50 {fmt_pct(s.reuse_rate.median)}, p10 {fmt_pct(s.reuse_rate_p10)}; hit rate {fmt_pct(s.hit_rate)} "
-             f"(ideal {fmt_pct(s.ideal_hit_rate)}); TTFT natural {fmt_s(s.ttft_natural_s.median)} vs emptied "
+             f"   reuse p50 {fmt_share(s.reuse_rate.median)}, p10 {fmt_share(s.reuse_rate_p10)}; hit rate {fmt_share(s.hit_rate)} "
+             f"(ideal {fmt_share(s.ideal_hit_rate)}); TTFT natural {fmt_s(s.ttft_natural_s.median)} vs emptied "
              f"{fmt_s(s.ttft_emptied_s.median)}, saved {fmt_s(s.ttft_saved_s.median)} per turn"]
     if ph.holds:
         lines.append(f"   {clean(ph.holds)}")
@@ -86,7 +86,7 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
         bound = f", at most {t.reuse_bound}" if t.reuse_bound is not None else ""
         ideal = "?" if t.ideal_reuse is None else t.ideal_reuse
         lines.append(f"   app {t.app} turn {t.turn}: prompt {t.prompt_tokens}, reused {reused} "
-                     f"({fmt_pct(t.reuse_rate)}{bound}; ideal {ideal}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
+                     f"({fmt_share(t.reuse_rate)}{bound}; ideal {ideal}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
                      f"{t.stop_kind}: {clean(t.stop_reason)}; output {check}"
                      + (f"; {clean(t.not_emptied)}" if t.not_emptied else ""))
     if ph.stopped:

@@ -8,7 +8,7 @@ from macprof.render.energy import cold_energy, phase_energy
 from macprof.render.distributed import group_lines
 from macprof.render.report import detail_lines
 from macprof.render.serving import server_lines
-from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, fmt_signed_s
+from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_of, fmt_rate, fmt_s, fmt_signed_s
 
 
 def render_detail(log: RunLog) -> str:
@@ -38,7 +38,7 @@ def render_detail(log: RunLog) -> str:
                 c = summ.checks
                 sp, refused = summ.ttft_speedup, getattr(ph, "reuse_not_possible", None)
                 lines.append(f"   prefix TTFT speed-up x{sp:.2f}; reused tokens p50 {_reused(summ.reused_tokens.median)}; "
-                             f"output checks: {c.identical}/{c.n} identical, {c.near_ties} near-ties, {c.failed} failed"
+                             f"output checks: {fmt_of(c.identical, c.n)} identical, {c.near_ties} near-ties, {c.failed} failed"
                              if sp else "   prefix: no speed-up figure ("
                              + (f"reuse not possible: {refused})" if refused else "missing samples)"))
             else:

@@ -3,6 +3,7 @@ lines of `macprof show`. Pure functions of the run log's figures."""
 
 from __future__ import annotations
 
+from macprof.model.bounds import INVALID, share_ok
 from macprof.model.log import RunLog
 from macprof.model.quality import QualityPhase
 from macprof.render.exporters import Column, Table
@@ -30,7 +31,7 @@ def _ppl(r: dict) -> str:
 
 
 def _top(r: dict) -> str:
-    return "-" if r.get("same_top") is None else f"{100 * r['same_top']:.2f} %"
+    return "-" if r.get("same_top") is None else f"{100 * r['same_top']:.2f} %" if share_ok(r["same_top"]) else INVALID
 
 
 QUALITY_COLUMNS = (Column("PPL", _ppl), Column("KLD mean (95% CI)", _kld), Column("same top", _top),
@@ -76,8 +77,9 @@ def quality_lines(ph: QualityPhase) -> list[str]:
         k = ph.kld
         who = "itself (the reference)" if ph.is_reference else clean(ph.reference)
         lines.append(f"   against {who}: KLD mean {fmt_kld(k.mean)} ± {fmt_kld(k.unc)}, median {fmt_kld(k.median)}, "
-                     f"p99 {fmt_kld(k.p99)}, max {fmt_kld(k.max)}; same top {100 * (ph.same_top or 0):.3f} ± "
-                     f"{100 * (ph.same_top_unc or 0):.3f} %")
+                     f"p99 {fmt_kld(k.p99)}, max {fmt_kld(k.max)}; same top "
+                     + (f"{100 * (ph.same_top or 0):.3f} ± {100 * (ph.same_top_unc or 0):.3f} %"
+                        if share_ok(ph.same_top) else INVALID))
     elif ph.reference_reason:
         lines.append(f"   no KLD: {clean(ph.reference_reason)}")
     return lines

@@ -8,6 +8,7 @@ from __future__ import annotations
 from statistics import median
 from typing import Sequence
 
+from macprof.model.bounds import INVALID, share_ok
 from macprof.model.log import ModelResult
 from macprof.model.phases import Request
 from macprof.model.serving import ConcurrencyPhase, LoadLevelResult
@@ -26,7 +27,7 @@ def _predicted(level: LoadLevelResult) -> str:
 def _goodput(level: LoadLevelResult) -> str:
     if level.goodput is None:
         return f"- ({level.goodput_reason})" if level.goodput_reason else "-"
-    return f"{100 * level.goodput:.0f}%"
+    return f"{100 * level.goodput:.0f}%" if share_ok(level.goodput) else INVALID
 
 
 def concurrency_table(phase: ConcurrencyPhase) -> Table:

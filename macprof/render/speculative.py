@@ -8,7 +8,8 @@ from macprof.model.log import ModelResult, RunLog
 from macprof.model.speculative import SpeculativeCase, SpeculativePhase
 from macprof.render.exporters import Column, Table, cell
 from macprof.render.report import PhaseReport, Section
-from macprof.render.text import fmt_bytes, fmt_rate, fmt_s, fmt_x
+from macprof.model.bounds import INVALID, share_ok
+from macprof.render.text import fmt_bytes, fmt_of, fmt_rate, fmt_s, fmt_x
 
 NOTE = ("speculative: speed-up = decode tok/s drafting k tokens a round over plain greedy decoding of the same target "
         "on the same prompts (ratio of medians, bootstrap interval), at the k where it is highest; α = accepted / "
@@ -20,7 +21,8 @@ TABLE_NOTE = ("speed-up: speculative decode tok/s over the phase's plain greedy 
 
 
 def fmt_ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
+    """An acceptance (α, α per token): a proportion, INVALID outside 0..1."""
+    return "-" if x is None else f"{x:.3f}" if share_ok(x) else INVALID
 
 
 def _best(r: dict) -> str:
@@ -41,7 +43,7 @@ def _alpha(r: dict) -> str:
 
 COLUMNS = (Column("speculative best", _best), Column("α (best k)", _alpha),
            Column("spec. outputs", lambda r: "-" if r.get("speculative_checked") is None
-                  else f"{r['speculative_identical']}/{r['speculative_checked']} identical"))
+                  else f"{fmt_of(r['speculative_identical'], r['speculative_checked'])} identical"))
 
 
 def outputs_text(c: SpeculativeCase) -> str:
@@ -49,7 +51,7 @@ def outputs_text(c: SpeculativeCase) -> str:
     checks = c.checks
     if checks is None or not checks.n:
         return "-"
-    text = f"{checks.identical}/{checks.n} identical"
+    text = f"{fmt_of(checks.identical, checks.n)} identical"
     ties = [r.check for r in c.requests if r.check and r.check.first_divergence is not None and r.check.passed]
     if ties:
         text += ", " + ", ".join(f"near-tie at token {t.first_divergence} (margin {t.margin:.3g})"

@@ -8,7 +8,7 @@ from typing import Sequence
 from macprof.model.log import RunLog
 from macprof.model.phases import Sweep, SweepCase, TradeoffRow
 from macprof.render.exporters import Table, text_table, to_text
-from macprof.render.text import ceiling_text, clean, fmt_rate, fmt_s, fmt_x
+from macprof.render.text import ceiling_text, clean, fmt_of, fmt_rate, fmt_s, fmt_x
 
 
 def _case_status(c: SweepCase) -> str:
@@ -43,7 +43,7 @@ def batch_table(phase: Sweep) -> Table:
     for c in phase.cases:
         t = (trade.get(c.batch) if c.batch is not None else None) or TradeoffRow()
         chk = c.check
-        same = "-" if not chk else f"{chk.identical}/{chk.n}" + (f" ({chk.near_ties} near-tie)" if chk.near_ties else "") \
+        same = "-" if not chk else fmt_of(chk.identical, chk.n) + (f" ({chk.near_ties} near-tie)" if chk.near_ties else "") \
             + (f" {chk.failed} FAILED" if chk.failed else "")
         rows.append([str(c.batch), fmt_rate(t.aggregate_tok_s), fmt_x(t.aggregate_vs_b1), fmt_s(t.itl_p50_s),
                      fmt_x(t.itl_p50_vs_b1), fmt_s(t.itl_p99_s), fmt_rate(t.predicted_aggregate_tok_s),

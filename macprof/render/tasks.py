@@ -6,6 +6,7 @@ from __future__ import annotations
 from macprof.model.log import RunLog
 from macprof.model.tasks import Proportion, TasksPhase
 from macprof.render.exporters import Column, Table
+from macprof.model.bounds import INVALID, count_ok, share_ok
 from macprof.render.text import fmt_bytes, fmt_s
 from macprof.sanitise import clean
 from macprof.render.report import PhaseReport, Section
@@ -18,18 +19,24 @@ TASKS_NOTE = ("tasks: accuracy within the attempts allowed (95 % Wilson interval
 
 
 def fmt_pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f} %"
+    """A proportion; one outside 0..1 (no measurement gives it) as INVALID, never as a figure."""
+    return "-" if x is None else f"{100 * x:.0f} %" if share_ok(x) else INVALID
 
 
 def fmt_prop(p: Proportion | None) -> str:
+    """'k/n = value (low..high)'; INVALID where any of it is impossible (k above n, a share outside 0..1)."""
     if p is None or not p.n:
         return "-"
+    if not (count_ok(p.k, p.n) and all(share_ok(x) for x in (p.value, p.ci_low, p.ci_high))):
+        return INVALID
     return f"{p.k}/{p.n} = {fmt_pct(p.value)} ({fmt_pct(p.ci_low)}..{fmt_pct(p.ci_high)})"
 
 
 def _accuracy(r: dict) -> str:
     if r.get("accuracy") is None:
         return "-"
+    if not all(share_ok(r.get(k)) for k in ("accuracy", "accuracy_ci_low", "accuracy_ci_high")):
+        return INVALID
     return f"{fmt_pct(r['accuracy'])} ({fmt_pct(r['accuracy_ci_low'])}..{fmt_pct(r['accuracy_ci_high'])})"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from macprof.model.bounds import INVALID, count_ok, share_ok
 from macprof.model.phases import Ceiling
 from macprof.sanitise import clean, clean_lines  # noqa: F401 - re-exported: every renderer's sanitisers
 
@@ -33,6 +34,17 @@ def fmt_pct(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:.0%}" if x >= 0.1 else f"{100 * x:.2g}%"
+
+
+def fmt_share(x: float | None) -> str:
+    """A proportion as fmt_pct; one no measurement gives (outside 0..1: a hand-edited log, a
+    server's lie) is never shown as a figure: INVALID (`macprof verify` names it)."""
+    return fmt_pct(x) if share_ok(x) else INVALID
+
+
+def fmt_of(k: int | None, n: int | None) -> str:
+    """'k/n' (identical outputs of those checked); INVALID where k is no count of at most n."""
+    return f"{k}/{n}" if count_ok(k, n) and count_ok(n) else INVALID
 
 
 def fmt_x(ratio: float | None) -> str:

@@ -10,6 +10,7 @@ compare a run with itself (and weigh it twice).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,44 +26,65 @@ class _Entry:
     named: bool  # named on the command line, not found in a folder
     run: tuple | None  # which run it records (None: cannot tell, never merged)
     shared: bool  # a copy written by `macprof share`
+    raw: dict | None = None  # its JSON as read (a journal: none), for its digest
 
 
-def load_logs(paths: list[Path]) -> tuple[list[tuple[str, RunLog]], list[str]]:
+def load_logs(paths: list[Path], unverified: list[str] | None = None) -> tuple[list[tuple[str, RunLog]], list[str]]:
     """(name, log) per run, in the order given, and what was passed over, each as 'FILE (why)'.
     Each file is read and its JSON parsed once: what says whether it claims to be a run log and
-    which run it records is what the log is made from (runlog.parse)."""
+    which run it records is what the log is made from (runlog.parse). ``unverified``, where
+    given, gets a warning line for each log kept that does not verify (store/verify.py)."""
     entries: list[_Entry] = []
     skipped: list[str] = []
-    for p in map(Path, paths):
-        if not p.is_dir():
-            entries.append(_named(p))
-            continue
-        for f in sorted(f for f in p.glob("*.json") if not f.name.startswith(".")):
-            text, raw, why = _claimed_log(f)
-            if why:
-                skipped.append(f"{f} ({why})")
-            else:  # it says it is a run log: a broken one is an error, not something to pass over
-                entries.append(_entry(f, runlog.parse(str(f), text, raw), raw, named=False))
+    for f, named in log_files(paths):
+        found = read_log(f, named)
+        if isinstance(found, str):
+            skipped.append(f"{f} ({found})")
+        else:
+            entries.append(_Entry(f, found[0], named, run_key(found[1]), is_shared(found[1]), found[1]))
     kept = _once_per_run(entries, skipped)
     if not kept:
         where = ", ".join(map(str, paths))
         raise MacprofError(f"no run logs found in {where}" + (f" (passed over: {'; '.join(skipped)})" if skipped else ""))
+    if unverified is not None:
+        from macprof.store.verify import warning
+
+        unverified += [w for e in kept if e.raw is not None and (w := warning(str(e.path), e.log, e.raw))]
     return [(e.path.name.removesuffix(".json"), e.log) for e in kept], skipped
 
 
-def _entry(path: Path, log: RunLog, raw: dict | None, named: bool) -> _Entry:
-    return _Entry(path, log, named, _run_key(raw), bool(raw and raw.get("redacted")))
+def log_files(paths: list[Path]) -> Iterator[tuple[Path, bool]]:
+    """(file, named on the command line) for each path given and each run log's candidate in a
+    folder given (its *.json files, sorted, hidden ones left out), in that order."""
+    for p in map(Path, paths):
+        if not p.is_dir():
+            yield p, True
+            continue
+        for f in sorted(f for f in p.glob("*.json") if not f.name.startswith(".")):
+            yield f, False
 
 
-def _named(path: Path) -> _Entry:
-    """A file named on the command line: a run log, or a journal (no JSON of its own to say which
-    run it is); anything else is runlog.load's error, in its words."""
-    if path.name.endswith(".jsonl"):
-        return _entry(path, runlog.load(path), None, named=True)
+def read_log(path: Path, named: bool) -> tuple[RunLog, dict | None] | str:
+    """The log in ``path`` and its JSON (None for a journal, which has no JSON of its own to say
+    which run it is), read and parsed once; or, for a file found in a folder that does not claim
+    to be a run log, why it is passed over. A file that claims to be one but is broken, or a
+    file named on the command line that is none, is runlog's one-line error."""
+    if named and path.name.endswith(".jsonl"):
+        return runlog.load(path), None
     text, raw, why = _claimed_log(path)
-    if why:  # not a run log: runlog.load says why (it cannot read it, not JSON, no schema_version)
-        return _entry(path, runlog.load(path), None, named=True)
-    return _entry(path, runlog.parse(str(path), text, raw), raw, named=True)
+    if why:
+        if named:  # not a run log: runlog.load says why (it cannot read it, not JSON, no schema_version)
+            return runlog.load(path), None
+        return why
+    return runlog.parse(str(path), text, raw), raw
+
+
+def is_shared(raw: dict | None) -> bool:
+    """Whether this is a copy written by `macprof share`."""
+    return bool(raw and raw.get("redacted"))
+
+
+NOT_JSON = "not JSON"  # why a file is passed over: it does not parse (a log cut short, or no log at all)
 
 
 def _claimed_log(path: Path) -> tuple[str, dict | None, str | None]:
@@ -77,13 +99,13 @@ def _claimed_log(path: Path) -> tuple[str, dict | None, str | None]:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        return text, None, "not JSON"
+        return text, None, NOT_JSON
     if not isinstance(data, dict) or "schema_version" not in data:
         return text, None, "not a macprof run log"
     return text, data, None
 
 
-def _run_key(raw: dict | None) -> tuple | None:
+def run_key(raw: dict | None) -> tuple | None:
     """What one run's log and its shared copy have in common: when it ran, on what machine
     (the facts `share` keeps) and which model files (engine, bytes and sha256 survive `share`;
     a model's name may not)."""

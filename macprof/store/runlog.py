@@ -22,11 +22,14 @@ from macprof.model.records import MAX_DEPTH, json_refusal
 
 # -- files ---------------------------------------------------------------------------------
 def save(log: RunLog, path: Path, replace: bool = True) -> None:
-    """Validated against the schema first (what load checks), then atomic: a temp file in the
-    same folder, fsynced, then renamed over the target. With
+    """With its content digest (store/digest.py: sha256 of its canonical form, under ``digest``,
+    a digest it had replaced), validated against the schema first (what load checks), then
+    atomic: a temp file in the same folder, fsynced, then renamed over the target. With
     ``replace=False`` a file already at ``path`` is never replaced: the temp file is hard-linked
     to the name, which fails if anything took it meanwhile (another run, the user)."""
-    data = log.to_json()
+    from macprof.store.digest import stamped
+
+    data = stamped(log.to_json())
     try:  # a log that is written can always be read back: never one its own readers refuse
         validate(data, str(path))
     except MacprofError as exc:
@@ -179,13 +182,17 @@ def load(path: Path) -> RunLog:
     path = Path(path)
     if path.name.endswith(".jsonl"):
         return build(read_journal(path))
+    return parse(str(path), read_text(path))
+
+
+def read_text(path: Path) -> str:
+    """A run log file's text, or MacprofError naming it (load, `macprof verify`)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read ({exc.strerror})") from None
     except ValueError as exc:  # not UTF-8
         raise MacprofError(f"{path}: not valid JSON (truncated or corrupt): {str(exc)[:120]}") from None
-    return parse(str(path), text)
 
 
 _UNREAD = object()
@@ -204,7 +211,7 @@ def parse(where: str, text: str, data: Any = _UNREAD) -> RunLog:
     key = (where, text)
     log = _CACHE.get(key)
     if log is None:
-        log = _typed(where, text, _json(where, text) if data is _UNREAD else data)
+        log = _typed(where, text, parse_json(where, text) if data is _UNREAD else data)
         _CACHE[key] = log
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
@@ -213,7 +220,8 @@ def parse(where: str, text: str, data: Any = _UNREAD) -> RunLog:
     return log
 
 
-def _json(where: str, text: str) -> Any:
+def parse_json(where: str, text: str) -> Any:
+    """The JSON of a log file's text, or MacprofError naming ``where``."""
     try:
         return json.loads(text)
     except RecursionError:

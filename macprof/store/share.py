@@ -317,6 +317,10 @@ def redact(log: dict, identifiers: list[tuple[str, str]] | None = None) -> tuple
         counted[what] = counted.get(what, 0) + n
     removed += [f"{n} occurrence(s) of {what}" for what, n in sorted(counted.items())]
     out["redacted"] = {"by": "macprof share", "removed": removed}
+    # the copy gets its own digest when saved (store/digest.py), of what it holds; the original's
+    # is not kept: a guess at a removed name could be checked against it. The copy still tells
+    # its run (store/logset.py _run_key: when, on what machine, which model files)
+    out.pop("digest", None)
     return out, removed
 
 
