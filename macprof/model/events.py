@@ -16,6 +16,7 @@ from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScor
 from msgspec import field
 
 from macprof.model.records import ABSENT, Number
+from macprof.model.resolved import Resolved
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
                                        SpeculativeRounds)
@@ -124,6 +125,7 @@ class Loaded(Event):
     vocab_size: int | None = None
     tokenizer_separate: bool = True
     footprint_bytes: int | None = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
+    engine_settings: dict[str, Resolved] | None = ABSENT  # every engine setting as asked and resolved (older journals lack it)
 
 
 class PhaseStart(Event):

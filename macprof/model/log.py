@@ -17,6 +17,7 @@ from macprof.model.quality import QualityPhase
 from macprof.model.tasks import TasksPhase
 from macprof.model.speculative import SpeculativePhase
 from macprof.model.records import ABSENT, Count, Number, Positive, Record, Sha256
+from macprof.model.resolved import Resolved
 from macprof.model.vocab import EngineName, Store
 from macprof.model.serving import ConcurrencyPhase
 from macprof.model.kind import HOST_ID, MODEL_PATH, NAME, OWN, PATH, REF, TEXT, VOCAB
@@ -242,6 +243,8 @@ class ModelResult(Record):
     shape_error: str | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
     engine_versions: dict[str, Any] | None = None
+    # every engine setting as asked and as the engine resolved it (model/resolved.py); absent from older logs
+    engine_settings: dict[str, Resolved] | None = ABSENT
     phases: Phases = field(default_factory=Phases)
     memory: ModelMemory = field(default_factory=ModelMemory)
     failures: tuple[Failure, ...] = ()
