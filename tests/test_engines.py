@@ -185,3 +185,18 @@ def test_llama_cpp_quantized_cache_resolves_flash_attention(tiny_dir):
         assert resolved["type_k"].value == resolved["type_v"].value == "q8_0"
     finally:
         engine.close()
+
+
+def test_prefill_computes_the_ids_into_the_cache(loaded):
+    """The bench phase's pp test: the ids computed with no token generated; the cache then holds
+    them, and a generation that extends them reuses every one (greedy output as from scratch)."""
+    assert lacks(loaded, "prefill") is None
+    ids = PromptBuilder(loaded, seed=5).prompt("prefill", 40).ids
+    loaded.reset()
+    loaded.prefill(list(ids))
+    assert loaded.cached_tokens() == len(ids)
+    more = list(ids) + [ids[-1]]
+    after = list(loaded.generate(more, 4))
+    assert loaded.reused_tokens == len(ids)
+    loaded.reset()
+    assert after == list(loaded.generate(more, 4))

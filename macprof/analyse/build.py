@@ -265,7 +265,7 @@ def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failu
         metrics = metrics.replace(aggregate_decode_tok_s=summarized(aggregate, len(fails)))
     return SweepCase(
         id=case.id, status=_case_status(measured, fails, unsupported),
-        **{k: getattr(case, k) for k in ("shape", "depth", "batch") if case.has(k)},
+        **{k: getattr(case, k) for k in ("shape", "depth", "batch", "test") if case.has(k)},
         prompt_tokens=case.prompt_tokens, gen_tokens=case.gen_tokens, context_tokens=case.context_tokens,
         requests=tuple(reqs), summary=metrics, failures=tuple(fails),
         reason=(unsupported.reason if unsupported else None) or next((f.reason for f in fails), None),

@@ -22,7 +22,7 @@ from macprof.analyse.tasks import task_outcomes
 from macprof.measure import proportions
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Sweep, SweepCase, WarmPhase
-from macprof.model.resolved import known
+from macprof.model.resolved import known, word
 from macprof.phases import figures_of
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
@@ -45,7 +45,7 @@ def parse_case(spec: str | None) -> tuple[str, str] | None:
         return None
     phase, _, cid = spec.partition(":")
     if phase not in SWEEP_PHASES or not cid:
-        raise MacprofError(f"--case {spec!r}: expected PHASE:ID with PHASE grid, depth or batch "
+        raise MacprofError(f"--case {spec!r}: expected PHASE:ID with PHASE {', '.join(SWEEP_PHASES)} "
                            f"(e.g. depth:d4096, batch:b8, grid:p512-g128, grid:rag)")
     return phase, cid
 
@@ -134,12 +134,8 @@ def settings_differ(mine: dict | None, theirs: dict | None) -> list[str]:
     one side does not know is not held against the other)."""
     if not mine or not theirs:
         return []
-    return [f"{name} {_word(mine[name])} vs {_word(theirs[name])}" for name in mine
+    return [f"{name} {word(mine[name])} vs {word(theirs[name])}" for name in mine
             if name in theirs and mine[name] != theirs[name]]
-
-
-def _word(value) -> str:
-    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def _flag_name(key: str, mine, theirs) -> str:

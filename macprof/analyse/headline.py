@@ -10,7 +10,7 @@ from macprof.model.telemetry import PhaseTelemetry
 def _memories(model: ModelResult) -> list[PhaseMemory]:
     ph = model.phases
     # the speculative phase's peak holds the draft's weights and K/V beside the target's
-    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.tasks, ph.speculative)
+    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.bench, ph.tasks, ph.speculative)
             if p and p.memory]
 
 

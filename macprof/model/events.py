@@ -213,6 +213,7 @@ class Request(_RequestHead):
     # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
     # texts; what the server reported (count, tokens per chunk, its timings, flags)
     server: ServerReport | None = ABSENT
+    t_prefilled: int | None = ABSENT  # the bench phase's pp test: its prompt computed, no token generated
 
 
 class PrefixCheck(Event):

@@ -141,7 +141,7 @@ class ModelSettings(Record):
     older logs lack its key."""
 
     KINDS = {"phases": VOCAB, "shapes": VOCAB, "kv_type": VOCAB, "reference": NAME, "text": PATH, "app_order": VOCAB,
-             "chat_template": PATH, "tasks": PATH, "draft": REF, "speculative_impl": VOCAB}
+             "chat_template": PATH, "tasks": PATH, "draft": REF, "speculative_impl": VOCAB, "preset": VOCAB}
 
     phases: tuple[str, ...] = _DEFAULT.phases
     prompt_tokens: int = _DEFAULT.prompt_tokens
@@ -187,6 +187,7 @@ class ModelSettings(Record):
     attempts: int | None = ABSENT
     temperature: Number | None = ABSENT
     seed: int | None = ABSENT
+    preset: str | None = ABSENT  # --preset (absent before it)
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -222,6 +223,7 @@ class Phases(Record):
     grid: Sweep | None = ABSENT
     depth: Sweep | None = ABSENT
     batch: Sweep | None = ABSENT
+    bench: Sweep | None = ABSENT
     quality: QualityPhase | None = ABSENT
     speculative: SpeculativePhase | None = ABSENT
     concurrency: ConcurrencyPhase | None = ABSENT
@@ -229,8 +231,8 @@ class Phases(Record):
     tasks: TasksPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
-        """grid, depth or batch by name (`compare --case depth:d4096` names one)."""
-        return {"grid": self.grid, "depth": self.depth, "batch": self.batch}[name]
+        """grid, depth, batch or bench by name (`compare --case depth:d4096` names one)."""
+        return {"grid": self.grid, "depth": self.depth, "batch": self.batch, "bench": self.bench}[name]
 
 
 class ModelResult(Record):

@@ -36,3 +36,8 @@ def known(settings: dict[str, Resolved] | None) -> dict[str, Value]:
 def as_passed(value: Value, source: str) -> Resolved:
     """A setting the engine takes as given and does not report back: its value is what was passed."""
     return Resolved(asked=value, value=value, source=source)
+
+
+def word(value: Value) -> str:
+    """A resolved value as the tables say it: a flag on/off, anything else as it is."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
