@@ -17,6 +17,7 @@ from macprof.errors import MacprofError, NothingMeasured
 from macprof.cli.options import csv_ints, number, run_options
 from macprof.sanitise import clean
 from macprof.config.settings import KV_TYPES, MODEL_ENGINES, implied_phases
+from macprof.render.formats import LOG_FORMATS
 
 if TYPE_CHECKING:
     from macprof.model.log import RunLog
@@ -103,6 +104,31 @@ def _load_logs(paths) -> list[tuple[str, RunLog]]:
     if skipped:
         click.echo(clean(f"macprof: passed over {len(skipped)} file(s): {'; '.join(skipped)}"), err=True)
     return logs
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--format", "fmt", required=True, type=click.Choice(list(LOG_FORMATS)),
+              help="llama-bench-json|jsonl|csv|sql|md: llama-bench's own rows, one per test; mlx-md: mlx-lm's "
+                   "BENCHMARKS.md table; apple-silicon-md: the row of llama.cpp's Apple Silicon discussion.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here [stdout].")
+def export(paths, fmt, output) -> None:
+    """Write run logs (files or folders) in the community's formats (docs/export.md). A figure the
+    logs cannot give is said in one line on stderr, never made up."""
+    from macprof.render.exporters import export_logs
+
+    written, missing = export_logs(_load_logs(paths), fmt)
+    for line in missing:
+        echo_err(clean(f"macprof export: {line}"))
+    if not written:
+        raise MacprofError(f"macprof export: nothing in {fmt}: the logs give none of its figures (the lines above say why)")
+    if output is None:
+        click.echo(written)
+        return
+    try:
+        output.write_text(written + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise MacprofError(f"{output}: cannot write: {exc.strerror}") from None
 
 
 @main.command()
