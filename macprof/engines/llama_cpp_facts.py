@@ -198,14 +198,14 @@ class CapturedLog:
     offloaded (llama.h has no getter for them)."""
 
     def __init__(self) -> None:
-        self.text = ""
+        self._pieces: list[str] = []  # as written: a line may come in pieces (GGML_LOG_LEVEL_CONT)
         from llama_cpp import _logger
 
         forward = _logger.llama_log_callback
 
         @lc.llama_log_callback
         def collect(level, text, user_data):  # noqa: ANN001 - ctypes' callback
-            self.text += (text or b"").decode("utf-8", errors="replace")
+            self._pieces.append((text or b"").decode("utf-8", errors="replace"))
             forward(level, text, user_data)
 
         self._collect, self._forward = collect, forward  # held: ctypes callbacks must outlive their use
@@ -219,7 +219,7 @@ class CapturedLog:
 
     @property
     def lines(self) -> list[str]:
-        return self.text.splitlines()
+        return "".join(self._pieces).splitlines()
 
 
 _FA_SOURCE = "llama.cpp's log at context creation"
