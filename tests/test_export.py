@@ -76,7 +76,7 @@ def bench_log(fake_dir, tmp_path_factory):
             "--log", str(log))
     data = json.loads(log.read_text())
     (m,) = data["models"]
-    m["identity"].update(engine="llama.cpp", quant_label="Q4_0")
+    m["identity"].update(engine="llama.cpp", quant_label="Q4_0", quant_declared="Q4_0")
     m["engine_versions"] = {"llama_cpp_python": "0.3.36", "threads": 2, "threads_source": "psutil physical cores",
                             "load": {"devices": [{"name": "CPU", "description": "Intel(R) Xeon(R) Processor", "type": 0,
                                                   "total_bytes": 1}], "n_gpu_layers": -1, "load_mode": "auto"},

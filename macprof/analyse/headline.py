@@ -115,7 +115,7 @@ def headline(m: ModelResult) -> dict:
     return {
         "model": m.identity.name,
         "engine": m.identity.engine,
-        "quant": m.identity.quant_declared or m.identity.quant_label,
+        "quant": m.identity.quant,
         "file_bytes": m.identity.total_bytes,
         "cold_ttft_s": cold.summary.time_to_first_token_s.median if cold else None,
         "warm_ttft_s": warm.summary.ttft_s.median if warm else None,

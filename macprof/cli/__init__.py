@@ -121,7 +121,7 @@ def export(paths, fmt, output) -> None:
     for line in missing:
         echo_err(clean(f"macprof export: {line}"))
     if not written:
-        raise MacprofError(f"macprof export: nothing in {fmt}: the logs give none of its figures (the lines above say why)")
+        raise MacprofError(f"export: nothing in {fmt}: the logs give none of its figures (the lines above say why)")
     if output is None:
         click.echo(written)
         return

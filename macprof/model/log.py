@@ -132,6 +132,12 @@ class Identity(Record):
     files: tuple[ModelFile, ...] = ()
     source: Source | None = ABSENT  # only a model named on the command line has one
 
+    @property
+    def quant(self) -> str | None:
+        """The quantization the model is known by: as declared (models.toml's quant, or its file's
+        own), else as macprof labelled it."""
+        return self.quant_declared or self.quant_label
+
 
 class ModelSettings(Record):
     """macprof.config.Settings as the log records it: each setting is declared once, as a field

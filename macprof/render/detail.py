@@ -38,7 +38,7 @@ def render_detail(log: RunLog) -> str:
     for m in log.models:
         ident = m.identity
         lines.append("")
-        lines.append(f"== {ident.name}  ({ident.engine}, {ident.quant_declared or ident.quant_label}, "
+        lines.append(f"== {ident.name}  ({ident.engine}, {ident.quant}, "
                      f"{fmt_bytes(ident.total_bytes)}, {ident.n_params or '?'} parameters)")
         s = m.settings
         lines.append(f"   prompt {s.prompt_tokens} / gen {s.gen_tokens} / prefix {s.prefix_tokens} tokens, "

@@ -89,7 +89,9 @@ def _llama_cpp_fields(m: ModelResult) -> dict:
 
 
 def _described(m: ModelResult) -> str:
-    return " ".join(x for x in (m.identity.architecture, m.identity.quant_label) if x)
+    """The architecture and the quantization (as the model's config or header declares it)."""
+    quant = m.identity.quant
+    return " ".join(x for x in (m.identity.architecture, quant) if x)
 
 
 def _mlx_fields(m: ModelResult, log: RunLog) -> dict:

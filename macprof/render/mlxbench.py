@@ -52,7 +52,7 @@ def figures(m: ModelResult) -> tuple[dict | None, list[str]]:
         lines.append(f"{name}: Generation: a warm request generated fewer than 2 tokens: no Generation figure")
     if None in peaks:
         lines.append(f"{name}: Memory GB: MLX's peak memory was not recorded for every warm request")
-    return {"precision": precision(m.identity.quant_label),
+    return {"precision": precision(m.identity.quant),
             "prompt": None if None in prompt else math.fsum(p for p in prompt if p) / len(prompt),
             "generation": None if None in gen else math.fsum(g for g in gen if g) / len(gen),
             "memory_gb": None if None in peaks else max(p for p in peaks if p is not None) / 1e9,

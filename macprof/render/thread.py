@@ -50,7 +50,7 @@ def tables(logs: list[tuple[str, RunLog]]) -> tuple[list[Table], list[str]]:
                 lines.append(f"{source}: {m.identity.name}: not a llama.cpp model: the thread's table is llama.cpp's "
                              f"(mlx-md lists MLX models)")
                 continue
-            quant = (m.identity.quant_label or "?").upper()
+            quant = (m.identity.quant or "?").upper()
             if quant in seen:
                 lines.append(f"{source}: {m.identity.name}: a second {quant} model ({seen[quant]} is the row's)")
                 continue
