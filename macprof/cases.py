@@ -8,6 +8,9 @@
          ``gen_tokens``, and the cache is cut back to d tokens before the next one.
 - batch: B sequences (distinct prompts of ``prompt_tokens``) decoded together,
          ``gen_tokens`` each.
+- bench: llama-bench's tests, each on its own from an empty cache: ``pp P`` for each prompt
+         length (P random token ids computed, no token generated), ``tg N`` for each generated
+         length (N single-token decode steps from the model's first token).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ def case_id(phase: str, case: dict) -> str:
         return case["shape"] or f"p{case['prompt_tokens']}-g{case['gen_tokens']}"
     if phase == "depth":
         return f"d{case['depth']}"
+    if phase == "bench":
+        return f"pp{case['prompt_tokens']}" if case["test"] == "pp" else f"tg{case['gen_tokens']}"
     return f"b{case['batch']}"
 
 
@@ -49,6 +54,14 @@ def depth_cases(s) -> list[dict]:
 
 def batch_cases(s) -> list[dict]:
     return [{"batch": b, "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens} for b in s.batches]
+
+
+def bench_cases(s) -> list[dict]:
+    """llama-bench's tests: pp for every prompt length, then tg for every generated length (its
+    -p and -n lists; a tg test's one prompt token is the first decode step's input, BOS or a
+    random id, as llama-bench's test_gen feeds it)."""
+    return ([{"test": "pp", "prompt_tokens": p, "gen_tokens": 0} for p in s.prompt_grid or (s.prompt_tokens,)]
+            + [{"test": "tg", "prompt_tokens": 1, "gen_tokens": g} for g in s.gen_grid or (s.gen_tokens,)])
 
 
 def plan(s) -> dict[str, list[dict]]:

@@ -76,6 +76,9 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           "macprof.cases:depth_cases", _per_case, _longest_case, sweep=True),
     Phase("batch", "macprof.run.phases.sweeps:run_batch", "macprof.analyse.build:build_sweep_phase",
           "macprof.cases:batch_cases", _per_case, _longest_case, sweep=True),
+    # llama-bench's pp and tg tests, each from an empty cache (run/phases/bench.py)
+    Phase("bench", "macprof.run.phases.bench:run_bench", "macprof.analyse.build:build_sweep_phase",
+          "macprof.cases:bench_cases", _per_case, _longest_case, sweep=True),
     # scores chunks (quality_chunk events), no request
     Phase("quality", "macprof.run.phases.quality:run_quality", "macprof.analyse.build:build_quality_phase",
           context=lambda s, cases: s.quality_ctx, figures="macprof.analyse.quality:quality_figures",

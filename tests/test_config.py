@@ -271,20 +271,21 @@ def test_run_receives_typed_groups(folder, monkeypatch):
 
 def test_each_flag_sets_only_its_own_settings():
     """A flag's reader sets its setting, and those declared ``set_by`` it (--prompt-tokens:
-    prompt_tokens and prompt_grid; --slo: slo_ttft and slo_itl), nothing else."""
-    from macprof.config.settings import SPECS, command_line_settings
+    prompt_tokens and prompt_grid; --slo: slo_ttft and slo_itl; --preset: its values), nothing else."""
+    from macprof.config.settings import PRESETS, SPECS, command_line_settings
 
     examples = {"ints": [1, 2], "rates": [0.5, 1.0], "int": 2, "float": 1.5, "switch": True, "file": __file__,
                 "choice": None, "str": None}
     words = {"--phases": "warm", "--shape": "rag", "--hosts": "2", "--reference": "a", "--slo": "ttft:1s,itl:50ms",
              "--kv-type": "q8_0", "--backend": "ring", "--parallel": "pipeline", "--app-order": "random", "--draft": "ngram",
-             "--speculative-impl": "both"}
+             "--speculative-impl": "both", "--preset": "llama-bench"}
     for name, s in SPECS.items():
         if not s.flags:
             continue
         values = {f.param: words.get(f.name, examples[f.kind]) for f in s.flags}
         out = command_line_settings(values)
         own = {name} | {n for n, other in SPECS.items() if other.set_by == name}
+        own |= set(PRESETS[values["preset"]]) if name == "preset" else set()  # a preset sets its values
         assert out and set(out) <= own, (name, out)
         assert all(v is not None for v in out.values()), (name, out)
 

@@ -154,3 +154,49 @@ def test_versions_record_how_the_model_was_loaded(loaded):
     elif loaded.name == "mlx":
         assert "wired_limit_bytes" in v and (v["wired_limit_bytes"] or v["wired_reason"])
         assert lacks(loaded, "batch") is None
+
+
+def test_settings_recorded_as_resolved(loaded):
+    """Every setting as the engine resolved it, beside what was asked: llama.cpp's flash attention
+    settled (never "auto"), its context's own n_ctx / n_batch / threads; MLX's device and K/V type."""
+    resolved = loaded.resolved_settings()
+    assert all(r.value is not None or r.unknown for r in resolved.values()), resolved
+    if loaded.name == "llama.cpp":
+        assert resolved["flash_attn"].asked == "auto" and resolved["flash_attn"].value in ("enabled", "disabled")
+        assert resolved["n_ctx"].value >= 512 and resolved["n_ctx"].value % 256 == 0  # padded to 256 cells
+        assert resolved["n_batch"].asked == 2048 and resolved["n_batch"].value == 512  # at most the context asked
+        assert resolved["n_threads"].value == resolved["n_threads"].asked == loaded.threads
+        assert resolved["type_k"].value == resolved["type_v"].value == "f16"
+        assert resolved["n_gpu_layers"].value == 0  # this CPU-only build
+    elif loaded.name == "mlx":
+        assert resolved["device"].value in ("cpu", "gpu") and resolved["flash_attn"].value == "enabled"
+        assert resolved["type_k"].value in ("float16", "bfloat16", "float32") and resolved["n_threads"].unknown
+
+
+@pytest.mark.slow
+def test_llama_cpp_quantized_cache_resolves_flash_attention(tiny_dir):
+    """A quantized V cache needs flash attention: asked enabled, resolved enabled, the K/V types as
+    llama.cpp allocated them."""
+    engine = engines.create("llama.cpp")
+    engine.load_model(tiny_dir / "gguf/demo-tiny-q8_0.gguf", EngineSettings(n_ctx=512, kv_type="q8_0"))
+    try:
+        resolved = engine.resolved_settings()
+        assert resolved["flash_attn"].value == "enabled"
+        assert resolved["type_k"].value == resolved["type_v"].value == "q8_0"
+    finally:
+        engine.close()
+
+
+def test_prefill_computes_the_ids_into_the_cache(loaded):
+    """The bench phase's pp test: the ids computed with no token generated; the cache then holds
+    them, and a generation that extends them reuses every one (greedy output as from scratch)."""
+    assert lacks(loaded, "prefill") is None
+    ids = PromptBuilder(loaded, seed=5).prompt("prefill", 40).ids
+    loaded.reset()
+    loaded.prefill(list(ids))
+    assert loaded.cached_tokens() == len(ids)
+    more = list(ids) + [ids[-1]]
+    after = list(loaded.generate(more, 4))
+    assert loaded.reused_tokens == len(ids)
+    loaded.reset()
+    assert after == list(loaded.generate(more, 4))

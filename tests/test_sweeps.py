@@ -302,7 +302,7 @@ def test_compare_a_sweep_case_across_models(sweep_log):
     out = CliRunner().invoke(main, ["compare", str(log), "--case", "batch:b3", "--format", "csv"])
     assert out.exit_code == 0 and "case_ttft_s" in out.output and len(out.output.strip().splitlines()) == 1 + len(models)
     for bad, message in (("depth:d999", "no model in these logs has the case 'depth:d999'"),
-                         ("cold:x", "expected PHASE:ID with PHASE grid, depth or batch")):
+                         ("cold:x", "expected PHASE:ID with PHASE grid, depth, batch, bench")):
         out = CliRunner().invoke(main, ["compare", str(log), "--case", bad])
         assert out.exit_code == 2 and message in out.output and out.output.count("\n") == 1
 

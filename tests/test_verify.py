@@ -70,7 +70,7 @@ def everything(fake_dir, tmp_path_factory):
     try:
         r = CliRunner().invoke(main, [
             "run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", *SMALL,
-            "--phases", "cold,warm,prefix,grid,depth,batch,quality,speculative,conversation,tasks", "--shape", "chat",
+            "--phases", "cold,warm,prefix,grid,depth,batch,quality,speculative,conversation,tasks,bench", "--shape", "chat",
             "--depth", "0,64", "--batch", "1,2", "--quality-ctx", "64", "--quality-tokens", "128", "--draft", "ngram",
             "--draft-tokens", "1,3", "--speculative-impl", "both", "--turns", "3", "--apps", "2",
             "--tasks", str(_tasks(folder)), "--attempts", "2", "--temperature", "0.7", "--log", str(log)])

@@ -73,12 +73,14 @@ def build_model(events: list[ev.Event], bw: Bandwidth | None = None) -> ModelRes
     for e in events:
         if e.worker:
             workers.setdefault(e.worker, []).append(e)
-    versions = next((e.versions for e in events if isinstance(e, ev.Loaded) and e.versions is not None), None)
+    loaded = next((e for e in events if isinstance(e, ev.Loaded) and e.versions is not None), None)
+    versions = loaded.versions if loaded else None
     warm = [request_record(e) for e in events if isinstance(e, ev.Request) and e.phase == "warm"]
     phases = _phases(events, head, workers, failures, warm, bw)
     return ModelResult(
         identity=head.identity, shape=head.shape, shape_error=head.shape_error, settings=head.settings,
-        engine_versions=versions, phases=phases,
+        engine_versions=versions, engine_settings=loaded.engine_settings if loaded and loaded.has("engine_settings")
+        else ABSENT, phases=phases,
         memory=_model_memory(events, head, [r for r in warm if r.kind == "measured"]),
         failures=tuple(failures), complete=any(isinstance(e, ev.ModelEnd) for e in events),
         **_group(events, head, phases, bw))
@@ -263,7 +265,7 @@ def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failu
         metrics = metrics.replace(aggregate_decode_tok_s=summarized(aggregate, len(fails)))
     return SweepCase(
         id=case.id, status=_case_status(measured, fails, unsupported),
-        **{k: getattr(case, k) for k in ("shape", "depth", "batch") if case.has(k)},
+        **{k: getattr(case, k) for k in ("shape", "depth", "batch", "test") if case.has(k)},
         prompt_tokens=case.prompt_tokens, gen_tokens=case.gen_tokens, context_tokens=case.context_tokens,
         requests=tuple(reqs), summary=metrics, failures=tuple(fails),
         reason=(unsupported.reason if unsupported else None) or next((f.reason for f in fails), None),

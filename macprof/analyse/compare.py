@@ -23,6 +23,7 @@ from macprof.analyse.tasks import task_outcomes
 from macprof.measure import proportions
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import PrefixPhase, Sweep, SweepCase, WarmPhase
+from macprof.model.resolved import known, word
 from macprof.phases import figures_of
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
@@ -40,7 +41,7 @@ def parse_case(spec: str | None) -> tuple[str, str] | None:
         return None
     phase, _, cid = spec.partition(":")
     if phase not in SWEEP_PHASES or not cid:
-        raise MacprofError(f"--case {spec!r}: expected PHASE:ID with PHASE grid, depth or batch "
+        raise MacprofError(f"--case {spec!r}: expected PHASE:ID with PHASE {', '.join(SWEEP_PHASES)} "
                            f"(e.g. depth:d4096, batch:b8, grid:p512-g128, grid:rag)")
     return phase, cid
 
@@ -90,6 +91,9 @@ def rows_from(log: RunLog, source: str, case: tuple[str, str] | None = None) -> 
                 "phase_thermal_state": states,
                 # the task set's sha256 and attempts allowed (absent: no tasks phase on one side, not flagged)
                 "task_set": _task_set(m),
+                # the engine's settings as it resolved them (flash attention, threads, batch sizes, K/V types,
+                # offload...): compared where both sides know a setting (absent from older logs: None)
+                "engine_settings": known(m.engine_settings) if m.has("engine_settings") else None,
             },
         })
     return rows
@@ -118,7 +122,22 @@ _FLAG_NAMES = {"task_set": "task set or attempts allowed", "lengths": "prompt/ge
 # flagged only when both sides know them: a log from before telemetry, or an OS that reads
 # neither, says nothing about them
 _KNOWN_ONLY = ("thermal_pressure", "phase_power_source", "memory_figure", "phase_thermal_state", "memory_weights",
-               "task_set")
+               "task_set", "engine_settings")
+
+
+def settings_differ(mine: dict | None, theirs: dict | None) -> list[str]:
+    """The engine settings both sides resolved to different values, each "name a vs b" (a setting
+    one side does not know is not held against the other)."""
+    if not mine or not theirs:
+        return []
+    return [f"{name} {word(mine[name])} vs {word(theirs[name])}" for name in mine
+            if name in theirs and mine[name] != theirs[name]]
+
+
+def _flag_name(key: str, mine, theirs) -> str:
+    if key == "engine_settings":
+        return "engine settings: " + ", ".join(settings_differ(mine, theirs))
+    return _FLAG_NAMES[key]
 THERMAL_RANK = {"nominal": 0, "fair": 1, "serious": 2, "critical": 3}
 
 
@@ -149,8 +168,9 @@ def compare(rows: list[dict], baseline: str | None = None) -> dict:
         if t["source"] == base["source"]:
             in_base.setdefault(t["model"], t)
     for r in rows:
-        flags = [_FLAG_NAMES[k] for k, v in r["conditions"].items() if v != base["conditions"][k]
-                 and (k != "engine_version" or r["engine"] == base["engine"])  # engines differ by design
+        flags = [_flag_name(k, v, base["conditions"][k]) for k, v in r["conditions"].items() if v != base["conditions"][k]
+                 and (k not in ("engine_version", "engine_settings") or r["engine"] == base["engine"])  # engines differ by design
+                 and (k != "engine_settings" or settings_differ(v, base["conditions"][k]))
                  # lengths asked otherwise are flagged as such; what the requests had says more only when asked alike
                  and (k != "measured_lengths" or r["conditions"]["lengths"] == base["conditions"]["lengths"])
                  and (k not in _KNOWN_ONLY or None not in (v, base["conditions"][k]))]

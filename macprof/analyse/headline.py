@@ -10,7 +10,7 @@ from macprof.model.telemetry import PhaseTelemetry
 def _memories(model: ModelResult) -> list[PhaseMemory]:
     ph = model.phases
     # the speculative phase's peak holds the draft's weights and K/V beside the target's
-    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.tasks, ph.speculative)
+    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.bench, ph.tasks, ph.speculative)
             if p and p.memory]
 
 
@@ -115,7 +115,7 @@ def headline(m: ModelResult) -> dict:
     return {
         "model": m.identity.name,
         "engine": m.identity.engine,
-        "quant": m.identity.quant_declared or m.identity.quant_label,
+        "quant": m.identity.quant,
         "file_bytes": m.identity.total_bytes,
         "cold_ttft_s": cold.summary.time_to_first_token_s.median if cold else None,
         "warm_ttft_s": warm.summary.ttft_s.median if warm else None,

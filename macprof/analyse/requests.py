@@ -21,9 +21,9 @@ def request_record(e: ev.Request) -> Request:
     d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0,
                server.chunk_tokens if server else None,
                (server.completion_tokens - (server.unstamped_tokens or 0)) if server and server.completion_tokens
-               is not None else None, chunked=server is not None)
+               is not None else None, chunked=server is not None, t_prefilled=e.t_prefilled)
     itl = sorted(d.itl_s)
-    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before", "server") if e.has(k)}
+    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before", "server", "t_prefilled") if e.has(k)}
     return Request(
         index=e.index, kind=e.kind, mode=e.mode, status=e.status, error=e.error, t0=e.t0, t_tokenized=e.t_tokenized,
         token_times=e.token_times, tokens=e.tokens, prompt_tokens=e.prompt_tokens, reused_tokens=e.reused_tokens,

@@ -100,7 +100,8 @@ def _model(m: dict, key: str) -> list[ev.Event]:
     out.append(_event(ev.Started, {}, rss_bytes=memory.get("rss_before_load_bytes")))
     out.append(_event(ev.Loaded, {}, rss_bytes=memory.get("rss_after_load_bytes"),
                       engine_memory=memory.get("engine_after_load"), versions=m.get("engine_versions"),
-                      **_present(memory, footprint_after_load_bytes="footprint_bytes")))
+                      **_present(memory, footprint_after_load_bytes="footprint_bytes"),
+                      **_present(m, engine_settings="engine_settings")))
     for name in REGISTRY:
         phase = phases.get(name)
         if phase is None:
@@ -231,7 +232,7 @@ def _prefix(phase: dict, m: dict, name: str) -> list[ev.Event]:
 
 
 def _planned(case: dict) -> dict:
-    return {k: case[k] for k in ("id", "shape", "depth", "batch", "prompt_tokens", "gen_tokens", "context_tokens")
+    return {k: case[k] for k in ("id", "test", "shape", "depth", "batch", "prompt_tokens", "gen_tokens", "context_tokens")
             if k in case}
 
 

@@ -17,6 +17,7 @@ from macprof.errors import MacprofError, NothingMeasured
 from macprof.cli.options import csv_ints, number, run_options
 from macprof.sanitise import clean
 from macprof.config.settings import DRAFT_TOKENS_MAX, INT_MAX, KV_TYPES, MODEL_ENGINES, implied_phases
+from macprof.render.formats import LOG_FORMATS
 
 if TYPE_CHECKING:
     from macprof.model.log import RunLog
@@ -108,6 +109,34 @@ def _load_logs(paths) -> tuple[list[tuple[str, RunLog]], list[str]]:
     if skipped:
         click.echo(clean(f"macprof: passed over {len(skipped)} file(s): {'; '.join(skipped)}"), err=True)
     return logs, unverified
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--format", "fmt", required=True, type=click.Choice(list(LOG_FORMATS)),
+              help="llama-bench-json|jsonl|csv|sql|md: llama-bench's own rows, one per test; mlx-md: mlx-lm's "
+                   "BENCHMARKS.md table; apple-silicon-md: the row of llama.cpp's Apple Silicon discussion.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here [stdout].")
+def export(paths, fmt, output) -> None:
+    """Write run logs (files or folders) in the community's formats (docs/export.md). A figure the
+    logs cannot give is said in one line on stderr, never made up."""
+    from macprof.render.exporters import export_logs
+
+    logs, unverified = _load_logs(paths)
+    written, missing = export_logs(logs, fmt)
+    for line in missing:
+        echo_err(clean(f"macprof export: {line}"))
+    for line in unverified:  # exported as measured only where it verifies: say which do not
+        echo_err(clean(line))
+    if not written:
+        raise MacprofError(f"export: nothing in {fmt}: the logs give none of its figures (the lines above say why)")
+    if output is None:
+        click.echo(written)
+        return
+    try:
+        output.write_text(written + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise MacprofError(f"{output}: cannot write: {exc.strerror}") from None
 
 
 @main.command()

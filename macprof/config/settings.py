@@ -229,6 +229,14 @@ APP_ORDERS = ("round-robin", "random")
 _TASKS = ("tasks",)
 _SPEC = ("speculative",)
 SPECULATIVE_IMPLS = ("macprof", "native", "both")
+# Named sets of setting values (`--preset NAME`): the command line's flags given beside it win.
+# llama-bench: llama.cpp's Apple Silicon discussion's protocol (`llama-bench -p 512 -n 128`): its
+# pp512 and tg128 tests apart, at depth 0, 5 repetitions each (the bench phase). Threads, flash
+# attention and GPU offload stay the engine's defaults, which are llama-bench's own (threads: the
+# fastest cores; flash attention: auto; every layer offloaded), and the log records each as resolved.
+PRESETS: dict[str, dict[str, Any]] = {
+    "llama-bench": {"phases": ["bench"], "prompt_tokens": 512, "gen_tokens": 128, "reps": 5},
+}
 
 
 @dataclass(frozen=True)
@@ -389,6 +397,10 @@ class Settings:
     seed: int = setting(0, _int_at_least(0, "an integer"), "tasks: the sampled retries' seed: each retry's own "
                         "is derived from it, the task and the attempt, and logged [{seed}].",
                         unit="seed", phases=_TASKS, flags=(Flag("--seed", "int"),))
+    # the preset the command line named (its values are set as if given, PRESETS), for the log
+    preset: str | None = setting(
+        None, _one_of(tuple(PRESETS)), "A named set of settings, each overridden by its own flag given beside it: "
+        "{presets}.", toml=False, flags=(Flag("--preset", "choice"),))
 
 
 def spec(f: Field) -> Spec:
@@ -421,6 +433,8 @@ def _shown(value: Any) -> str:
 
 
 HELP_FIELDS = {**{name: _shown(v) for name, v in DEFAULTS.items()}, "phase_names": ",".join(PHASES),
+               "presets": "; ".join(f"{name} ({', '.join(f'{k} {_shown(tuple(v) if isinstance(v, list) else v)}' for k, v in values.items())})"
+                                    for name, values in PRESETS.items()),
                "shape_names": ", ".join(SHAPES), "backend": Distributed.backend, "parallel": Distributed.parallel,
                "app_orders": ", ".join(APP_ORDERS)}
 
@@ -450,6 +464,9 @@ def command_line_settings(values: dict[str, Any]) -> dict[str, Any]:
         if s.flags and all(f.param in values for f in s.flags):
             given = [values[f.param] for f in s.flags]
             out.update(s.read(*given) if s.read else {name: given[0]})
+    for key, value in PRESETS.get(out.get("preset") or "", {}).items():
+        if out.get(key) is None:  # a flag given beside the preset wins
+            out[key] = value
     return out
 
 
@@ -530,7 +547,7 @@ def run_flags() -> list[tuple[str, Flag, str, tuple[str, ...]]]:
     return sorted(declared, key=lambda d: rank.get(d[1].name, len(rank)))
 
 
-RUN_ORDER = ("--engine", "--config", "--models", "--phases", "--prompt-tokens", "--gen-tokens", "--shape", "--depth",
+RUN_ORDER = ("--engine", "--config", "--models", "--preset", "--phases", "--prompt-tokens", "--gen-tokens", "--shape", "--depth",
              "--batch", "--prefix-tokens", "--reps", "--cold-trials", "--threads", "--kv-type", "--timeout", "--delay",
              "--drop-cache", "--force", "--log", "--resume", "--force-overwrite", "--hosts", "--backend", "--parallel",
              "--link-gbs", "--draft", "--draft-tokens", "--ngram", "--speculative-impl", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",

@@ -93,6 +93,8 @@ CAPABILITIES = {
                     "llama-cpp-python's prompt lookup), measured beside macprof's loop (--speculative-impl); "
                     "native_refusal says which drafts it takes",
 }
+CAPABILITIES["prefill"] = ("token ids computed into the cache with no token generated, returning once computed, "
+                           "and generation from ids given as such (the bench phase: llama-bench's pp and tg tests)")
 CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI tools field, the server applying its "
                         "model's template (the tasks phase through a server)")
 # what an in-process engine says of "chat": the tasks phase renders the model's template itself
@@ -262,6 +264,15 @@ class Engine(Protocol):
     def reset_peak_memory(self) -> None: ...
 
     def versions(self) -> dict: ...
+
+    def resolved_settings(self) -> dict[str, Any]:
+        """Once loaded: every setting the engine runs with, name -> a model.resolved.Resolved
+        (what was asked, what the engine resolved it to and where that was read, or why it is
+        unknown); llama.cpp's context parameters after creation, mlx-lm's cache and stream."""
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        """Capability "prefill": append ``ids`` to what the cache holds and compute them, no token
+        sampled, returning once the computation is done (the device synchronised): the pp test."""
 
     def close(self) -> None: ...
 

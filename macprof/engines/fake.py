@@ -62,7 +62,8 @@ class FakeEngine(PrefixReuse):
     separate_tokenizer = False  # the vocabulary comes with the model file
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": None,
-                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None}
+                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
+                                           "prefill": None}
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
     def __init__(self) -> None:
@@ -80,11 +81,13 @@ class FakeEngine(PrefixReuse):
         self._batch = (0, 0)  # (sequences, tokens per sequence) of the open batch
         self._native: tuple[Any, int] | None = None  # (draft engine or None: n-gram lookup, n-gram size)
         self._report = NativeReport(impl="fake", unknown="no native request yet")
+        self.threads: int | None = None
 
     # -- loading -------------------------------------------------------------------------
     def load_model(self, path: Path, settings: EngineSettings) -> None:
         meta = read_header(Path(path))
         self.vocab, self.n_ctx = meta["vocab_size"], settings.n_ctx
+        self.threads = settings.threads
         self.kv_bytes_per_token = 2 * meta["block_count"] * meta["head_count_kv"] * meta["head_dim"] * 2  # K, V in f16
         self.cache_kind = str(meta.get("cache") or "full")
         self._letters = _word_len(self.vocab)
@@ -171,6 +174,11 @@ class FakeEngine(PrefixReuse):
     def _next(self, state: int) -> int:
         # EOS one time in 16, as the demo models' head favours it: generation must go on past it
         return EOS if (state >> 32) % 16 == 0 else state % self.vocab
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        held = len(self._states)
+        self._history = self._history[:held] + list(ids)
+        _feed(self._states, ids, self.n_ctx)
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
@@ -344,6 +352,16 @@ class FakeEngine(PrefixReuse):
         from macprof import __version__
 
         return {"fake": __version__}
+
+    def resolved_settings(self) -> dict:
+        """As a real engine reports them, for the orchestration tests: the context it holds, its
+        threads (the fake computes in one, whatever was asked) and its K/V type."""
+        from macprof.model.resolved import Resolved, as_passed
+
+        return {"n_ctx": as_passed(self.n_ctx, "the context the worker asked for"),
+                "n_threads": Resolved(asked=self.threads, value=1, source="the fake engine computes in Python, one thread"),
+                "type_k": as_passed("f16", "the fake's K/V size assumes f16"),
+                "type_v": as_passed("f16", "the fake's K/V size assumes f16")}
 
     def close(self) -> None:
         self.close_batch()

@@ -31,13 +31,17 @@ import numpy as np
 from llama_cpp import _logger as _lc_logger
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-from macprof.engines.llama_cpp_facts import cut_refusal, default_threads, load_facts, weights_held
+from macprof.engines.llama_cpp_facts import (CapturedLog, cut_refusal, default_threads, ggml_backends, ggml_build,
+                                             load_facts, model_facts, resolved_settings, weights_held)
 from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
                                   PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 
 _SEQ = 0
 _GGML_KV_TYPES = {"q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}  # the kv_type option -> ggml_type
+# asked of every context: llama-bench's defaults (-b 2048 -ub 512); llama.cpp clamps n_batch to the
+# context (causal attention) and n_ubatch to n_batch, and the decode loop reads back what it got
+N_BATCH, N_UBATCH = 2048, 512
 # llama.cpp logs every tensor it loads; keep its errors only, unless asked for more.
 _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
 
@@ -47,7 +51,8 @@ class LlamaCppEngine(PrefixReuse):
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": None,
-                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None}
+                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
+                                           "prefill": None}
 
     def __init__(self) -> None:
         self.model = None
@@ -62,6 +67,7 @@ class LlamaCppEngine(PrefixReuse):
         self.threads = 0
         self.threads_source = ""
         self._load: dict = {}  # what load_model passed to llama.cpp, for the run log
+        self._resolved: dict = {}  # every setting of the context as asked and as llama.cpp resolved it
         self.kv_type = "f16"
         self.n_batch = 0
         self._history: list[int] = []
@@ -79,28 +85,32 @@ class LlamaCppEngine(PrefixReuse):
     def load_model(self, path: Path, settings: EngineSettings) -> None:
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
-        model = lc.llama_model_load_from_file(str(path).encode(), mparams)
-        if not model:
-            # llama.cpp says why on the worker's stderr, which the parent keeps with the failure
-            raise MacprofError(f"{path}: llama.cpp could not load this model (its own message, if it printed one, "
-                               f"is the failure's stderr_tail in the run log; MACPROF_ENGINE_VERBOSE=1 logs more)")
-        self.model = model
-        self._path, self._n_ctx = Path(path), settings.n_ctx
-        self.vocab = lc.llama_model_get_vocab(model)
         self.threads, self.threads_source = ((settings.threads, "settings") if settings.threads else default_threads())
         self.kv_type = settings.kv_type
-        self.n_batch = min(2048, settings.n_ctx)  # llama-bench's default n_batch
-        self.ctx = self._context(settings.n_ctx, 1)
+        self.n_batch = N_BATCH
+        with CapturedLog() as log:  # what llama.cpp resolves and reports only in its log
+            model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+            if not model:
+                # llama.cpp says why on the worker's stderr, which the parent keeps with the failure
+                raise MacprofError(f"{path}: llama.cpp could not load this model (its own message, if it printed one, "
+                                   f"is the failure's stderr_tail in the run log; MACPROF_ENGINE_VERBOSE=1 logs more)")
+            self.model = model
+            self._path, self._n_ctx = Path(path), settings.n_ctx
+            self.vocab = lc.llama_model_get_vocab(model)
+            cparams = self._context_params(settings.n_ctx, 1)
+            self.ctx = lc.llama_init_from_model(model, cparams)
         if not self.ctx:
             raise MacprofError(f"{path}: llama.cpp could not create a context of {settings.n_ctx} tokens")
+        self.n_batch = int(lc.llama_n_batch(self.ctx))  # what llama.cpp made of N_BATCH: prompts go in chunks of it
         self._mem = lc.llama_get_memory(self.ctx)
         is_hybrid = getattr(lc, "llama_model_is_hybrid", None)  # bound from llama-cpp-python 0.3.10 on
         self.memory_facts = {"recurrent": bool(lc.llama_model_is_recurrent(model)),
                              "hybrid": bool(is_hybrid(model)) if is_hybrid else False,
                              "n_swa": int(lc.llama_model_n_swa(model)), "swa_full": self._swa_full}
         self._logits_t = ctypes.POINTER(ctypes.c_float * self.vocab_size)
-        self._load = load_facts(model, mparams, self._context_params(settings.n_ctx, 1))  # as passed
+        self._load = load_facts(model, mparams, cparams)  # as passed
         self.weights_held = weights_held(self._load["load_mode"], bool(lc.llama_supports_mmap()))
+        self._resolved = resolved_settings(self.ctx, mparams, cparams, log.lines, self.threads_source, self.weights_held)
 
     def _context(self, n_ctx: int, n_seq: int):
         return lc.llama_init_from_model(self.model, self._context_params(n_ctx, n_seq))
@@ -108,8 +118,8 @@ class LlamaCppEngine(PrefixReuse):
     def _context_params(self, n_ctx: int, n_seq: int):
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx
-        cparams.n_batch = min(self.n_batch, n_ctx)
-        cparams.n_ubatch = min(512, cparams.n_batch)
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = min(N_UBATCH, self.n_batch)
         cparams.n_seq_max = n_seq
         cparams.kv_unified = False  # one KV stream per sequence, n_ctx / n_seq cells each
         cparams.n_threads = self.threads
@@ -207,6 +217,14 @@ class LlamaCppEngine(PrefixReuse):
             rc = lc.llama_decode(self.ctx, lc.llama_batch_get_one(arr, len(chunk)))
             if rc != 0:
                 raise MacprofError(f"llama_decode failed with code {rc} (context {self.cached_tokens()} tokens)")
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        """llama-bench's test_prompt: the ids in chunks of n_batch, each one llama_decode (logits of
+        its last token only), then llama_synchronize, after which the computation is done (a GPU
+        backend may return from llama_decode before)."""
+        self._history = self._history[:self.cached_tokens()] + list(ids)
+        self._decode(ids)
+        lc.llama_synchronize(self.ctx)
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
@@ -438,7 +456,13 @@ class LlamaCppEngine(PrefixReuse):
             "threads_source": self.threads_source,
             "load": self._load,
             "kv_type": self.kv_type,
+            **(model_facts(self.model) if self.model else {}),
+            "backends": ggml_backends(),
+            **ggml_build(),
         }
+
+    def resolved_settings(self) -> dict:
+        return dict(self._resolved)
 
     def close(self) -> None:
         self.close_batch()

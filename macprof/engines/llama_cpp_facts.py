@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,15 +44,13 @@ def _sysctl(key: str) -> str | None:
         return None
 
 
-def ggml_devices() -> list[dict]:
-    """ggml's backend devices (name, description, type: 0 CPU, 1 GPU, 2 IGPU, 3 ACCEL, 4 META as
-    collect/macos.py's GGML_DEVICE_TYPES lists them; total memory, which Metal gives as
-    recommendedMaxWorkingSetSize), read through ggml's own C API:
-    llama-cpp-python binds none of it, the library it loaded exports it."""
+def _ggml():
+    """ggml's own library, as the installed llama-cpp-python loaded it (llama-cpp-python binds
+    none of ggml's device, registry or build API; the library exports them), or None."""
     lib = Path(lc.__file__).parent / "lib"
     path = next((lib / n for n in ("libggml.dylib", "libggml.so") if (lib / n).exists()), None)
     if path is None:
-        return []
+        return None
     ggml, c = ctypes.CDLL(str(path)), ctypes
     ggml.ggml_backend_dev_count.restype = c.c_size_t
     ggml.ggml_backend_dev_get.restype, ggml.ggml_backend_dev_get.argtypes = c.c_void_p, [c.c_size_t]
@@ -59,6 +58,20 @@ def ggml_devices() -> list[dict]:
     for fn in (ggml.ggml_backend_dev_name, ggml.ggml_backend_dev_description):
         fn.restype, fn.argtypes = c.c_char_p, [c.c_void_p]
     ggml.ggml_backend_dev_memory.argtypes = [c.c_void_p, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
+    ggml.ggml_backend_reg_count.restype = c.c_size_t
+    ggml.ggml_backend_reg_get.restype, ggml.ggml_backend_reg_get.argtypes = c.c_void_p, [c.c_size_t]
+    ggml.ggml_backend_reg_name.restype, ggml.ggml_backend_reg_name.argtypes = c.c_char_p, [c.c_void_p]
+    ggml.ggml_backend_reg_dev_count.restype, ggml.ggml_backend_reg_dev_count.argtypes = c.c_size_t, [c.c_void_p]
+    return ggml
+
+
+def ggml_devices() -> list[dict]:
+    """ggml's backend devices (name, description, type: 0 CPU, 1 GPU, 2 IGPU, 3 ACCEL, 4 META as
+    collect/macos.py's GGML_DEVICE_TYPES lists them; total memory, which Metal gives as
+    recommendedMaxWorkingSetSize), read through ggml's own C API."""
+    ggml, c = _ggml(), ctypes
+    if ggml is None:
+        return []
     out = []
     for i in range(ggml.ggml_backend_dev_count()):
         dev = ggml.ggml_backend_dev_get(i)
@@ -68,6 +81,45 @@ def ggml_devices() -> list[dict]:
                     "description": (ggml.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
                     "type": int(ggml.ggml_backend_dev_type(dev)), "total_bytes": int(total.value)})
     return out
+
+
+def ggml_backends() -> list[dict]:
+    """ggml's backend registries (CPU, Metal, BLAS, RPC...) and how many devices each has: what
+    llama-bench's ``backends`` field is made of (test::get_backend)."""
+    ggml = _ggml()
+    if ggml is None:
+        return []
+    return [{"name": (ggml.ggml_backend_reg_name(reg) or b"").decode(errors="replace"),
+             "devices": int(ggml.ggml_backend_reg_dev_count(reg))}
+            for reg in (ggml.ggml_backend_reg_get(i) for i in range(ggml.ggml_backend_reg_count()))]
+
+
+def ggml_build() -> dict:
+    """The commit and version of the llama.cpp / ggml sources the installed llama-cpp-python was
+    built from, as ggml recorded them at build time (``ggml_commit()``: git's short hash of the
+    vendored llama.cpp, "-dirty" where its tree had changes; ``ggml_version()``); None where the
+    library predates them or cannot be opened."""
+    lib = Path(lc.__file__).parent / "lib"
+    path = next((lib / n for n in ("libggml-base.dylib", "libggml-base.so") if (lib / n).exists()), None)
+    out: dict = {"ggml_commit": None, "ggml_version": None}
+    if path is None:
+        return out
+    base = ctypes.CDLL(str(path))
+    for name in out:
+        fn = getattr(base, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_char_p
+            out[name] = (fn() or b"").decode(errors="replace") or None
+    return out
+
+
+def model_facts(model) -> dict:
+    """How llama.cpp describes a loaded model (llama-bench's model_type, model_size and
+    model_n_params come from the same calls)."""
+    buf = ctypes.create_string_buffer(128)
+    lc.llama_model_desc(model, buf, len(buf))
+    return {"model_desc": buf.value.decode(errors="replace"), "model_size": int(lc.llama_model_size(model)),
+            "model_n_params": int(lc.llama_model_n_params(model))}
 
 
 def load_facts(model, mparams, cparams, devices=None) -> dict:
@@ -135,3 +187,146 @@ def cut_refusal(held: int, n_tokens: int, *, recurrent: bool, hybrid: bool, n_sw
                 f"positions from {pos_min} on; "
                 f"cutting back to {n_tokens} tokens needs them from {need}")
     return None
+
+
+# -- what llama.cpp resolved, read from its own log --------------------------------------------
+class CapturedLog:
+    """llama.cpp's log while a model loads and a context is made: every line it writes (INFO
+    included, which llama-cpp-python's own callback drops unless verbose), forwarded to that
+    callback unchanged, so MACPROF_ENGINE_VERBOSE=1 still prints it. llama.cpp reports some of
+    what it resolves only there: flash attention's "auto", the K/V cache's types, the layers
+    offloaded (llama.h has no getter for them)."""
+
+    def __init__(self) -> None:
+        self._pieces: list[str] = []  # as written: a line may come in pieces (GGML_LOG_LEVEL_CONT)
+        from llama_cpp import _logger
+
+        forward = _logger.llama_log_callback
+
+        @lc.llama_log_callback
+        def collect(level, text, user_data):  # noqa: ANN001 - ctypes' callback
+            self._pieces.append((text or b"").decode("utf-8", errors="replace"))
+            forward(level, text, user_data)
+
+        self._collect, self._forward = collect, forward  # held: ctypes callbacks must outlive their use
+
+    def __enter__(self) -> "CapturedLog":
+        lc.llama_log_set(self._collect, ctypes.c_void_p(0))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        lc.llama_log_set(self._forward, ctypes.c_void_p(0))
+
+    @property
+    def lines(self) -> list[str]:
+        return "".join(self._pieces).splitlines()
+
+
+_FA_SOURCE = "llama.cpp's log at context creation"
+
+
+def flash_attn_resolved(asked: str, lines: list[str]) -> tuple[str | None, str]:
+    """Flash attention as llama.cpp resolved it, and where that was read. llama_init_from_model
+    forces it off for Grok and on for a quantized V cache (it logs both); "auto" is then settled
+    when the context reserves its graphs (llama_context::resolve_fused_ops): enabled unless the
+    FLASH_ATTN_EXT op lands on another device than its layer's, logged as "Flash Attention enabled"
+    or "... not supported, set to disabled". "enabled" and "disabled" as asked are used as asked.
+    (None, why) where the log says nothing a known version says."""
+    for line in lines:
+        if "flash_attn" in line and "forcing off" in line:
+            return "disabled", f"{_FA_SOURCE}: {line.strip()}"
+        if "enabling flash_attn since it is required" in line:
+            return "enabled", f"{_FA_SOURCE}: {line.strip()}"
+    if asked in ("enabled", "disabled"):
+        return asked, f"asked {asked}: llama.cpp probes only \"auto\" and uses this one as asked"
+    for line in lines:
+        if "Flash Attention" in line and "not supported" in line:
+            return "disabled", f"{_FA_SOURCE}: {line.strip()}"
+        if "Flash Attention enabled" in line:
+            return "enabled", f"{_FA_SOURCE}: {line.strip()}"
+    return None, (f"asked {asked}, and llama.cpp logged no resolution of it at context creation "
+                  f"(resolve_fused_ops' \"Flash Attention enabled\" / \"not supported\" lines)")
+
+
+_KV_LINE = re.compile(r"llama_kv_cache: size = .*K \((\w+)\):.*V \((\w+)\):")
+
+
+def kv_types_resolved(lines: list[str]) -> tuple[str, str] | None:
+    """The K and V cache types llama.cpp allocated (llama_kv_cache's size line), or None where it
+    logged none (a model with no attention cache: a recurrent one)."""
+    found = [m.groups() for m in map(_KV_LINE.search, lines) if m]
+    return (found[-1][0], found[-1][1]) if found else None
+
+
+_OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+def offloaded_resolved(lines: list[str], supports_offload: bool) -> tuple[int | None, str]:
+    """The layers llama.cpp put on the GPU (load_tensors' "offloaded N/M layers to GPU", the
+    output layer counting as one), and where that was read; 0 where this build offloads nothing."""
+    if not supports_offload:
+        return 0, "llama_supports_gpu_offload() is false: this llama.cpp runs every layer on the CPU"
+    found = [m for m in map(_OFFLOAD_LINE.search, lines) if m]
+    if found:
+        return int(found[-1].group(1)), f"llama.cpp's log at model load: {found[-1].group(0)}"
+    return None, "llama.cpp logged no \"offloaded N/M layers to GPU\" line at model load"
+
+
+_PASSED = "passed to llama.cpp, which takes it as given"
+
+
+def resolved_settings(ctx, mparams, cparams, lines: list[str], threads_source: str, weights: str) -> dict:
+    """Every setting of the context macprof decodes with (the batch sweep's context is made with
+    the same parameters, but for its size and sequences), as asked and as llama.cpp resolved it:
+    the context's own getters where llama.h has one (n_ctx, n_batch, n_ubatch, threads), its log
+    where it reports only there (flash attention's "auto", the K/V types, the layers offloaded),
+    and the load mode as llama-model-loader.cpp resolves it."""
+    from macprof.model.resolved import Resolved, as_passed
+
+    def got(asked, value, call: str) -> Resolved:
+        return Resolved(asked=asked, value=int(value), source=f"{call} (llama.h)")
+
+    fa_asked = _enum_name(lc, "llama_flash_attn_type_name", cparams.flash_attn_type)
+    fa, fa_source = flash_attn_resolved(fa_asked, lines)
+    kv = kv_types_resolved(lines)
+    asked_k, asked_v = (_GGML_TYPE_NAMES.get(int(t), str(int(t))) for t in (cparams.type_k, cparams.type_v))
+    no_kv = "llama.cpp logged no K/V cache size line (a model without an attention cache)"
+    offloaded, offload_source = offloaded_resolved(lines, bool(lc.llama_supports_gpu_offload()))
+    out = {
+        "n_ctx": got(int(cparams.n_ctx), lc.llama_n_ctx(ctx), "llama_n_ctx(ctx): padded to 256 cells"),
+        "n_batch": got(int(cparams.n_batch), lc.llama_n_batch(ctx), "llama_n_batch(ctx): at most n_ctx"),
+        "n_ubatch": got(int(cparams.n_ubatch), lc.llama_n_ubatch(ctx), "llama_n_ubatch(ctx): at most n_batch"),
+        "n_threads": Resolved(asked=int(cparams.n_threads), value=int(lc.llama_n_threads(ctx)),
+                              source=f"llama_n_threads(ctx) (llama.h); asked: {threads_source}"),
+        "n_threads_batch": Resolved(asked=int(cparams.n_threads_batch), value=int(lc.llama_n_threads_batch(ctx)),
+                                    source="llama_n_threads_batch(ctx) (llama.h)"),
+        "flash_attn": Resolved(asked=fa_asked, value=fa, source=fa_source if fa else None,
+                               unknown=None if fa else fa_source),
+        "type_k": Resolved(asked=asked_k, value=kv[0] if kv else None,
+                           source="llama.cpp's log at context creation (llama_kv_cache's size line)" if kv else None,
+                           unknown=None if kv else no_kv),
+        "type_v": Resolved(asked=asked_v, value=kv[1] if kv else None,
+                           source="llama.cpp's log at context creation (llama_kv_cache's size line)" if kv else None,
+                           unknown=None if kv else no_kv),
+        "n_gpu_layers": Resolved(asked=int(mparams.n_gpu_layers), value=offloaded,
+                                 source=offload_source if offloaded is not None else None,
+                                 unknown=None if offloaded is not None else offload_source),
+        "mmap": Resolved(asked=_load_mode(mparams), value=weights == "mapped",
+                         source="the load mode as llama-model-loader.cpp resolves it: \"auto\" maps the file where "
+                                "llama_supports_mmap()"),
+        "split_mode": as_passed(_SPLIT_MODES.get(int(mparams.split_mode), str(int(mparams.split_mode))), _PASSED),
+        "main_gpu": as_passed(int(mparams.main_gpu), _PASSED),
+        "no_kv_offload": as_passed(not bool(cparams.offload_kqv), _PASSED),
+        "no_op_offload": as_passed(not bool(cparams.op_offload), _PASSED),
+        "embeddings": as_passed(bool(cparams.embeddings), _PASSED),
+    }
+    for field, name in (("use_extra_bufts", "repack"), ("no_host", "no_host")):
+        if hasattr(mparams, field):
+            out[name] = as_passed(bool(getattr(mparams, field)), _PASSED)
+    return out
+
+
+_SPLIT_MODES = {0: "none", 1: "layer", 2: "row", 3: "tensor"}  # llama-bench's split_mode_str
+# ggml_type_name's words for the K/V types macprof passes (llama-cpp-python binds no ggml_type_name)
+_GGML_TYPE_NAMES = {int(lc.GGML_TYPE_F32): "f32", int(lc.GGML_TYPE_F16): "f16", int(lc.GGML_TYPE_Q8_0): "q8_0",
+                    int(lc.GGML_TYPE_Q4_0): "q4_0"}

@@ -106,7 +106,8 @@ class MlxEngine(PrefixReuse):
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
     capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": None,
-                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None}
+                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
+                                           "prefill": None}
 
     def __init__(self) -> None:
         self.model: Any = None
@@ -253,6 +254,21 @@ class MlxEngine(PrefixReuse):
             mx.eval([c.state for c in cache])
             prompt = prompt[k:]
         return prompt
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        """The ids into the cache in chunks of the prefill step (as generate_step's prefill), each
+        chunk's cache state evaluated, on the stream; no logits are evaluated (llama-bench's pp
+        computes its last token's: one row of the output layer)."""
+        self._settle()
+        if self._cache is None:
+            self.reset()
+        held, model, cache = self.cached_tokens(), self.model, self._cache
+        with mx.stream(self._stream):
+            prompt = mx.array(list(ids), dtype=mx.uint32)
+            for start in range(0, prompt.size, self._prefill_step):
+                model(prompt[start:start + self._prefill_step][None], cache=cache)
+                mx.eval([c.state for c in cache])
+        self._history = self._history[:held] + list(ids)
 
     def _loop(self, ids: Sequence[int], n: int, pick) -> Iterator[int]:
         keep = self._reused = self._prepare(ids)
@@ -471,6 +487,36 @@ class MlxEngine(PrefixReuse):
                 "device": str(mx.default_device()), "kv_bits": self._kv_bits, "kv_group_size": MLX_KV_GROUP,
                 **self._wired}
 
+    def resolved_settings(self) -> dict:
+        """What mlx-lm runs with: the device and stream, the K/V cache's type (the activations'
+        dtype, or mlx-lm's quantized cache), the attention kernel that follows from it, the
+        prefill step and the wired limit. mlx-lm takes no thread count."""
+        from macprof.model.resolved import Resolved, as_passed
+
+        device = mx.default_device()
+        kv = f"q{self._kv_bits}" if self._kv_bits else _float_dtype(self.model)
+        kv_source = (f"mlx-lm's QuantizedKVCache, as generate_step's kv_bits from the first token "
+                     f"(to_quantized(group_size={MLX_KV_GROUP}, bits={self._kv_bits}))"
+                     if self._kv_bits else "mlx-lm's KVCache keeps K and V in the activations' dtype: the model's "
+                                           "floating-point parameters'")
+        wired = self._wired.get("wired_limit_bytes")
+        return {
+            "device": Resolved(asked=None, value="gpu" if device.type == mx.gpu else "cpu",
+                               source="mx.default_device() (MLX's default: the GPU where Metal is available)"),
+            "stream": Resolved(asked=None, value=str(self._stream),
+                               source="mlx_lm.generate.generation_stream, the stream mlx-lm's own generation uses"),
+            "type_k": Resolved(asked=None if not self._kv_bits else kv, value=kv, source=kv_source),
+            "type_v": Resolved(asked=None if not self._kv_bits else kv, value=kv, source=kv_source),
+            "flash_attn": Resolved(asked=None, value="disabled" if self._kv_bits else "enabled",
+                                   source="mlx_lm.models.base.scaled_dot_product_attention: MLX's fused "
+                                          "mx.fast.scaled_dot_product_attention, or for a quantized cache "
+                                          "quantized_scaled_dot_product_attention (unfused matmuls)"),
+            "prefill_step_size": as_passed(self._prefill_step, "the prefill's chunk, mlx-lm's default prefill_step_size"),
+            "wired_limit": Resolved(asked=None, value=wired, source="mx.set_wired_limit (as mlx-lm's wired_limit)"
+                                    if wired is not None else None, unknown=self._wired.get("wired_reason")),
+            "n_threads": Resolved(unknown="mlx-lm takes no thread count (MLX's CPU backend sets its own)"),
+        }
+
     def close(self) -> None:
         self.close_batch()
         self.model = self._cache = None
@@ -479,6 +525,18 @@ class MlxEngine(PrefixReuse):
             mx.set_wired_limit(self._old_wired)
             self._old_wired = None
         mx.clear_cache()
+
+
+def _float_dtype(model: Any) -> str | None:
+    """The dtype most of a model's floating-point parameters have (a quantized model's scales and
+    norms; the weights themselves otherwise), as MLX names it: float16, bfloat16, float32."""
+    from collections import Counter
+
+    from mlx.utils import tree_flatten
+
+    arrays: list[Any] = [pair[1] for pair in tree_flatten(model.parameters())]
+    counts = Counter(str(v.dtype).rpartition(".")[2] for v in arrays if mx.issubdtype(v.dtype, mx.floating))
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def cut_refusal(cache: Sequence[Any], held: int, n_tokens: int) -> str | None:

@@ -66,7 +66,9 @@ class ShardedMlxEngine(MlxEngine):
                              "verify": "speculative decoding of a sharded model is not measured: the draft would "
                                        "run on every rank",
                              "native_draft": "speculative decoding of a sharded model is not measured: the draft "
-                                             "would run on every rank"}
+                                             "would run on every rank",
+                             "prefill": "the bench phase of a sharded model is not measured: its tests are one "
+                                        "engine's, on one machine"}
 
     def versions(self) -> dict:
         return {**super().versions(), "parallel": self.parallel, "ranks": self.group.size()}

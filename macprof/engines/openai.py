@@ -100,6 +100,8 @@ class OpenAIEngine:
                   "(its own speculative decoding is measured as the server's speed)",
         "native_draft": "a server's own speculative decoding is configured where it starts (--model-draft, "
                         "--draft-model) and measured as its speed: its API neither takes a draft nor tells rounds",
+        "prefill": "a server is sent a prompt and always generates: its API computes no prompt alone, and "
+                   "takes text, not the random token ids of llama-bench's tests",
     }
 
     def __init__(self) -> None:
@@ -592,6 +594,13 @@ class OpenAIEngine:
         return {"openai-endpoint": self.url, "api": self.api, "model": self.model, "server_kind": self.server,
                 "tokenizer": self.tokenizer_mode, "eos": self.eos_how,
                 **{k: v for k, v in self._served_info.items() if v is not None}}
+
+    def resolved_settings(self) -> dict:
+        """Configured where the server started, and not told over its API."""
+        return {}
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        raise MacprofError(self.capabilities["prefill"] or "")
 
     def close(self) -> None:
         if self._local is not None:

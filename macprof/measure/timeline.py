@@ -10,6 +10,8 @@ Derived:
   decode_tok_s = (n - 1) / (t_n - t_1)
   e2e_tok_s    = n / (t_n - t0)
   prefill_tok_s = prompt_tokens / (t_1 - t_tokenized)
+  t_prefilled  a pp test's prompt computed, no token generated (the bench phase): then
+               prefill_tok_s = prompt_tokens / (t_prefilled - t_tokenized)
 A figure that the timestamps cannot give (n = 0, n = 1 for decode) is None, never 0.
 """
 
@@ -30,7 +32,8 @@ DEFINITIONS = {
     "itl_s": "t_i - t_{i-1} for i >= 2",
     "decode_tok_s": "(n - 1) / (t_n - t_1)",
     "e2e_tok_s": "n / (t_n - t0)",
-    "prefill_tok_s": "prompt_tokens / (t_1 - t_tokenized); prompt_tokens counts only tokens computed (reused prefix excluded)",
+    "prefill_tok_s": "prompt_tokens / (t_1 - t_tokenized); prompt_tokens counts only tokens computed (reused prefix "
+                     "excluded); a pp test's (no token generated): prompt_tokens / (t_prefilled - t_tokenized)",
     "percentiles": "linear interpolation between closest ranks (numpy's default)",
 }
 
@@ -54,14 +57,18 @@ def _rate(count: float, ns: int) -> float | None:
 
 
 def derive(t0: int, t_tokenized: int | None, token_times: Sequence[int], prompt_tokens: int,
-           chunks: Sequence[int] | None = None, total: int | None = None, chunked: bool = False) -> Derived:
+           chunks: Sequence[int] | None = None, total: int | None = None, chunked: bool = False,
+           t_prefilled: int | None = None) -> Derived:
     """``token_times`` one per token; or, for a server's stream (``chunked``), one per chunk, with
     ``chunks`` the tokens each carried (then ITL is per chunk and decode counts the tokens after
     the first chunk), or only ``total``, the tokens the chunks carried, where the tokens per chunk
     are not known (then decode is unknown: how many tokens the first chunk held is not known);
-    neither: no count at all (n is 0, never the number of chunks)."""
+    neither: no count at all (n is 0, never the number of chunks). ``t_prefilled``: a prompt
+    computed with no token generated (a pp test), which gives the prefill rate alone."""
     if not token_times:
-        return Derived(0, None, None, None, None, (), span(t0, t_tokenized), None)
+        prefill = (_rate(prompt_tokens, t_prefilled - t_tokenized)
+                   if t_prefilled is not None and t_tokenized is not None else None)
+        return Derived(0, None, prefill, None, None, (), span(t0, t_tokenized), span(t0, t_prefilled))
     if chunked and not chunks and total is None:
         total = 0
     n = sum(chunks) if chunks else (total if total is not None else len(token_times))

@@ -16,6 +16,7 @@ from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScor
 from msgspec import field
 
 from macprof.model.records import ABSENT, Number
+from macprof.model.resolved import Resolved
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
                                        SpeculativeRounds)
@@ -124,6 +125,7 @@ class Loaded(Event):
     vocab_size: int | None = None
     tokenizer_separate: bool = True
     footprint_bytes: int | None = ABSENT  # macOS: phys_footprint (collect/footprint.py), GPU buffers included
+    engine_settings: dict[str, Resolved] | None = ABSENT  # every engine setting as asked and resolved (older journals lack it)
 
 
 class PhaseStart(Event):
@@ -211,6 +213,7 @@ class Request(_RequestHead):
     # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
     # texts; what the server reported (count, tokens per chunk, its timings, flags)
     server: ServerReport | None = ABSENT
+    t_prefilled: int | None = ABSENT  # the bench phase's pp test: its prompt computed, no token generated
 
 
 class PrefixCheck(Event):

@@ -17,6 +17,7 @@ from macprof.model.quality import QualityPhase
 from macprof.model.tasks import TasksPhase
 from macprof.model.speculative import SpeculativePhase
 from macprof.model.records import ABSENT, Count, Number, Positive, Record, Sha256
+from macprof.model.resolved import Resolved
 from macprof.model.vocab import EngineName, Store
 from macprof.model.serving import ConcurrencyPhase
 from macprof.model.kind import HOST_ID, MODEL_PATH, NAME, OWN, PATH, REF, TEXT, VOCAB
@@ -144,6 +145,12 @@ class Identity(Record):
     source: Source | None = ABSENT  # only a model named on the command line has one
     inputs: tuple[InputFile, ...] | None = ABSENT  # the run's other files (absent from older logs)
 
+    @property
+    def quant(self) -> str | None:
+        """The quantization the model is known by: as declared (models.toml's quant, or its file's
+        own), else as macprof labelled it."""
+        return self.quant_declared or self.quant_label
+
 
 class ModelSettings(Record):
     """macprof.config.Settings as the log records it: each setting is declared once, as a field
@@ -153,7 +160,7 @@ class ModelSettings(Record):
     older logs lack its key."""
 
     KINDS = {"phases": VOCAB, "shapes": VOCAB, "kv_type": VOCAB, "reference": NAME, "text": PATH, "app_order": VOCAB,
-             "chat_template": PATH, "tasks": PATH, "draft": REF, "speculative_impl": VOCAB}
+             "chat_template": PATH, "tasks": PATH, "draft": REF, "speculative_impl": VOCAB, "preset": VOCAB}
 
     phases: tuple[str, ...] = _DEFAULT.phases
     prompt_tokens: int = _DEFAULT.prompt_tokens
@@ -199,6 +206,7 @@ class ModelSettings(Record):
     attempts: int | None = ABSENT
     temperature: Number | None = ABSENT
     seed: int | None = ABSENT
+    preset: str | None = ABSENT  # --preset (absent before it)
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
@@ -234,6 +242,7 @@ class Phases(Record):
     grid: Sweep | None = ABSENT
     depth: Sweep | None = ABSENT
     batch: Sweep | None = ABSENT
+    bench: Sweep | None = ABSENT
     quality: QualityPhase | None = ABSENT
     speculative: SpeculativePhase | None = ABSENT
     concurrency: ConcurrencyPhase | None = ABSENT
@@ -241,8 +250,8 @@ class Phases(Record):
     tasks: TasksPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
-        """grid, depth or batch by name (`compare --case depth:d4096` names one)."""
-        return {"grid": self.grid, "depth": self.depth, "batch": self.batch}[name]
+        """grid, depth, batch or bench by name (`compare --case depth:d4096` names one)."""
+        return {"grid": self.grid, "depth": self.depth, "batch": self.batch, "bench": self.bench}[name]
 
 
 class ModelResult(Record):
@@ -255,6 +264,8 @@ class ModelResult(Record):
     shape_error: str | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
     engine_versions: dict[str, Any] | None = None
+    # every engine setting as asked and as the engine resolved it (model/resolved.py); absent from older logs
+    engine_settings: dict[str, Resolved] | None = ABSENT
     phases: Phases = field(default_factory=Phases)
     memory: ModelMemory = field(default_factory=ModelMemory)
     failures: tuple[Failure, ...] = ()

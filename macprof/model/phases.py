@@ -9,7 +9,7 @@ from msgspec import field
 from typing import Any
 
 from macprof.model.records import ABSENT, Count, Number, Positive, Record
-from macprof.model.vocab import CaseStatus, CountStatus, FailureStatus, OkOrError, PairKind, PhaseName, RequestKind, RequestMode, ThermalState, TrialStatus, WeightsHeld
+from macprof.model.vocab import BenchTest, CaseStatus, CountStatus, FailureStatus, OkOrError, PairKind, PhaseName, RequestKind, RequestMode, ThermalState, TrialStatus, WeightsHeld
 from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
 from macprof.model.kind import NAME, OWN, TEXT, VOCAB
 
@@ -142,6 +142,7 @@ class Request(Record):
     aggregate_decode_tok_s: Number | None = ABSENT
     aggregate_e2e_tok_s: Number | None = ABSENT
     server: ServerReport | None = ABSENT  # a server's request: what it counted and reported
+    t_prefilled: int | None = ABSENT  # a pp test (bench phase): the prompt computed, no token generated
 
 
 class Failure(Record):
@@ -413,6 +414,7 @@ class PlannedCase(Record):
     shape: str | None = ABSENT  # grid
     depth: int | None = ABSENT  # depth
     batch: int | None = ABSENT  # batch
+    test: str | None = ABSENT  # bench: llama-bench's test, pp or tg
     prompt_tokens: int
     gen_tokens: int
     context_tokens: Number
@@ -429,7 +431,7 @@ class DepthFill(Record):
 class SweepCase(Record):
     """One planned case and what came of it; a case that never ran is listed as ``not run``."""
 
-    KINDS = {"id": VOCAB, "status": VOCAB, "shape": VOCAB, "reason": TEXT, "reuse_not_possible": TEXT}
+    KINDS = {"id": VOCAB, "status": VOCAB, "shape": VOCAB, "reason": TEXT, "reuse_not_possible": TEXT, "test": VOCAB}
 
     # in every log (the schema's "required"), though code may construct the record without them
     REQUIRED_KEYS = (
@@ -440,8 +442,9 @@ class SweepCase(Record):
     shape: str | None = ABSENT
     depth: Count | None = ABSENT
     batch: Positive | None = ABSENT
+    test: BenchTest | None = ABSENT  # bench: llama-bench's test, pp (no token generated) or tg
     prompt_tokens: Positive = 0
-    gen_tokens: Positive = 0
+    gen_tokens: Count = 0  # 0: a pp test
     context_tokens: Number = 0.0
     requests: tuple[Request, ...] = ()
     summary: Metrics = field(default_factory=Metrics)

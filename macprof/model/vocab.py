@@ -30,6 +30,7 @@ STOP_KINDS = (
     "unreported",  # through a server that reports no reuse: where, inside the previous reply, is not known
     "kept_less",  # a server reused less than the ids it held allow (its own cache policy)
 )
+BENCH_TESTS = ("pp", "tg")  # llama-bench's tests the bench phase measures: prompt processing, text generation
 STORES = ("path", "hf", "llama.cpp", "ollama", "lmstudio", "demo")  # where a named model was found (collect/resolve.py)
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     LoadMode: TypeAlias = str
     StopKind: TypeAlias = str
     TaskStop: TypeAlias = str
+    BenchTest: TypeAlias = str
 else:
     PhaseName = Literal[NAMES]
     EngineName = Literal[tuple(ENGINES)]
@@ -70,3 +72,4 @@ else:
     LoadMode = Literal["closed", "open"]
     TaskStop = Literal["eos", "max_tokens"]
     StopKind = Literal[STOP_KINDS]
+    BenchTest = Literal[BENCH_TESTS]

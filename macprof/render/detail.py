@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from macprof.model.log import Machine, RunLog
+from macprof.model.log import Machine, ModelResult, RunLog
+from macprof.model.resolved import word
 from macprof.model.phases import Metrics, PhaseMemory, PrefixPhase, PrefixSummary, WarmPhase
 from macprof.render.energy import cold_energy, phase_energy
 from macprof.render.distributed import group_lines
 from macprof.render.report import detail_lines
 from macprof.render.serving import server_lines
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_of, fmt_rate, fmt_s, fmt_signed_s
+
+
+def _settings_lines(m: ModelResult) -> list[str]:
+    """The engine's settings as it resolved them, what was asked beside each one that differs,
+    and each unknown one with why (models[].engine_settings; absent from older logs)."""
+    if not m.engine_settings:
+        return []
+    parts, unknown = [], []
+    for name, r in m.engine_settings.items():
+        if r.value is None:
+            unknown.append(f"{name} ({r.unknown})")
+        else:
+            asked = f" (asked {word(r.asked)})" if r.asked is not None and r.asked != r.value else ""
+            parts.append(f"{name} {word(r.value)}{asked}")
+    out = ["   engine settings as resolved: " + ", ".join(parts)]
+    return out + (["   engine settings unknown: " + "; ".join(unknown)] if unknown else [])
 
 
 def render_detail(log: RunLog) -> str:
@@ -21,11 +38,12 @@ def render_detail(log: RunLog) -> str:
     for m in log.models:
         ident = m.identity
         lines.append("")
-        lines.append(f"== {ident.name}  ({ident.engine}, {ident.quant_declared or ident.quant_label}, "
+        lines.append(f"== {ident.name}  ({ident.engine}, {ident.quant}, "
                      f"{fmt_bytes(ident.total_bytes)}, {ident.n_params or '?'} parameters)")
         s = m.settings
         lines.append(f"   prompt {s.prompt_tokens} / gen {s.gen_tokens} / prefix {s.prefix_tokens} tokens, "
                      f"reps {s.reps}, cold trials {s.cold_trials}, threads {s.threads or 'engine default'}")
+        lines += _settings_lines(m)
         lines += server_lines(m)  # a server's: which, whose memory, its timings beside the client's
         lines += _cold_lines(m.phases.cold)
         for phase, ph in (("warm", m.phases.warm), ("prefix", m.phases.prefix)):

@@ -23,10 +23,12 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class Column:
-    """A column of the text and markdown tables: its header and how a row reads in it."""
+    """A column of the text and markdown tables: its header and how a row reads in it, and for a
+    format that pads its cells (llama-bench's markdown), its width: negative left-aligned."""
 
     name: str
     show: Callable[[Row], str]
+    width: int = 0
 
 
 def cell(key: str, fmt: Callable[[Any], str] = str) -> Callable[[Row], str]:
@@ -46,6 +48,8 @@ class Table:
     fields: tuple[str, ...]
     notes: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+    # a field's type where a format writes it by type (llama-bench's STRING, BOOL, INT, FLOAT)
+    types: dict[str, str] = field(default_factory=dict)
 
     def texts(self, escape: Callable[[str], str]) -> tuple[list[str], list[list[str]]]:
         """Headers and cells as text, each passed through ``escape``."""
@@ -119,6 +123,19 @@ EXPORTERS: dict[str, Callable[[Table], str]] = {
 
 def export(table: Table, fmt: str) -> str:
     return EXPORTERS[fmt](table)
+
+
+def export_logs(logs: list, fmt: str) -> tuple[str, list[str]]:
+    """`macprof export`: the logs ((name, RunLog) pairs) in format ``fmt`` (render/formats.py), and
+    one line per figure the format asks for that they cannot give (never a made-up row)."""
+    import importlib
+
+    from macprof.render.formats import LOG_FORMATS
+
+    family = importlib.import_module(LOG_FORMATS[fmt])
+    tables, missing = family.tables(logs)
+    writer = family.WRITERS[fmt]
+    return family.join([writer(t) for t in tables]) if tables else "", missing
 
 
 def _sentence(text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from macprof.model.log import RunLog
+from macprof.model.log import ModelResult, RunLog
 from macprof.model.phases import Sweep, SweepCase, TradeoffRow
 from macprof.render.exporters import Table, text_table, to_text
 from macprof.render.text import ceiling_text, clean, fmt_of, fmt_rate, fmt_s, fmt_x
@@ -65,6 +65,23 @@ def tradeoff_line(phase: Sweep) -> str | None:
     return f"B={r.batch}: aggregate {fmt_x(r.aggregate_vs_b1)}, each user's ITL {fmt_x(r.itl_p50_vs_b1)}{pred}"
 
 
+def bench_table(m: ModelResult) -> Table:
+    """llama-bench's tests as it prints them (t/s: mean ± sample deviation over the repetitions, by
+    its definitions: analyse/llamabench.py), beside macprof's own median of the same requests."""
+    from macprof.analyse.llamabench import bench_tests
+
+    found = {t.source: t for t in bench_tests(m)[0]}
+    headers = ["test", "t/s (llama-bench)", "reps", "macprof p50", ""]
+    rows = []
+    for c in m.phases.bench.cases if m.phases.bench else ():
+        t = found.get(f"bench {c.id}")
+        own = (f"prefill {fmt_rate(c.summary.prefill_tok_s.median)} tok/s" if c.test == "pp" else
+               f"decode {fmt_rate(c.summary.decode_tok_s.median)} tok/s (n - 1 after the first)")
+        rows.append([c.id, f"{t.figures.avg_ts:.2f} ± {t.figures.stddev_ts:.2f}" if t else "-",
+                     str(len(t.figures.samples_ns)) if t else "-", own, _case_status(c)])
+    return text_table(headers, rows)
+
+
 def sweep_sections(log: RunLog) -> list[tuple[Table, str | None]]:
     """Per model and sweep phase: its table, titled, and the line under it (the batching trade-off)."""
     out: list[tuple[Table, str | None]] = []
@@ -80,6 +97,9 @@ def sweep_sections(log: RunLog) -> list[tuple[Table, str | None]]:
             out.append((replace(batch_table(ph.batch), title=f"{name}: batched decoding, prompt "
                                 f"{s.prompt_tokens} / gen {s.gen_tokens} per sequence, {s.reps} reps"),
                         tradeoff_line(ph.batch)))
+        if ph.bench:
+            out.append((replace(bench_table(m), title=f"{name}: llama-bench's tests, each from an empty cache "
+                                f"({s.reps} reps)"), None))
         if ph.concurrency:
             from macprof.render.serving import concurrency_table, slo_text
 

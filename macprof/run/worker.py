@@ -135,7 +135,8 @@ def run(job: "WorkerJob", emit) -> None:
     t_tokenizer = time.perf_counter_ns()
     emit(ev.Loaded(t_import_start=t_import_start, t_imported=t_imported, t_model=t_model, t_tokenizer=t_tokenizer, rss_bytes=_rss(),
                    engine_memory=engine.memory(), versions=engine.versions(), vocab_size=engine.vocab_size,
-                   tokenizer_separate=engine.separate_tokenizer, **_mac(False)))
+                   tokenizer_separate=engine.separate_tokenizer, engine_settings=engine.resolved_settings(),
+                   **_mac(False)))
 
     if group is not None:
         rank.group_event(group, emit)
