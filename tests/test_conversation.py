@@ -19,7 +19,7 @@ from macprof.errors import MacprofError
 from macprof.model.events import parse_event
 from macprof.run.chat import FALLBACK, Template, template_for
 from macprof.run.phases import PhaseContext
-from macprof.run.phases.conversation import run_conversation, schedule, why_stopped
+from macprof.run.phases.conversation import Previous, run_conversation, schedule, why_stopped
 from macprof.run.prompts import PromptBuilder
 from macprof.store import runlog
 from tests.test_published_model import smollm2  # noqa: F401 - the fixture
@@ -36,7 +36,8 @@ def _engine(tmp_path: Path, cache: str = "full") -> FakeEngine:
 
 
 def _run(engine, n_ctx: int = 4096, done=None, **settings):
-    s = config.Settings(phases=("conversation",), gen_tokens=6, turns=4, turn_tokens=12, system_tokens=16, **settings)
+    s = config.Settings(**{"phases": ("conversation",), "gen_tokens": 6, "turns": 4, "turn_tokens": 12,
+                           "system_tokens": 16, **settings})
     events = []
     run_conversation(PhaseContext(engine, PromptBuilder(engine), s, lambda e: events.append(
         parse_event({**e.to_json(), "model": "m"})), n_ctx=n_ctx, done=done or {}))
@@ -53,12 +54,14 @@ def test_the_schedule_interleaves_apps_and_keeps_each_app_s_turns_in_order():
 
 
 def test_why_reuse_stopped_is_told_by_where_the_ids_part():
-    prev = ([1, 2, 3, 4], "abcd", [5, 6, 7])
+    prev = Previous([1, 2, 3, 4], "abcd", [5, 6, 7])
     held = [1, 2, 3, 4, 5, 6]
     assert why_stopped([], None, 0, [1, 2], "ab", None, None)[1] == "empty"
     assert why_stopped(held, 1, 0, [1, 2, 9], "x", prev, None)[:2] == (2, "evicted")
     assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 6, 8, 9], "abcdefgh", prev, None)[1] == "none_lost"
-    assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdexx", prev, None)[:2] == (5, "reply_retokenized")
+    d, kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdexx", prev, None)
+    # the first differing id: the one the text gives against the one the model generated
+    assert (d, kind) == (5, "reply_retokenized") and "to id 9 where the model generated id 6" in reason
     assert why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abcdyy", prev, None)[:2] == (2, "tokenization_join")
     kind, reason = why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abXdyy", prev, None)[1:]
     assert kind == "template_rewrite" and "character 2" in reason
@@ -66,10 +69,26 @@ def test_why_reuse_stopped_is_told_by_where_the_ids_part():
     assert kind == "cannot_go_back" and "recurrent memory" in reason and "into the previous reply" in reason
 
 
+def test_a_reply_the_template_writes_otherwise_is_the_template_s_doing():
+    """The reply went back as its text "ef" and the model ended it with EOS id 7: a template that
+    trims the reply, or closes the assistant turn with another id than the model ended it with,
+    rewrote it; the same text read as other ids is the reply re-tokenized."""
+    prev = Previous([1, 2, 3, 4], "abcd", [5, 6, 7], " ef", ended="eos")
+    assert prev.content == [5, 6]
+    held = [1, 2, 3, 4, 5, 6, 7]  # an engine that fed the EOS id before the reply was closed (MLX queues it)
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdef!", prev, None)[1:]
+    assert kind == "template_rewrite" and "rendered the reply otherwise than its text" in reason
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcd efxx", prev, None)[1:]
+    assert kind == "reply_retokenized" and "to id 9 where the model generated id 6" in reason
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 6, 8, 9], "abcd ef<end>", prev, None)[1:]
+    assert kind == "template_rewrite" and "ended it with id 7, the template closes the assistant turn with id 8" in reason
+    assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 6, 7, 9], "abcd ef<end>", prev, None)[1] == "none_lost"
+
+
 def test_through_a_server_reuse_stops_where_the_known_ids_part_or_where_the_server_says():
     from macprof.run.phases.conversation import counted_stop, server_stop
 
-    prev = ([1, 2, 3, 4], "abcd", ["x", "y", "z"])  # a server's reply: its chunks' texts, 3 tokens
+    prev = Previous([1, 2, 3, 4], "abcd", ["x", "y", "z"])  # a server's reply: its chunks' texts, 3 tokens
     held = [1, 2, 3, 4]  # the previous prompt's ids; its reply's are the server's
     ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert server_stop([1, 7], 1, None, 0, ids, "t", None, 1, None)[1:3] == (1, "empty")  # the displacing request's
@@ -120,7 +139,8 @@ def test_one_app_reuses_what_its_last_request_left_and_says_where_it_stopped(tmp
     assert [(t.app, t.turn) for t in turns] == [(0, 0), (0, 1), (0, 2), (0, 3)]
     assert turns[0].stop_kind == "empty" and turns[0].reused_tokens == 0
     for prev, t in zip(turns, turns[1:]):
-        assert t.prompt_tokens > prev.prompt_tokens and t.held_tokens == prev.prompt_tokens + 6 - 1
+        # the fake engine, as llama.cpp, has not fed the last id it yielded
+        assert t.prompt_tokens > prev.prompt_tokens and t.held_tokens == prev.prompt_tokens + prev.reply_tokens - 1
         # the engine's report is what the ids it held allow, never a token past the first difference
         assert t.reuse_checked and t.reused_tokens == t.expected_reuse <= t.common_prefix
         assert t.stop_kind in ("none_lost", "reply_retokenized", "tokenization_join") and t.stop_reason
@@ -130,6 +150,41 @@ def test_one_app_reuses_what_its_last_request_left_and_says_where_it_stopped(tmp
                                                    sum(t.prompt_tokens for t in turns[1:]))
     assert phase.template_source == "fallback" and phase.summary.unchecked_reports == 0
     assert phase.to_json()["turns"][1]["natural"]["mode"] == "natural"
+
+
+def test_replies_end_at_the_model_s_end_of_generation_id_and_go_back_as_it_produced_them(tmp_path):
+    """An app's reply ends at the model's first EOS or at --gen-tokens: the natural request's ids
+    are the reply (the EOS counted, its decode over them), the log says how it ended, and the next
+    turn's prompt holds the reply's ids up to its end, as the model produced them."""
+    from macprof.engines.fake import EOS
+
+    engine = _engine(tmp_path)
+    texts: list[str] = []  # the prompts as rendered, in order (the warm-up's first)
+    tokenize_chat = engine.tokenize_chat
+    engine.tokenize_chat = lambda text: texts.append(text) or tokenize_chat(text)  # type: ignore[method-assign]
+    events, phase = _run(engine, turns=6, gen_tokens=16)
+    rendered = list(dict.fromkeys(texts))  # each turn's prompt, once (the warm-up is the first turn's; the requests tokenize again)
+    assert len(rendered) == 6
+    ends = {t.reply_end for t in phase.turns}
+    assert ends == {"eos", "max_tokens"}  # the fake model says EOS one time in 16: both happen in six turns
+    for t in phase.turns:
+        reply = list(t.natural.tokens)
+        assert t.reply_tokens == len(reply) == len(t.natural.token_times) and 1 <= len(reply) <= 16
+        assert (t.reply_end == "eos") == (reply[-1] == EOS) and EOS not in reply[:-1]
+        assert t.reply_end == "eos" or len(reply) == 16
+        assert list(t.emptied.tokens) == reply and t.check.first_divergence is None  # both end at the same place
+    for k, (prev, t) in enumerate(zip(phase.turns, phase.turns[1:])):
+        # the history holds the reply's text up to its end, right after the prompt it answered
+        content = list(prev.natural.tokens)[:prev.reply_tokens - (prev.reply_end == "eos")]
+        assert rendered[k + 1].startswith(rendered[k] + engine.detokenize(content) + "\n\n")
+        assert t.reused_tokens == t.expected_reuse
+        if t.reply_text_ids_equal:  # the fake's bytes and words read back as the ids generated, or not
+            assert t.stop_kind == "none_lost" and t.reused_tokens == prev.prompt_tokens + prev.reply_tokens - 1
+        else:
+            assert t.stop_kind == "reply_retokenized" and "where the model generated id" in t.stop_reason
+    start = next(e for e in events if e.KIND == "conversation_start")
+    assert "end-of-generation id (1 id(s)) or at --gen-tokens (16)" in start.generation
+    assert phase.generation == start.generation
 
 
 def test_another_app_evicts_the_single_slot_cache(tmp_path):

@@ -67,6 +67,12 @@ def conversation_table(log: RunLog) -> Section | None:
                    Table("conversation", columns, tuple(rows), (), (), {}), tuple(notes))
 
 
+def _check(t) -> str:
+    if not t.check:
+        return "?"
+    return "identical" if t.check.first_divergence is None else "near-tie" if t.check.near_tie else "DIFFERS"
+
+
 def conversation_lines(ph: ConversationPhase) -> list[str]:
     """`macprof show`: the template, then a line per turn."""
     s = ph.summary
@@ -75,19 +81,20 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
              f"   reuse p50 {fmt_pct(s.reuse_rate.median)}, p10 {fmt_pct(s.reuse_rate_p10)}; hit rate {fmt_pct(s.hit_rate)} "
              f"(ideal {fmt_pct(s.ideal_hit_rate)}); TTFT natural {fmt_s(s.ttft_natural_s.median)} vs emptied "
              f"{fmt_s(s.ttft_emptied_s.median)}, saved {fmt_s(s.ttft_saved_s.median)} per turn"]
+    if ph.generation:
+        lines.append(f"   replies: {clean(ph.generation)}")
     if ph.holds:
         lines.append(f"   {clean(ph.holds)}")
     for t in ph.turns:
         nat = t.natural.ttft_s if t.natural else None
         emp = t.emptied.ttft_s if t.emptied else None
-        check = "identical" if t.check and t.check.first_divergence is None else \
-            ("near-tie" if t.check and t.check.near_tie else "DIFFERS" if t.check else "?")
         reused = "unknown" if t.reused_tokens is None else str(t.reused_tokens)
         bound = f", at most {t.reuse_bound}" if t.reuse_bound is not None else ""
         ideal = "?" if t.ideal_reuse is None else t.ideal_reuse
+        reply = f"; reply {t.reply_tokens} tokens, ended at {t.reply_end}" if t.reply_tokens is not None else ""
         lines.append(f"   app {t.app} turn {t.turn}: prompt {t.prompt_tokens}, reused {reused} "
                      f"({fmt_pct(t.reuse_rate)}{bound}; ideal {ideal}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
-                     f"{t.stop_kind}: {clean(t.stop_reason)}; output {check}"
+                     f"{t.stop_kind}: {clean(t.stop_reason)}; output {_check(t)}{reply}"
                      + (f"; {clean(t.not_emptied)}" if t.not_emptied else ""))
     if ph.stopped:
         lines.append(f"   stopped: {clean(ph.stopped)}")
