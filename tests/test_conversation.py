@@ -222,6 +222,32 @@ def test_a_resumed_conversation_replays_what_was_measured(tmp_path):
                                                                    by_turn[t.turn].held_tokens, by_turn[t.turn].reused_tokens)
 
 
+@pytest.mark.parametrize("cut", [4, 5])
+def test_a_run_killed_mid_conversation_resumes_the_same_conversation(fake_dir, tmp_path, cut):
+    """Issue #37 row 5: a resumed conversation replayed the recorded turns with empty replies, so
+    the turns after the kill measured another conversation. The journal keeps each turn's reply
+    and the cache it left, and a turn is settled by its conversation_turn: killed after a turn's
+    two requests (4) or between its halves (5), the resumed log's turns are the uninterrupted
+    run's, prompts, cache and replies, each turn once."""
+    from tests.test_journal import cut_after
+
+    args = ["run", "--config", str(fake_dir / "models.toml"), "--models", "fake-b", "--turns", "4", "--gen-tokens",
+            "8", "--turn-tokens", "10", "--system-tokens", "12"]
+    macprof(*args, "--log", str(tmp_path / "whole.json"))
+    whole = runlog.load(tmp_path / "whole.json").models[0].phases.conversation
+    journal = tmp_path / f"r{cut}.journal.jsonl"
+    journal.write_bytes(cut_after((tmp_path / "whole.journal.jsonl").read_bytes(), cut, torn=False))
+    macprof(*args, "--resume", str(journal))
+    resumed = runlog.load(tmp_path / f"r{cut}.json")
+    ph = resumed.models[0].phases.conversation
+    assert resumed.complete and [(t.app, t.turn) for t in ph.turns] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+
+    def seen(t):
+        return (t.prompt_tokens, t.held_tokens, t.common_prefix, t.reused_tokens, t.stop_kind, t.reply_tokens,
+                t.reply_end, tuple(t.natural.tokens), tuple(t.emptied.tokens))
+    assert [seen(t) for t in ph.turns] == [seen(t) for t in whole.turns]
+
+
 def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):
     log = tmp_path / "c.json"
     macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-b", "--turns", "3", "--apps", "2",

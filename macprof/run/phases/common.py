@@ -55,6 +55,11 @@ def done_requests(items: list[dict]) -> dict[tuple, tuple]:
     return {request_key(d): tuple(d.get("tokens") or ()) for d in items}
 
 
+def done_cached(items: list[dict]) -> dict[tuple, int]:
+    """A worker job's ``done`` list as PhaseContext.done_cached: the cache each request left, where kept."""
+    return {request_key(d): d["cached_tokens_after"] for d in items if isinstance(d.get("cached_tokens_after"), int)}
+
+
 def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) -> dict:
     """Tokenize ``texts`` (``tokenize``: the engine's plain one unless given) and run ``generate(ids)``, timestamping each item it yields; an
     engine error becomes a recorded failure with whatever timestamps it had."""
