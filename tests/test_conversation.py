@@ -374,6 +374,53 @@ def test_a_server_that_holds_more_than_was_displaced_is_said_not_emptied(loopbac
     assert "not an empty cache's" in out and "not an empty cache's" in macprof("show", str(log)).stdout
 
 
+def test_a_server_s_impossible_reuse_is_its_claim_never_a_figure(loopback, tmp_path):
+    """Issue #37 row 7: a server that says it reused 10^6 tokens of a prompt of a few dozen. That is
+    its claim, flagged on the request, never a count: the reuse is unknown with the reason, the log
+    stores no negative computed count, and show and compare print no rate from it."""
+    from macprof.bench import fake_server as fakes
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=1)
+    base = fakes.handler(state)
+
+    class Lying(base):  # type: ignore[misc, valid-type]
+        def _send(self, obj: dict) -> None:
+            if "prompt_tokens_details" in obj.get("usage", {}):
+                obj["usage"]["prompt_tokens_details"]["cached_tokens"] = 10 ** 6
+            super()._send(obj)
+
+    url = loopback(Lying) + "/v1"
+    log = tmp_path / "lie.json"
+    out = macprof("run", "--endpoint", url, "--phases", "conversation", "--turns", "3", "--gen-tokens", "4",
+                  "--turn-tokens", "10", "--system-tokens", "12", "--timeout", "30", "--log", str(log)).stdout
+    ph = runlog.load(log).models[0].phases.conversation
+    for t in ph.turns:
+        assert t.reused_tokens is None and t.reuse_rate is None and t.stop_kind in ("unreported", "empty")
+        for r in (t.natural, t.emptied):
+            assert r.reused_tokens is None and r.computed_prompt_tokens == r.prompt_tokens > 0
+            assert r.server.cached_tokens is None and any("cached_tokens = 1000000" in f for f in r.server.flags)
+    assert all("impossible: 1000000 (more than the prompt's" in t.reuse_unreported for t in ph.turns[1:])
+    assert ph.summary.hit_rate is None and ph.summary.reuse_rate.median is None and ph.summary.unreported == 3
+    shown = macprof("show", str(log)).stdout + out + macprof("compare", str(log), str(log)).stdout
+    assert "1000000" not in shown.replace("impossible: 1000000", "") and "2512255" not in shown
+    data = json.loads(log.read_text())["models"][0]["phases"]["conversation"]
+    assert all(t["natural"]["computed_prompt_tokens"] >= 0 for t in data["turns"])
+
+
+def test_an_older_log_s_impossible_reuse_is_no_rate():
+    """A log written before the check at entry: a turn whose reported reuse exceeds its prompt gets
+    no rate and stays out of the hit rate."""
+    from macprof.model.conversation import ConversationTurn
+
+    events = [ConversationTurn(phase="conversation", app=0, turn=t, prompt_tokens=40, held_tokens=30, held_by=0,
+                               common_prefix=30, expected_reuse=30, reused_tokens=r, reuse_bound=34,
+                               stop_kind="none_lost") for t, r in ((0, 0), (1, 10 ** 6), (2, 30))]
+    phase = build(events, [], "round-robin", None)
+    assert [t.reuse_rate for t in phase.turns] == [0.0, None, 0.75]
+    assert phase.turns[1].reused_tokens is None and "more than the prompt's 40 tokens" in phase.turns[1].reuse_unreported
+    assert phase.summary.hit_rate == 0.75 and phase.summary.reuse_rate.median == 0.75
+
+
 def test_a_server_that_reports_no_reuse_leaves_it_unknown(loopback, tmp_path):
     ph, _, out, log = _served(loopback, tmp_path, "silent", usage=False)
     assert all(t.reused_tokens is None and t.reuse_rate is None and t.reuse_checked is None for t in ph.turns)

@@ -38,7 +38,11 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
         natural, emptied = pair.get("natural"), pair.get("emptied")
         saved = (emptied.ttft_s - natural.ttft_s) if natural and emptied and natural.ttft_s is not None \
             and emptied.ttft_s is not None else None
+        # more reused than the prompt has (a server's claim an older log kept as its count): no figure
         reused, unreported = e.reused_tokens, e.reuse_unreported
+        if reused is not None and reused > e.prompt_tokens:
+            reused, unreported = None, (f"the reported reuse of {reused} tokens is impossible (more than the prompt's "
+                                        f"{e.prompt_tokens} tokens): the server's claim, not a count")
         # the engine's report against the ids it held: equal, or zero with the engine's reason; a
         # server's (whose generated ids are not known here) at most what they may allow
         checked = None if reused is None or (e.reuse_bound is None and e.expected_reuse is None) else (

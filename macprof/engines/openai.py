@@ -522,6 +522,8 @@ class OpenAIEngine:
         f = self.last_final
         if f is not None and f.cached_tokens is not None:
             return None
+        if f is not None and "cached_tokens" in f.claims:  # wire.bound_reuse: impossible, never a figure
+            return f"the server's count of reused tokens is impossible: {f.claims['cached_tokens']}"
         if self.server == "llama-cpp-python":
             return ("llama-cpp-python's server reports prompt and completion tokens only: the prefix it kept "
                     "is printed to its --verbose log, not returned" + (

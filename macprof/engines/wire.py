@@ -275,6 +275,15 @@ def _bound_count(final: Final, state: dict) -> None:
         final.completion_tokens, final.count_source = None, None
 
 
+def bound_reuse(final: Final, prompt_tokens: int | None) -> None:
+    """A reused-token count above the prompt's tokens is the server's claim, not a count (a cache
+    serves no more of a prompt than it has): kept in ``claims``, the count unknown."""
+    if final.cached_tokens is not None and prompt_tokens is not None and final.cached_tokens > prompt_tokens:
+        final.claims["cached_tokens"] = (f"{final.cached_tokens} (more than the prompt's {prompt_tokens} tokens; "
+                                         f"from {final.cached_source})")
+        final.cached_tokens, final.cached_source = None, None
+
+
 def _settle_count(final: Final, state: dict) -> None:
     """The request's token count: the server's total where it gave one, else the sum of the
     per-chunk counts it gave (a server that names each chunk's tokens unasked; macprof asks no

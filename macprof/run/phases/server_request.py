@@ -47,8 +47,14 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     srv = out["server"]
     if engine.exact_prompts and status == "ok" and not sent:  # a tokenizer here built the prompt
         if not srv.prompt_tokens_source:  # the server counted none: the prompt's own count stands
+            final = engine.last_final or wire.Final()
+            if final.cached_tokens is not None and final.cached_tokens > len(ids):  # the server's claim, not a count
+                wire.bound_reuse(final, len(ids))
+                srv = srv.replace(cached_tokens=None, cached_tokens_source=None,
+                                  flags=(*srv.flags, claim_flag("cached_tokens", final.claims["cached_tokens"])))
+                out["reused_tokens"] = None
             out.update(prompt_tokens=len(ids), computed_prompt_tokens=len(ids) - (out["reused_tokens"] or 0))
-            out["server"] = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
+            out["server"] = srv = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
         elif out["prompt_tokens"] != len(ids):  # the server's own count must agree with it
             out["server"] = srv.replace(flags=(*srv.flags, f"prompt: the server counted {out['prompt_tokens']} "
                                                            f"tokens, {len(ids)} asked"))
@@ -93,6 +99,10 @@ def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: 
                   engine.eos_how)
 
 
+def claim_flag(key: str, claim: str) -> str:
+    return f"claim: the server sent {key} = {claim[:200]}, impossible: not taken as a measurement"
+
+
 def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Final | None, n: int,
            counted: int | None, status: str, error: str | None, settled: counting.Settled | None = None,
            eos: str | None = None) -> dict:
@@ -103,6 +113,8 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
 
     f = final or wire.Final()
     s = settled or counting.settle([c.text for c in chunks], f.completion_tokens, f.count_source, None)
+    prompt_tokens = f.prompt_tokens if f.prompt_tokens is not None else counted
+    wire.bound_reuse(f, prompt_tokens)  # more reused than the prompt has: a claim (the engine's reuse_unreported says so)
     flags = list(s.flags)
     if s.completion_tokens is not None and s.completion_tokens != n:
         flags.append(f"count: {s.completion_tokens} tokens of the {n} asked (finish: {f.finish_reason}); "
@@ -112,8 +124,7 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
     if status == "ok" and s.completion_tokens is None:
         flags.append("the server reported no token count, and no counting request gave one")
     for key, claim in sorted(f.claims.items()):  # impossible values: the server's claim, never a figure
-        flags.append(f"claim: the server sent {key} = {claim[:200]}, impossible: not taken as a measurement")
-    prompt_tokens = f.prompt_tokens if f.prompt_tokens is not None else counted
+        flags.append(claim_flag(key, claim))
     cached = f.cached_tokens
     server = ServerReport(
         completion_tokens=s.completion_tokens, count_source=s.count_source,
