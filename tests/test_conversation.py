@@ -261,6 +261,13 @@ def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):
     md = macprof("show", str(log), "--format", "markdown").stdout
     section = md[md.index("**Conversation (cache as the previous request left it)**"):]
     assert "| fake-b |" in section  # its table, as markdown
+    # and its turns, one row each, as show's text gives them as lines
+    turns = md[md.index("**Conversation turns: fake-b**"):].split("\n\n")[1].splitlines()
+    assert turns[0].startswith("| app | turn | prompt | held (whose) | reused | ideal | stop | reply (end) |")
+    ph = runlog.load(log).models[0].phases.conversation
+    assert [row.split(" | ")[:3] for row in turns[2:]] == [[f"| {t.app}", str(t.turn), str(t.prompt_tokens)]
+                                                           for t in ph.turns]
+    assert all(f"{t.reply_tokens} ({t.reply_end})" in row for t, row in zip(ph.turns, turns[2:]))
     compared = macprof("compare", str(log), str(log), "--format", "json").stdout
     assert "reuse_rate_p50" in compared and "hit_rate" in compared
     assert runlog.load(log).models[0].phases.conversation.summary.stops

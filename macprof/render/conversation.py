@@ -73,6 +73,43 @@ def _check(t) -> str:
     return "identical" if t.check.first_divergence is None else "near-tie" if t.check.near_tie else "DIFFERS"
 
 
+def _turn_row(t) -> dict:
+    """A turn as a row of the turns table: its raw figures."""
+    return {"app": t.app, "turn": t.turn, "prompt_tokens": t.prompt_tokens, "held_tokens": t.held_tokens,
+            "held_by": t.held_by, "reused_tokens": t.reused_tokens, "reuse_rate": t.reuse_rate,
+            "ideal_reuse": t.ideal_reuse, "stop_kind": t.stop_kind, "stop_reason": t.stop_reason,
+            "reply_tokens": t.reply_tokens, "reply_end": t.reply_end,
+            "ttft_natural_s": t.natural.ttft_s if t.natural else None,
+            "ttft_emptied_s": t.emptied.ttft_s if t.emptied else None, "output": _check(t)}
+
+
+TURN_COLUMNS = (
+    Column("app", cell("app")), Column("turn", cell("turn")), Column("prompt", cell("prompt_tokens")),
+    Column("held (whose)", lambda r: "-" if r["held_by"] is None else f"{r['held_tokens']} (app {r['held_by']})"),
+    Column("reused", lambda r: "unknown" if r["reused_tokens"] is None else
+           f"{r['reused_tokens']} ({fmt_pct(r['reuse_rate'])})"),
+    Column("ideal", lambda r: "?" if r["ideal_reuse"] is None else str(r["ideal_reuse"])),
+    Column("stop", cell("stop_kind")),
+    # the natural request's reply: its tokens and how it ended (a server's: not known here)
+    Column("reply (end)", lambda r: "?" if r["reply_tokens"] is None else f"{r['reply_tokens']} ({r['reply_end']})"),
+    Column("TTFT natural", cell("ttft_natural_s", fmt_s)), Column("TTFT emptied", cell("ttft_emptied_s", fmt_s)),
+    Column("output", cell("output")), Column("where reuse stopped", lambda r: r["stop_reason"] or "-"))
+
+
+def turns_tables(log: RunLog) -> list[Section]:
+    """`macprof show --format markdown`: each model's conversation turn by turn (what `show`'s
+    text gives as lines), a table a model, after the phase's summary rows."""
+    out = []
+    for m in log.models:
+        ph = m.phases.conversation
+        if ph is None or not ph.turns:
+            continue
+        notes = tuple(x for x in (ph.generation and f"replies: {ph.generation}", ph.holds, ph.stopped) if x)
+        out.append(Section(f"Conversation turns: {m.identity.name}",
+                           Table("turns", TURN_COLUMNS, tuple(_turn_row(t) for t in ph.turns), (), (), {}), notes))
+    return out
+
+
 def conversation_lines(ph: ConversationPhase) -> list[str]:
     """`macprof show`: the template, then a line per turn."""
     s = ph.summary
@@ -102,4 +139,4 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
 
 
 REPORT = PhaseReport(present="has_conversation", columns=COLUMNS, fields=FIGURES, note=NOTE, section=conversation_table,
-                     detail=conversation_lines)
+                     detail=conversation_lines, tables=turns_tables)
