@@ -14,6 +14,7 @@ from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Ceiling, SweepCase
+from macprof.model.records import ABSENT
 from macprof.render.frontier import frontier_panel
 from macprof.render.text import clean
 
@@ -390,12 +391,40 @@ def _caption(logs: list[tuple[str, RunLog]]) -> str:
 
 
 def _describe(log: RunLog) -> str:
-    """The machine, the settings that shape the figures, and macprof's version."""
+    """The machine, each measured phase's own parameters (the first model's settings), and
+    macprof's version."""
     mach = log.machine or Machine()
     s = log.models[0].settings if log.models else None
-    sweeps = ", ".join(f"{name} {list(value)}" for name, value in (
-        ("prompt_grid", s.prompt_grid), ("gen_grid", s.gen_grid), ("shapes", s.shapes), ("depths", s.depths),
-        ("batches", s.batches)) if value) if s else ""
-    return (f"{mach.chip or mach.cpu_model}, {mach.os} {mach.os_version}, "
-            f"prompt {s and s.prompt_tokens} / gen {s and s.gen_tokens} tokens, reps {s and s.reps}, "
-            + (f"{sweeps}, " if sweeps else "") + f"macprof {log.tool_version}")
+    phases = "; ".join(filter(None, (phase_parameters(s, name) for name in s.phases))) if s else ""
+    return f"{mach.chip or mach.cpu_model}, {mach.os} {mach.os_version}, " + (f"{phases}, " if phases else "") + \
+        f"macprof {log.tool_version}"
+
+
+def phase_parameters(s, phase: str) -> str:
+    """What shaped one phase's figures, in words: its lengths and repetitions (a speed phase's
+    prompt / gen and reps; a conversation's apps, turns and message lengths; the tasks' set and
+    attempts...). A setting a log lacks (older logs) reads "?"."""
+    def v(name: str):
+        value = getattr(s, name, None)
+        return "?" if value is None or value is ABSENT else list(value) if isinstance(value, tuple) else value
+
+    speed = f"prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens, reps {v('reps')}"
+    words = {
+        "cold": f"{v('cold_trials')} trials of prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens",
+        "warm": speed,
+        "prefix": f"{v('prefix_tokens')} shared of {speed}",
+        "grid": ", ".join(f"{name} {v(name)}" for name in ("prompt_grid", "gen_grid", "shapes") if getattr(s, name, None))
+        + f", reps {v('reps')}",
+        "depth": f"depths {v('depths')}, gen {v('gen_tokens')} tokens, reps {v('reps')}",
+        "batch": f"batches {v('batches')} of {speed}",
+        "quality": f"{v('quality_tokens')} tokens in chunks of {v('quality_ctx')}",
+        "speculative": f"draft {v('draft')}, k {v('draft_tokens')}, {speed}",
+        "concurrency": ", ".join(f"{name} {v(name)}" for name in ("concurrency", "rates") if getattr(s, name, None))
+        + f", {v('load_requests')} requests",
+        "conversation": f"{v('apps')} app(s) x {v('turns')} turns, system {v('system_tokens')} / user "
+        f"{v('turn_tokens')}" + (f" / tool {v('tool_tokens')}" if getattr(s, "tool_tokens", None) else "")
+        + f" tokens, replies to EOS or {v('gen_tokens')} tokens",
+        "tasks": f"{'the shipped set' if not getattr(s, 'tasks', None) else v('tasks')}, {v('attempts')} attempt(s)"
+        + (f", retries at temperature {v('temperature')}" if getattr(s, "temperature", None) else ""),
+    }
+    return f"{phase} {words[phase]}" if phase in words else phase
