@@ -328,6 +328,31 @@ def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log,
     assert r.exit_code == 0, r.output and out.stat().st_size > 10_000
 
 
+def test_the_speculative_panel_spans_its_figure_and_its_legend_covers_nothing(self_draft_log):
+    """A lone panel filled half its figure (a grid of two, the other blank) and the speculative
+    legend sat inside the axes, over the points and the break-even line: the panel now spans the
+    figure, its legend is below the axes, and the x ticks are the k's measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from macprof.render.plot import _models, _speculative, layout, speculative_series
+    from macprof.store import runlog
+
+    assert layout(1, 0) == (1, 1, 10) and layout(2, 8) == (1, 2, 1.6 * 8 + 4) and layout(5, 3) == (2, 3, 17)
+    series = speculative_series(list(_models([("run", runlog.load(self_draft_log[0]))])))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    _speculative(ax, series)
+    fig.tight_layout()
+    fig.canvas.draw()
+    box, legend = ax.get_window_extent(), ax.get_legend().get_window_extent()
+    assert legend.y1 < box.y0  # entirely below the axes: over no point, line or tick of the panel
+    assert legend.y1 <= ax.xaxis.label.get_window_extent().y0  # and below the tick labels and the axis label
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3"] and list(ax.get_xticks()) == [1, 3]
+    plt.close(fig)
+
+
 # -- estimate --draft ---------------------------------------------------------------------------------
 def test_estimate_with_a_draft_uses_the_runs_formula(tmp_path):
     from macprof.analyse.ceilings import speculative_prediction

@@ -93,9 +93,7 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         panels.append(lambda ax: _conversation(ax, models))
     if not panels:
         raise MacprofError("plot: the run logs hold no measured phase to draw")
-    ncols = 2 if len(panels) <= 4 else 3
-    nrows = math.ceil(len(panels) / ncols)
-    width = max(10, 1.6 * len(bars) + 4) if ncols == 2 else 17
+    nrows, ncols, width = layout(len(panels), len(bars))
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, 5.5 * nrows), squeeze=False)
     flat = [ax for line in axes for ax in line]
     for draw, ax in zip(panels, flat):
@@ -358,6 +356,8 @@ def speculative_series(models) -> list[dict]:
 
 def _speculative(ax, series: list[dict]) -> None:
     """Measured speed-up against k with its interval, the predicted curve dashed, break-even at 1."""
+    from matplotlib.ticker import NullLocator
+
     for s in series:
         lows = [v - lo if lo is not None else 0.0 for v, lo in zip(s["speedup"], s["low"])]
         highs = [hi - v if hi is not None else 0.0 for v, hi in zip(s["speedup"], s["high"])]
@@ -369,10 +369,22 @@ def _speculative(ax, series: list[dict]) -> None:
                     label=chart_text(f"{s['label']} roofline at the measured acceptance"))
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="plain decoding")
     ax.set_xscale("log", base=2)
+    ks = sorted({k for s in series for k in s["k"]})
+    ax.set_xticks(ks, [str(k) for k in ks])  # the k's measured, as numbers (not 2^n at powers of two alone)
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("draft tokens per round k")
     ax.set_ylabel("decode speed-up over plain greedy decoding")
     ax.set_title("Speculative decoding: speed-up vs k (dashed: predicted)")
-    ax.legend(fontsize=7)
+    # below the axes, as the conversation panel's: inside, it covered the points, the break-even line and ticks
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+
+
+def layout(panels: int, bars: int) -> tuple[int, int, float]:
+    """(rows, columns, width in inches) of the figure: two columns up to four panels, three
+    beyond; a lone panel spans the figure (in a grid of two it filled half, the other half blank);
+    two columns widen with the bars drawn."""
+    ncols = min(panels, 2 if panels <= 4 else 3)
+    return math.ceil(panels / ncols), ncols, max(10, 1.6 * bars + 4) if ncols <= 2 else 17
 
 
 def _caption(logs: list[tuple[str, RunLog]]) -> str:

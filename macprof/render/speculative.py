@@ -14,7 +14,7 @@ NOTE = ("speculative: speed-up = decode tok/s drafting k tokens a round over pla
         "on the same prompts (ratio of medians, bootstrap interval), at the k where it is highest; α = accepted / "
         "drafted; predicted = the roofline's round at the per-token acceptance (docs/design.md)")
 TABLE_NOTE = ("speed-up: speculative decode tok/s over the phase's plain greedy requests on the same prompts, ratio of "
-              "medians [bootstrap 95 % interval]; drafts/round and tokens/round: over every measured round (a lookup draft "
+              "medians [bootstrap 95 % interval]; drafts/round and tokens/round: over the rounds free to draft k (a lookup draft "
               "drafts fewer than k where its context has no match); predicted: the roofline's round time and tokens per "
               "round over the rounds as they drafted, at α/token "
               "(accepted / drafts the target judged, up to the first rejection; α = accepted / drafted); outputs: "
