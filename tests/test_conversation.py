@@ -370,6 +370,34 @@ def test_through_a_server_reuse_is_what_it_reports_and_never_past_the_first_diff
         assert t.reuse_checked and t.check.passed and t.natural.ttft_s and t.emptied.ttft_s
 
 
+def test_through_a_server_replies_end_where_the_server_ends_them(loopback, tmp_path):
+    """An app's request holds nothing off: a server that ends its replies after 3 words (its EOS
+    counted in usage) gives 4-token replies, recorded as ended at EOS with no count flag; the next
+    prompt holds the reply's text, and the server's reuse is bounded by the reply it counted. The
+    speed phases still hold EOS off."""
+    from macprof.bench import fake_server as fakes
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=1, eos_after=3)
+    url = loopback(fakes.handler(state)) + "/v1"
+    common = ["--endpoint", url, "--gen-tokens", "4", "--timeout", "30"]
+    macprof("run", *common, "--phases", "conversation", "--turns", "3", "--turn-tokens", "10", "--system-tokens", "12",
+            "--log", str(tmp_path / "eos.json"))
+    ph = runlog.load(tmp_path / "eos.json").models[0].phases.conversation
+    timed = [b for b in state["bodies"] if b["path"] == "/v1/completions" and b.get("stream") and b["max_tokens"] == 4]
+    assert timed and not any(k in b for b in timed for k in ("ignore_eos", "min_tokens", "logit_bias"))
+    assert "as an app's" in ph.generation
+    for t in ph.turns:
+        assert (t.reply_tokens, t.reply_end) == (4, "eos") and t.natural.server.eos.startswith("none: the reply ends")
+        assert not any(f.startswith("count:") for f in t.natural.server.flags)
+    assert "assistant:\n w0 w1 w2\n\nuser:" in timed[-1]["prompt"]  # the reply as the server ended it
+    for prev, t in zip(ph.turns, ph.turns[1:]):
+        assert t.reuse_bound == prev.prompt_tokens + prev.reply_tokens and t.reuse_checked
+        assert t.reused_tokens == prev.prompt_tokens + 3 and t.stop_kind == "none_lost"  # its prompt and 3 words
+    state["bodies"].clear()
+    macprof("run", *common, "--phases", "warm", "--reps", "1", "--prompt-tokens", "16", "--log", str(tmp_path / "w.json"))
+    assert all(b.get("ignore_eos") for b in state["bodies"] if b.get("stream") and b["max_tokens"] == 4)
+
+
 def test_a_server_that_holds_more_than_was_displaced_is_said_not_emptied(loopback, tmp_path):
     """--endpoint to a server whose prompt cache holds two entries (macprof cannot know it): the one
     displacing request leaves the app's last prompt and reply there, so the emptied half reuses
@@ -497,7 +525,8 @@ def test_real_servers_report_what_they_reuse_and_another_app_evicts_it(tiny_dir,
         assert t.reused_tokens is not None and t.natural.server.cached_tokens_source  # reported, and where from
         assert t.reuse_checked and t.check.passed and t.emptied.reused_tokens <= 1
     for prev, t in zip(one.turns, one.turns[1:]):
-        assert prev.prompt_tokens <= t.reused_tokens <= t.reuse_bound == prev.prompt_tokens + 8
+        assert prev.prompt_tokens <= t.reused_tokens <= t.reuse_bound == prev.prompt_tokens + prev.reply_tokens
+        assert prev.reply_end in ("eos", "max_tokens") and prev.reply_tokens <= 8 + (prev.reply_end == "eos")
         assert t.stop_kind in ("none_lost", "reply_retokenized")
     two, out = runs[2]
     assert "more than the 1 conversation(s) the cache holds" in two.holds and "evict each other" in out

@@ -24,7 +24,8 @@ stops that app's conversation; the turns before are kept.
 
 Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
 completions request, as an app that sends text does; the model's own template where its file is
-known here, engines/openai.py ``chat_template``), and what it reused is what the server reports
+known here, engines/openai.py ``chat_template``), its reply ending where the server ends it (nothing
+holds its EOS off: ``replies_end_at_eos``), and what it reused is what the server reports
 (``usage.prompt_tokens_details.cached_tokens``, llama.cpp's ``timings.cache_n``), raw in each
 request's ``server`` record; where it reports none the reuse is unknown, with the reason, never
 guessed from TTFT. Its cache is not addressable: it is emptied by a short unrelated request (the
@@ -46,12 +47,16 @@ from macprof.engines.base import common_prefix, lacks, reusable_prefix
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.conversation import ConversationStart, ConversationTurn
+from macprof.model.phases import ServerReport
 from macprof.run.chat import template_for
 from macprof.run.phases.common import PhaseContext, _pause, announced, compare_outputs, reply_end, request_key, \
     timed_request
 from macprof.run.prompts import Prompt
 
 PHASE = "conversation"
+
+
+SERVER_ENDS = {"stop": "eos", "length": "max_tokens"}  # a server's finish_reason, as a reply's end
 
 
 class Previous(NamedTuple):
@@ -65,6 +70,7 @@ class Previous(NamedTuple):
     reply_text: str = ""
     held: tuple[int, ...] = ()
     ended: str | None = None  # "eos" or "max_tokens" (common.reply_end)
+    n_reply: int | None = None  # the reply's tokens (a server's: its count; None where not known)
 
     @property
     def content(self) -> list:
@@ -78,8 +84,9 @@ def generation_note(eos: int, gen_tokens: int) -> str:
             f"assistant's message, rendered back through the template's assistant turn")
 
 
-SERVER_GENERATION = ("every reply is --gen-tokens long, the server's EOS held off as in the speed phases (its ids are "
-                     "the server's: where they end is not known here); its text is the assistant's message")
+def server_generation(gen_tokens: int) -> str:
+    return (f"a reply ends where the server ends it, at its end-of-generation id or at --gen-tokens ({gen_tokens}), as "
+            f"an app's (the speed phases hold EOS off); its text is the assistant's message, its tokens the server's count")
 
 
 def schedule(apps: int, turns: int, order: str, seed: int = 0) -> list[tuple[int, int]]:
@@ -300,6 +307,16 @@ def holds(engine, server: bool, apps: int) -> str | None:
 
 
 def run_conversation(ctx: PhaseContext) -> None:
+    """The phase; through a server, every request of it (timed, counting, a state put back) ends
+    where the server ends it, as an app's (engines/openai.py ``replies_end_at_eos``)."""
+    if lacks(ctx.engine, "stream"):
+        _conversation(ctx)
+        return
+    with ctx.engine.replies_end_at_eos():
+        _conversation(ctx)
+
+
+def _conversation(ctx: PhaseContext) -> None:
     engine, s, builder = ctx.engine, ctx.settings, ctx.builder
     server = not lacks(engine, "stream")  # requests go to a server (engines/openai.py)
     # --api chat: the messages go as they are and the server applies its own template; their text
@@ -310,13 +327,14 @@ def run_conversation(ctx: PhaseContext) -> None:
                            f"own template to the messages (give --api completions to send text rendered here)")
     template = template_for(engine, s.chat_template)
     order = schedule(s.apps, s.turns, s.app_order)
-    # an app's generation ends at the model's end-of-generation id (a server's: held off, SERVER_GENERATION)
+    # an app's generation ends at the model's end-of-generation id (a server's: where the server ends it)
     eos = frozenset() if server else frozenset(engine.eos_ids)
     ctx.emit(ConversationStart(phase=PHASE, template_source="server" if renders else template.source,
                                template_path=None if renders else template.path,
                                template_sha256=None if renders else hashlib.sha256(template.text.encode()).hexdigest(),
                                apps=s.apps, turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps),
-                               generation=SERVER_GENERATION if server else generation_note(len(eos), s.gen_tokens)))
+                               generation=server_generation(s.gen_tokens) if server else
+                               generation_note(len(eos), s.gen_tokens)))
     messages = {a: [{"role": "system", "content": builder.words_text(f"conversation:system:{a}", s.system_tokens)}]
                 for a in range(s.apps)}
     heads = {(a, t): {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
@@ -337,8 +355,10 @@ def run_conversation(ctx: PhaseContext) -> None:
     held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
     held_n = 0  # its prompt tokens, as the server counted them (--api chat: its ids are the server's)
     held_by: int | None = None
-    # through a server: the requests its cache holds, least recently served first: (app, ids, prompt, count)
-    recent: list[tuple[int, list[int], Prompt, int]] = []
+    held_reply: int | None = None  # through a server: the held request's reply tokens, as the server counted them
+    # through a server: the requests its cache holds, least recently served first: (app, ids, prompt, count,
+    # its reply's tokens)
+    recent: list[tuple[int, list[int], Prompt, int, int | None]] = []
     last: dict[int, Previous] = {}
     stopped: set[int] = set()
     for i, (a, t) in enumerate(order):
@@ -362,36 +382,41 @@ def run_conversation(ctx: PhaseContext) -> None:
             reply, counted = list(recorded["natural"] or ()), len(ids)
             left = ctx.done_cached.get(request_key(pair["natural"]))
             kept = (list(ids) + reply)[:left] if left is not None else list(ids) + reply[:-1]
+            n_reply = None if server else len(reply)  # a server's count is not in the journal's replay
         else:
             if server and recent:  # of what it holds, the server serves the prompt the longest shared prefix
-                held_by, held, _, held_n = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
-            reply, counted, kept = _turn(ctx, cache, pair, i, a, t, prompt,
-                                         (held, [r[2] for r in recent], held_by, held_n), last.get(a), server, eos)
+                held_by, held, _, held_n, held_reply = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
+            reply, counted, kept, n_reply = _turn(ctx, cache, pair, i, a, t, prompt,
+                                                  (held, [r[2] for r in recent], held_by, held_n, held_reply),
+                                                  last.get(a), server, eos)
         ended = None if server else reply_end(reply, eos)
         # the assistant's message: the reply as the model produced it, up to its end (a server's: its chunks' texts)
-        said = Previous(ids, text, reply, "", tuple(kept), ended)
+        said = Previous(ids, text, reply, "", tuple(kept), ended, n_reply)
         said = said._replace(reply_text="".join(reply) if server else engine.detokenize(said.content))
         last[a] = said
         # what the app's request leaves in the cache (a server's: this prompt and a reply of its own ids)
-        held, held_by, held_n = (list(ids) if server else list(kept)), a, counted
-        recent = after(recent, (a, list(ids), prompt, counted), slots)
+        held, held_by, held_n, held_reply = (list(ids) if server else list(kept)), a, counted, n_reply
+        recent = after(recent, (a, list(ids), prompt, counted, n_reply), slots)
         messages[a].append({"role": "assistant", "content": said.reply_text})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
 
 
 def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: Prompt,
-          state: tuple[list[int], list[Prompt], int | None, int], previous: Previous | None, server: bool,
-          eos: frozenset[int]) -> tuple[list, int, list[int]]:
+          state: tuple[list[int], list[Prompt], int | None, int, int | None], previous: Previous | None,
+          server: bool, eos: frozenset[int]) -> tuple[list, int, list[int], int | None]:
     """One turn measured both ways (the natural cache first on even turns); returns the reply,
-    the prompt's tokens as the request counted them, and the ids the natural request left in
-    the cache (an in-process engine's; a server's: none known)."""
+    the prompt's tokens as the request counted them, the ids the natural request left in the
+    cache (an in-process engine's; a server's: none known), and the reply's tokens (a server's:
+    its count, None where it gave none)."""
     engine, s = ctx.engine, ctx.settings
-    held, natural, held_by, held_n = state
+    held, natural, held_by, held_n, held_reply = state
     ids, text = list(prompt.ids), prompt.text
     renders = bool(prompt.messages)
     out: dict[str, tuple] = {}
     kept: list[int] = []
     counted = len(ids)
+    n_out: int | None = None
+    ended: str | None = None
     reused, refused, unreported, n_reply, emptied_reused, not_emptied = None, None, None, 0, None, None
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
         _pause(s)
@@ -407,6 +432,10 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
             kept = [] if server else held_after(ids, rec)
             if server:
                 unreported = engine.reuse_unreported
+                told = rec.server or ServerReport()
+                n_out, ended = told.completion_tokens, SERVER_ENDS.get(told.finish_reason or "")
+            else:
+                n_out, ended = len(rec.tokens), reply_end(rec.tokens, eos)
         else:
             emptied_reused = rec.reused_tokens
         if rec.status != "ok":
@@ -421,18 +450,20 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
     if check.first_divergence is not None and not lacks(engine, "top2"):  # its diagnosis (top2) empties the cache
         cache.forget()
     prev = previous or Previous([], "", [])
+    # through a server, the held request's reply is known by the server's count (at most --gen-tokens)
+    last_reply = held_reply if held_reply is not None else s.gen_tokens
     if renders:  # --api chat: no ids here, the server's counts only
-        n_reply = s.gen_tokens if held_by is not None else 0
+        n_reply = last_reply if held_by is not None else 0
         d, bound, kind, reason = counted_stop(held_n, n_reply, held_by, a, counted, reused, unreported)
         ideal, equal = None, None
     elif server:
-        # the reply's ids are the server's, known by their count: as many as asked (EOS is held off;
-        # a request that got fewer says so in its server record)
-        n_reply = s.gen_tokens if held_by is not None else 1
+        # the reply's ids are the server's, known by their count (where it gave none: at most --gen-tokens)
+        n_reply = last_reply if held_by is not None else 1
         if held_by is None:  # nothing of this phase's: what the displacing request left
             held = engine.displacing_ids()
         d, bound, kind, reason = server_stop(held, n_reply, held_by, a, ids, text, previous, reused, unreported)
-        ideal = server_stop(prev.ids, s.gen_tokens, a, a, ids, text, previous, None, None)[1] if previous else 0
+        ideal = server_stop(prev.ids, prev.n_reply if prev.n_reply is not None else s.gen_tokens, a, a, ids, text,
+                            previous, None, None)[1] if previous else 0
         equal = None
         # the emptied half: after the displacing requests, the server may share no more than they leave
         most = server_stop(engine.displacing_ids(), 1, None, a, ids, text, None, None, None)[1]
@@ -454,6 +485,5 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
                               reused_tokens=reused, reuse_refused=refused, reuse_bound=bound,
                               reuse_unreported=unreported, ideal_reuse=ideal, stop_kind=kind, stop_reason=reason,
                               reply_text_ids_equal=equal, not_emptied=not_emptied, check=check,
-                              reply_tokens=None if server else len(reply),
-                              reply_end=None if server else reply_end(reply, eos)))
-    return reply, counted, kept
+                              reply_tokens=n_out, reply_end=ended))
+    return reply, counted, kept, n_out

@@ -96,7 +96,7 @@ def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: 
     else:
         settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
     return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,
-                  engine.eos_how)
+                  engine.eos_how, getattr(engine, "holds_eos", True))
 
 
 def claim_flag(key: str, claim: str) -> str:
@@ -105,7 +105,7 @@ def claim_flag(key: str, claim: str) -> str:
 
 def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Final | None, n: int,
            counted: int | None, status: str, error: str | None, settled: counting.Settled | None = None,
-           eos: str | None = None) -> dict:
+           eos: str | None = None, holds_eos: bool = True) -> dict:
     """The request's fields: raw chunk times and texts, and ``server``: what the server reported
     and how its tokens were counted (a ServerReport), with flags for what differs from the
     request asked for."""
@@ -116,7 +116,8 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
     prompt_tokens = f.prompt_tokens if f.prompt_tokens is not None else counted
     wire.bound_reuse(f, prompt_tokens)  # more reused than the prompt has: a claim (the engine's reuse_unreported says so)
     flags = list(s.flags)
-    if s.completion_tokens is not None and s.completion_tokens != n:
+    # fewer than asked is a flag where EOS was held off; an app's reply (a conversation's) may end at EOS
+    if s.completion_tokens is not None and (s.completion_tokens > n or holds_eos and s.completion_tokens != n):
         flags.append(f"count: {s.completion_tokens} tokens of the {n} asked (finish: {f.finish_reason}); "
                      f"EOS was not held off ({eos or 'no way known'}): the tokens received are measured")
     if s.chunk_tokens and max(s.chunk_tokens) > 1:
