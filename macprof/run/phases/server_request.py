@@ -96,7 +96,7 @@ def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: 
     else:
         settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
     return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,
-                  engine.eos_how, getattr(engine, "holds_eos", True))
+                  engine.eos_how, engine.holds_eos)
 
 
 def claim_flag(key: str, claim: str) -> str:
