@@ -48,6 +48,18 @@ def test_number():
     assert c.check(spec, "forty-two").message.startswith("no number in the reply")
 
 
+def test_a_reply_naming_two_options_chose_neither():
+    """"Yes/No" named both options: the slash joins alternatives, it does not end a choice as a
+    comma or a full stop does."""
+    assert c.chosen_option(["Yes", "No"], "Yes/No") is None
+    assert c.chosen_option(["Yes", "No"], "**yes/no**") is None
+    assert c.chosen_option(["A", "B", "C"], "B|C") is None
+    assert c.chosen_option(["A", "B", "C"], "B/ C, I think") is None
+    assert not c.check({"type": "choice", "options": ["Yes", "No"], "answer": "Yes"}, "Yes/No").correct
+    assert c.chosen_option(["Yes", "No"], "Yes/maybe") == "Yes"  # one option named: still chosen
+    assert c.chosen_option(["Yes", "No"], "Yes, not no") == "Yes"
+
+
 def test_choice():
     spec = {"type": "choice", "options": ["A", "B", "C", "D"], "answer": "B"}
     for reply in ("B", "b", "B) Paris", "**B**", "(B)", "B. because"):

@@ -275,6 +275,27 @@ def test_plot(tmp_path, suffix):
         assert Image.open(out).size == (round((1.6 * 8 + 4) * 120), round(5.5 * 120))  # 8 model rows, 120 dpi
 
 
+def test_the_plot_caption_gives_each_phase_its_own_parameters():
+    """A conversation (tasks, speculative) run's caption gave the warm phase's "prompt / gen, reps":
+    each measured phase says its own."""
+    from macprof.render.plot import _describe
+
+    log = runlog.load(A)
+    m = log.models[0]
+
+    def described(**settings) -> str:
+        return _describe(log.replace(models=(m.replace(settings=m.settings.replace(**settings)),)))
+
+    mixed = described(phases=("warm", "speculative", "conversation", "tasks"), turns=6, apps=2, turn_tokens=64,
+                      system_tokens=128, tool_tokens=0, attempts=2, draft="ngram", draft_tokens=(1, 4))
+    assert "warm prompt 32 / gen 8 tokens, reps 5" in mixed
+    assert "speculative draft ngram, k [1, 4], prompt 32 / gen 8 tokens, reps 5" in mixed
+    assert "conversation 2 app(s) x 6 turns, system 128 / user 64 tokens, replies to EOS or 8 tokens" in mixed
+    assert "tasks the shipped set, 2 attempt(s)" in mixed
+    alone = described(phases=("conversation",), turns=6, apps=1, turn_tokens=64, system_tokens=128, tool_tokens=16)
+    assert "reps" not in alone and "prompt 32" not in alone and "user 64 / tool 16 tokens" in alone
+
+
 def _copies(tmp_path, n):
     """n distinct runs of the recorded six-model log (each its own start), decode scaled per copy."""
     base = json.loads(OTHER.read_text())

@@ -19,7 +19,7 @@ from macprof.errors import MacprofError
 from macprof.model.events import parse_event
 from macprof.run.chat import FALLBACK, Template, template_for
 from macprof.run.phases import PhaseContext
-from macprof.run.phases.conversation import run_conversation, schedule, why_stopped
+from macprof.run.phases.conversation import Previous, run_conversation, schedule, why_stopped
 from macprof.run.prompts import PromptBuilder
 from macprof.store import runlog
 from tests.test_published_model import smollm2  # noqa: F401 - the fixture
@@ -36,7 +36,8 @@ def _engine(tmp_path: Path, cache: str = "full") -> FakeEngine:
 
 
 def _run(engine, n_ctx: int = 4096, done=None, **settings):
-    s = config.Settings(phases=("conversation",), gen_tokens=6, turns=4, turn_tokens=12, system_tokens=16, **settings)
+    s = config.Settings(**{"phases": ("conversation",), "gen_tokens": 6, "turns": 4, "turn_tokens": 12,
+                           "system_tokens": 16, **settings})
     events = []
     run_conversation(PhaseContext(engine, PromptBuilder(engine), s, lambda e: events.append(
         parse_event({**e.to_json(), "model": "m"})), n_ctx=n_ctx, done=done or {}))
@@ -53,12 +54,14 @@ def test_the_schedule_interleaves_apps_and_keeps_each_app_s_turns_in_order():
 
 
 def test_why_reuse_stopped_is_told_by_where_the_ids_part():
-    prev = ([1, 2, 3, 4], "abcd", [5, 6, 7])
+    prev = Previous([1, 2, 3, 4], "abcd", [5, 6, 7])
     held = [1, 2, 3, 4, 5, 6]
     assert why_stopped([], None, 0, [1, 2], "ab", None, None)[1] == "empty"
     assert why_stopped(held, 1, 0, [1, 2, 9], "x", prev, None)[:2] == (2, "evicted")
     assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 6, 8, 9], "abcdefgh", prev, None)[1] == "none_lost"
-    assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdexx", prev, None)[:2] == (5, "reply_retokenized")
+    d, kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdexx", prev, None)
+    # the first differing id: the one the text gives against the one the model generated
+    assert (d, kind) == (5, "reply_retokenized") and "to id 9 where the model generated id 6" in reason
     assert why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abcdyy", prev, None)[:2] == (2, "tokenization_join")
     kind, reason = why_stopped(held, 0, 0, [1, 2, 8, 9, 9], "abXdyy", prev, None)[1:]
     assert kind == "template_rewrite" and "character 2" in reason
@@ -66,10 +69,26 @@ def test_why_reuse_stopped_is_told_by_where_the_ids_part():
     assert kind == "cannot_go_back" and "recurrent memory" in reason and "into the previous reply" in reason
 
 
+def test_a_reply_the_template_writes_otherwise_is_the_template_s_doing():
+    """The reply went back as its text "ef" and the model ended it with EOS id 7: a template that
+    trims the reply, or closes the assistant turn with another id than the model ended it with,
+    rewrote it; the same text read as other ids is the reply re-tokenized."""
+    prev = Previous([1, 2, 3, 4], "abcd", [5, 6, 7], " ef", ended="eos")
+    assert prev.content == [5, 6]
+    held = [1, 2, 3, 4, 5, 6, 7]  # an engine that fed the EOS id before the reply was closed (MLX queues it)
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcdef!", prev, None)[1:]
+    assert kind == "template_rewrite" and "rendered the reply otherwise than its text" in reason
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 9, 9], "abcd efxx", prev, None)[1:]
+    assert kind == "reply_retokenized" and "to id 9 where the model generated id 6" in reason
+    kind, reason = why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 6, 8, 9], "abcd ef<end>", prev, None)[1:]
+    assert kind == "template_rewrite" and "ended it with id 7, the template closes the assistant turn with id 8" in reason
+    assert why_stopped(held, 0, 0, [1, 2, 3, 4, 5, 6, 7, 9], "abcd ef<end>", prev, None)[1] == "none_lost"
+
+
 def test_through_a_server_reuse_stops_where_the_known_ids_part_or_where_the_server_says():
     from macprof.run.phases.conversation import counted_stop, server_stop
 
-    prev = ([1, 2, 3, 4], "abcd", ["x", "y", "z"])  # a server's reply: its chunks' texts, 3 tokens
+    prev = Previous([1, 2, 3, 4], "abcd", ["x", "y", "z"])  # a server's reply: its chunks' texts, 3 tokens
     held = [1, 2, 3, 4]  # the previous prompt's ids; its reply's are the server's
     ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert server_stop([1, 7], 1, None, 0, ids, "t", None, 1, None)[1:3] == (1, "empty")  # the displacing request's
@@ -120,7 +139,8 @@ def test_one_app_reuses_what_its_last_request_left_and_says_where_it_stopped(tmp
     assert [(t.app, t.turn) for t in turns] == [(0, 0), (0, 1), (0, 2), (0, 3)]
     assert turns[0].stop_kind == "empty" and turns[0].reused_tokens == 0
     for prev, t in zip(turns, turns[1:]):
-        assert t.prompt_tokens > prev.prompt_tokens and t.held_tokens == prev.prompt_tokens + 6 - 1
+        # the fake engine, as llama.cpp, has not fed the last id it yielded
+        assert t.prompt_tokens > prev.prompt_tokens and t.held_tokens == prev.prompt_tokens + prev.reply_tokens - 1
         # the engine's report is what the ids it held allow, never a token past the first difference
         assert t.reuse_checked and t.reused_tokens == t.expected_reuse <= t.common_prefix
         assert t.stop_kind in ("none_lost", "reply_retokenized", "tokenization_join") and t.stop_reason
@@ -130,6 +150,41 @@ def test_one_app_reuses_what_its_last_request_left_and_says_where_it_stopped(tmp
                                                    sum(t.prompt_tokens for t in turns[1:]))
     assert phase.template_source == "fallback" and phase.summary.unchecked_reports == 0
     assert phase.to_json()["turns"][1]["natural"]["mode"] == "natural"
+
+
+def test_replies_end_at_the_model_s_end_of_generation_id_and_go_back_as_it_produced_them(tmp_path):
+    """An app's reply ends at the model's first EOS or at --gen-tokens: the natural request's ids
+    are the reply (the EOS counted, its decode over them), the log says how it ended, and the next
+    turn's prompt holds the reply's ids up to its end, as the model produced them."""
+    from macprof.engines.fake import EOS
+
+    engine = _engine(tmp_path)
+    texts: list[str] = []  # the prompts as rendered, in order (the warm-up's first)
+    tokenize_chat = engine.tokenize_chat
+    engine.tokenize_chat = lambda text: texts.append(text) or tokenize_chat(text)  # type: ignore[method-assign]
+    events, phase = _run(engine, turns=6, gen_tokens=16)
+    rendered = list(dict.fromkeys(texts))  # each turn's prompt, once (the warm-up is the first turn's; the requests tokenize again)
+    assert len(rendered) == 6
+    ends = {t.reply_end for t in phase.turns}
+    assert ends == {"eos", "max_tokens"}  # the fake model says EOS one time in 16: both happen in six turns
+    for t in phase.turns:
+        reply = list(t.natural.tokens)
+        assert t.reply_tokens == len(reply) == len(t.natural.token_times) and 1 <= len(reply) <= 16
+        assert (t.reply_end == "eos") == (reply[-1] == EOS) and EOS not in reply[:-1]
+        assert t.reply_end == "eos" or len(reply) == 16
+        assert list(t.emptied.tokens) == reply and t.check.first_divergence is None  # both end at the same place
+    for k, (prev, t) in enumerate(zip(phase.turns, phase.turns[1:])):
+        # the history holds the reply's text up to its end, right after the prompt it answered
+        content = list(prev.natural.tokens)[:prev.reply_tokens - (prev.reply_end == "eos")]
+        assert rendered[k + 1].startswith(rendered[k] + engine.detokenize(content) + "\n\n")
+        assert t.reused_tokens == t.expected_reuse
+        if t.reply_text_ids_equal:  # the fake's bytes and words read back as the ids generated, or not
+            assert t.stop_kind == "none_lost" and t.reused_tokens == prev.prompt_tokens + prev.reply_tokens - 1
+        else:
+            assert t.stop_kind == "reply_retokenized" and "where the model generated id" in t.stop_reason
+    start = next(e for e in events if e.KIND == "conversation_start")
+    assert "end-of-generation id (1 id(s)) or at --gen-tokens (16)" in start.generation
+    assert phase.generation == start.generation
 
 
 def test_another_app_evicts_the_single_slot_cache(tmp_path):
@@ -167,6 +222,32 @@ def test_a_resumed_conversation_replays_what_was_measured(tmp_path):
                                                                    by_turn[t.turn].held_tokens, by_turn[t.turn].reused_tokens)
 
 
+@pytest.mark.parametrize("cut", [4, 5])
+def test_a_run_killed_mid_conversation_resumes_the_same_conversation(fake_dir, tmp_path, cut):
+    """Issue #37 row 5: a resumed conversation replayed the recorded turns with empty replies, so
+    the turns after the kill measured another conversation. The journal keeps each turn's reply
+    and the cache it left, and a turn is settled by its conversation_turn: killed after a turn's
+    two requests (4) or between its halves (5), the resumed log's turns are the uninterrupted
+    run's, prompts, cache and replies, each turn once."""
+    from tests.test_journal import cut_after
+
+    args = ["run", "--config", str(fake_dir / "models.toml"), "--models", "fake-b", "--turns", "4", "--gen-tokens",
+            "8", "--turn-tokens", "10", "--system-tokens", "12"]
+    macprof(*args, "--log", str(tmp_path / "whole.json"))
+    whole = runlog.load(tmp_path / "whole.json").models[0].phases.conversation
+    journal = tmp_path / f"r{cut}.journal.jsonl"
+    journal.write_bytes(cut_after((tmp_path / "whole.journal.jsonl").read_bytes(), cut, torn=False))
+    macprof(*args, "--resume", str(journal))
+    resumed = runlog.load(tmp_path / f"r{cut}.json")
+    ph = resumed.models[0].phases.conversation
+    assert resumed.complete and [(t.app, t.turn) for t in ph.turns] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+
+    def seen(t):
+        return (t.prompt_tokens, t.held_tokens, t.common_prefix, t.reused_tokens, t.stop_kind, t.reply_tokens,
+                t.reply_end, tuple(t.natural.tokens), tuple(t.emptied.tokens))
+    assert [seen(t) for t in ph.turns] == [seen(t) for t in whole.turns]
+
+
 def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):
     log = tmp_path / "c.json"
     macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-b", "--turns", "3", "--apps", "2",
@@ -180,6 +261,13 @@ def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):
     md = macprof("show", str(log), "--format", "markdown").stdout
     section = md[md.index("**Conversation (cache as the previous request left it)**"):]
     assert "| fake-b |" in section  # its table, as markdown
+    # and its turns, one row each, as show's text gives them as lines
+    turns = md[md.index("**Conversation turns: fake-b**"):].split("\n\n")[1].splitlines()
+    assert turns[0].startswith("| app | turn | prompt | held (whose) | reused | ideal | stop | reply (end) |")
+    ph = runlog.load(log).models[0].phases.conversation
+    assert [row.split(" | ")[:3] for row in turns[2:]] == [[f"| {t.app}", str(t.turn), str(t.prompt_tokens)]
+                                                           for t in ph.turns]
+    assert all(f"{t.reply_tokens} ({t.reply_end})" in row for t, row in zip(ph.turns, turns[2:]))
     compared = macprof("compare", str(log), str(log), "--format", "json").stdout
     assert "reuse_rate_p50" in compared and "hit_rate" in compared
     assert runlog.load(log).models[0].phases.conversation.summary.stops
@@ -282,6 +370,34 @@ def test_through_a_server_reuse_is_what_it_reports_and_never_past_the_first_diff
         assert t.reuse_checked and t.check.passed and t.natural.ttft_s and t.emptied.ttft_s
 
 
+def test_through_a_server_replies_end_where_the_server_ends_them(loopback, tmp_path):
+    """An app's request holds nothing off: a server that ends its replies after 3 words (its EOS
+    counted in usage) gives 4-token replies, recorded as ended at EOS with no count flag; the next
+    prompt holds the reply's text, and the server's reuse is bounded by the reply it counted. The
+    speed phases still hold EOS off."""
+    from macprof.bench import fake_server as fakes
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=1, eos_after=3)
+    url = loopback(fakes.handler(state)) + "/v1"
+    common = ["--endpoint", url, "--gen-tokens", "4", "--timeout", "30"]
+    macprof("run", *common, "--phases", "conversation", "--turns", "3", "--turn-tokens", "10", "--system-tokens", "12",
+            "--log", str(tmp_path / "eos.json"))
+    ph = runlog.load(tmp_path / "eos.json").models[0].phases.conversation
+    timed = [b for b in state["bodies"] if b["path"] == "/v1/completions" and b.get("stream") and b["max_tokens"] == 4]
+    assert timed and not any(k in b for b in timed for k in ("ignore_eos", "min_tokens", "logit_bias"))
+    assert "as an app's" in ph.generation
+    for t in ph.turns:
+        assert (t.reply_tokens, t.reply_end) == (4, "eos") and t.natural.server.eos.startswith("none: the reply ends")
+        assert not any(f.startswith("count:") for f in t.natural.server.flags)
+    assert "assistant:\n w0 w1 w2\n\nuser:" in timed[-1]["prompt"]  # the reply as the server ended it
+    for prev, t in zip(ph.turns, ph.turns[1:]):
+        assert t.reuse_bound == prev.prompt_tokens + prev.reply_tokens and t.reuse_checked
+        assert t.reused_tokens == prev.prompt_tokens + 3 and t.stop_kind == "none_lost"  # its prompt and 3 words
+    state["bodies"].clear()
+    macprof("run", *common, "--phases", "warm", "--reps", "1", "--prompt-tokens", "16", "--log", str(tmp_path / "w.json"))
+    assert all(b.get("ignore_eos") for b in state["bodies"] if b.get("stream") and b["max_tokens"] == 4)
+
+
 def test_a_server_that_holds_more_than_was_displaced_is_said_not_emptied(loopback, tmp_path):
     """--endpoint to a server whose prompt cache holds two entries (macprof cannot know it): the one
     displacing request leaves the app's last prompt and reply there, so the emptied half reuses
@@ -291,6 +407,53 @@ def test_a_server_that_holds_more_than_was_displaced_is_said_not_emptied(loopbac
     assert all(t.not_emptied and t.emptied.reused_tokens > 1 for t in ph.turns) and ph.summary.not_emptied == 3
     assert ph.turns[0].reuse_checked is False  # its natural half found the warm-up, more than was thought held
     assert "not an empty cache's" in out and "not an empty cache's" in macprof("show", str(log)).stdout
+
+
+def test_a_server_s_impossible_reuse_is_its_claim_never_a_figure(loopback, tmp_path):
+    """Issue #37 row 7: a server that says it reused 10^6 tokens of a prompt of a few dozen. That is
+    its claim, flagged on the request, never a count: the reuse is unknown with the reason, the log
+    stores no negative computed count, and show and compare print no rate from it."""
+    from macprof.bench import fake_server as fakes
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=1)
+    base = fakes.handler(state)
+
+    class Lying(base):  # type: ignore[misc, valid-type]
+        def _send(self, obj: dict) -> None:
+            if "prompt_tokens_details" in obj.get("usage", {}):
+                obj["usage"]["prompt_tokens_details"]["cached_tokens"] = 10 ** 6
+            super()._send(obj)
+
+    url = loopback(Lying) + "/v1"
+    log = tmp_path / "lie.json"
+    out = macprof("run", "--endpoint", url, "--phases", "conversation", "--turns", "3", "--gen-tokens", "4",
+                  "--turn-tokens", "10", "--system-tokens", "12", "--timeout", "30", "--log", str(log)).stdout
+    ph = runlog.load(log).models[0].phases.conversation
+    for t in ph.turns:
+        assert t.reused_tokens is None and t.reuse_rate is None and t.stop_kind in ("unreported", "empty")
+        for r in (t.natural, t.emptied):
+            assert r.reused_tokens is None and r.computed_prompt_tokens == r.prompt_tokens > 0
+            assert r.server.cached_tokens is None and any("cached_tokens = 1000000" in f for f in r.server.flags)
+    assert all("impossible: 1000000 (more than the prompt's" in t.reuse_unreported for t in ph.turns[1:])
+    assert ph.summary.hit_rate is None and ph.summary.reuse_rate.median is None and ph.summary.unreported == 3
+    shown = macprof("show", str(log)).stdout + out + macprof("compare", str(log), str(log)).stdout
+    assert "1000000" not in shown.replace("impossible: 1000000", "") and "2512255" not in shown
+    data = json.loads(log.read_text())["models"][0]["phases"]["conversation"]
+    assert all(t["natural"]["computed_prompt_tokens"] >= 0 for t in data["turns"])
+
+
+def test_an_older_log_s_impossible_reuse_is_no_rate():
+    """A log written before the check at entry: a turn whose reported reuse exceeds its prompt gets
+    no rate and stays out of the hit rate."""
+    from macprof.model.conversation import ConversationTurn
+
+    events = [ConversationTurn(phase="conversation", app=0, turn=t, prompt_tokens=40, held_tokens=30, held_by=0,
+                               common_prefix=30, expected_reuse=30, reused_tokens=r, reuse_bound=34,
+                               stop_kind="none_lost") for t, r in ((0, 0), (1, 10 ** 6), (2, 30))]
+    phase = build(events, [], "round-robin", None)
+    assert [t.reuse_rate for t in phase.turns] == [0.0, None, 0.75]
+    assert phase.turns[1].reused_tokens is None and "more than the prompt's 40 tokens" in phase.turns[1].reuse_unreported
+    assert phase.summary.hit_rate == 0.75 and phase.summary.reuse_rate.median == 0.75
 
 
 def test_a_server_that_reports_no_reuse_leaves_it_unknown(loopback, tmp_path):
@@ -362,7 +525,8 @@ def test_real_servers_report_what_they_reuse_and_another_app_evicts_it(tiny_dir,
         assert t.reused_tokens is not None and t.natural.server.cached_tokens_source  # reported, and where from
         assert t.reuse_checked and t.check.passed and t.emptied.reused_tokens <= 1
     for prev, t in zip(one.turns, one.turns[1:]):
-        assert prev.prompt_tokens <= t.reused_tokens <= t.reuse_bound == prev.prompt_tokens + 8
+        assert prev.prompt_tokens <= t.reused_tokens <= t.reuse_bound == prev.prompt_tokens + prev.reply_tokens
+        assert prev.reply_end in ("eos", "max_tokens") and prev.reply_tokens <= 8 + (prev.reply_end == "eos")
         assert t.stop_kind in ("none_lost", "reply_retokenized")
     two, out = runs[2]
     assert "more than the 1 conversation(s) the cache holds" in two.holds and "evict each other" in out

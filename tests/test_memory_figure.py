@@ -187,3 +187,25 @@ def test_show_splits_the_headline_into_footprint_and_mapped_weights(tmp_path):
     assert "warm memory: peak footprint+mapped" in detail and "+ mapped weights 4.0 MiB resident" in detail
     text = to_text(summary_table(log))
     assert "peak footprint+mapped" in text.splitlines()[0]
+
+
+def test_the_headline_counts_every_phase_that_holds_the_loaded_model():
+    """A conversation-only run's headline was "-" though the phase recorded its peak: every phase
+    whose worker holds the loaded model counts (design.md's Memory rule), a cold trial's fresh
+    process does not."""
+    from macprof.analyse.headline import headline
+    from macprof.model.conversation import ConversationPhase
+    from macprof.model.quality import QualityPhase
+    from macprof.model.records import ABSENT
+    from macprof.model.tasks import TasksPhase
+
+    MiB = 1 << 20
+    m = runlog.load(A).models[0]
+    only = m.replace(phases=m.phases.replace(
+        cold=m.phases.cold, warm=ABSENT, prefix=ABSENT,
+        conversation=ConversationPhase(memory=PhaseMemory(peak_rss_bytes=216 * MiB))))
+    assert headline(only)["peak_memory_bytes"] == 216 * MiB and headline(only)["memory_figure"] == "RSS"
+    more = only.replace(phases=only.phases.replace(quality=QualityPhase(memory=PhaseMemory(peak_rss_bytes=300 * MiB)),
+                                                   tasks=TasksPhase(memory=PhaseMemory(peak_rss_bytes=250 * MiB))))
+    assert headline(more)["peak_memory_bytes"] == 300 * MiB
+    assert "216.0 MiB" in to_text(summary_table(runlog.load(A).replace(models=(only,))))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from macprof.measure.roofline import Roofline
+from macprof.model.records import ABSENT
 from macprof.measure.speculative import acceptance_per_token, predicted_round, tokens_per_round
 from tests.conftest import cli
 
@@ -49,6 +50,50 @@ def test_predicted_round_at_alpha_one_and_zero_and_with_no_draft():
     slow = Roofline(weight_bytes=1e6, bandwidth=100e9, active_params=1e9, flops=1e12)
     assert predicted_round(slow, None, 3, 0.5, 0)["verify_s"] == slow.compute_s(4)
     assert predicted_round(target, draft, 3, 0.7, 0)["tokens_per_round"] == tokens_per_round(0.7, 3)
+
+
+def test_a_lookup_draft_s_rounds_are_figured_as_they_drafted():
+    """Prompt lookup drafts fewer than k where its context has no match, none where it has nothing:
+    tokens per round over the rounds free to draft k (a request's last, capped to end at its length,
+    left out) is what the run emitted, drafts per round their mean, and the prediction is made
+    over the rounds as they drafted, not as if each drafted k (issue #38: 3.56 tokens per round
+    shown where the run emitted 2.20, x1.77 predicted for a measured x1.00)."""
+    from macprof.analyse.ceilings import speculative_prediction
+    from macprof.analyse.speculative import _case, free_rounds, per_round
+    from macprof.measure.speculative import predicted_rounds
+    from macprof.model.log import Bandwidth, MeasuredBandwidth
+    from macprof.model.phases import Request
+    from macprof.model.speculative import Round, SpeculativeRequest
+
+    def rnd(d: int, a: int) -> Round:
+        return Round(drafted=d, accepted=a, t_draft_start=0, t_verify_start=1, t_verify_end=2, t_rewind_end=3,
+                     drafts=tuple(range(d)), tokens=tuple(range(a + 1)))
+
+    # k = 4, 16 tokens: the prefill's, then rounds of 5, 1 (no match), 2, 3 tokens; the last two
+    # rounds had 4 and then 1 token left to emit: capped to 3 and 0 drafts
+    rounds = (rnd(4, 4), rnd(0, 0), rnd(2, 1), rnd(4, 2), rnd(3, 2), rnd(0, 0))
+    req = Request(index=0, kind="measured", status="ok", t0=0, tokens=tuple(range(16)), decode_tok_s=10.0)
+    assert [(x.drafted, x.accepted) for x in free_rounds(SpeculativeRequest(request=req, rounds=rounds), 4)] == \
+        [(4, 4), (0, 0), (2, 1), (4, 2)]
+    shape = {"weight_bytes_per_token": 1e8, "kv_bytes_per_token": 1e4, "params": 5e7}
+    bw = Bandwidth(measured=MeasuredBandwidth(gbs=50.0))
+    case = _case(4, "k4", [req], {("k4", 0): rounds}, {}, {}, [10.0], shape, None, 64.0, bw, True)
+    assert case.tokens_per_round == (5 + 1 + 2 + 3) / 4 and case.drafts_per_round == (4 + 0 + 2 + 4) / 4
+    assert per_round(case) == (case.tokens_per_round, case.drafts_per_round)
+    every_k = speculative_prediction(shape, None, 4, case.acceptance_per_token, 64.0, bw, True)
+    as_drafted = speculative_prediction(shape, None, 4, case.acceptance_per_token, 64.0, bw, True, [4, 0, 2, 4])
+    assert case.predicted_tokens_per_round == pytest.approx(as_drafted["tokens_per_round"])
+    assert case.predicted_speedup == pytest.approx(as_drafted["speedup"]) and as_drafted["speedup"] < every_k["speedup"]
+    a = case.acceptance_per_token
+    assert as_drafted["tokens_per_round"] == pytest.approx(sum(tokens_per_round(a, d) for d in (4, 0, 2, 4)) / 4)
+    # all rounds drafting k: the k-every-round prediction itself
+    target = Roofline(weight_bytes=1e9, bandwidth=100e9, kv_per_token=1e5)
+    same, one = predicted_rounds(target, None, [3, 3, 3], 0.6, 64), predicted_round(target, None, 3, 0.6, 64)
+    assert all(same[key] == pytest.approx(one[key]) for key in ("tokens_per_round", "round_s", "speedup"))
+    # an older log (no drafts_per_round: its tokens per round was over the rounds that drafted k) is
+    # read by the same rule, from its rounds
+    old = case.replace(tokens_per_round=5.0, drafts_per_round=ABSENT)
+    assert per_round(old) == (case.tokens_per_round, case.drafts_per_round)
 
 
 # -- the phase on the fake engine, an injected clock --------------------------------------------------
@@ -202,7 +247,8 @@ def test_the_summary_has_a_row_per_k_and_the_drafts_lines(self_draft_log):
     assert [r[2] for r in rows] == ["1", "3"]  # target, draft, k
     for row, case in zip(rows, cases):
         assert row[3] == row[4] == "1.000"  # α and α/token
-        assert row[5] == f"{case['k'] + 1:.2f}" and row[6] == f"({case['k'] + 1:.2f})"  # measured (predicted)
+        assert row[5] == f"{case['k']:.2f}"  # drafts/round: a self-draft drafts k in every round free to
+        assert row[6] == f"{case['k'] + 1:.2f}" and row[7] == f"({case['k'] + 1:.2f})"  # measured (predicted)
         assert f"x{case['speedup']['value']:.2f}" in " ".join(row) and "2/2 identical" in " ".join(row)
         assert f"x{case['predicted_speedup']:.2f}" in row
     assert "draft (fake) loaded in" in out and "cold start with the draft: ready" in out
@@ -280,6 +326,31 @@ def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log,
     out = tmp_path / "chart.png"
     r = cli("plot", log, "-o", out)
     assert r.exit_code == 0, r.output and out.stat().st_size > 10_000
+
+
+def test_the_speculative_panel_spans_its_figure_and_its_legend_covers_nothing(self_draft_log):
+    """A lone panel filled half its figure (a grid of two, the other blank) and the speculative
+    legend sat inside the axes, over the points and the break-even line: the panel now spans the
+    figure, its legend is below the axes, and the x ticks are the k's measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from macprof.render.plot import _models, _speculative, layout, speculative_series
+    from macprof.store import runlog
+
+    assert layout(1, 0) == (1, 1, 10) and layout(2, 8) == (1, 2, 1.6 * 8 + 4) and layout(5, 3) == (2, 3, 17)
+    series = speculative_series(list(_models([("run", runlog.load(self_draft_log[0]))])))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    _speculative(ax, series)
+    fig.tight_layout()
+    fig.canvas.draw()
+    box, legend = ax.get_window_extent(), ax.get_legend().get_window_extent()
+    assert legend.y1 < box.y0  # entirely below the axes: over no point, line or tick of the panel
+    assert legend.y1 <= ax.xaxis.label.get_window_extent().y0  # and below the tick labels and the axis label
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3"] and list(ax.get_xticks()) == [1, 3]
+    plt.close(fig)
 
 
 # -- estimate --draft ---------------------------------------------------------------------------------

@@ -119,12 +119,14 @@ def _measured_and_predicted(c: SweepCase) -> TradeoffRow:
 
 
 def speculative_prediction(target: dict | None, draft: dict | None, k: int, alpha: float | None, context: float,
-                           bw: Bandwidth | None, ngram: bool = False) -> dict:
+                           bw: Bandwidth | None, ngram: bool = False, drafts: Sequence[int] = ()) -> dict:
     """The roofline's speculative round (measure/speculative.py ``predicted_round``, the one
     `macprof estimate --draft` uses) from the two models' shapes and the log's bandwidth: its
     predicted seconds and the speed-up at per-token acceptance ``alpha``; only ``reason``
-    where a model's shape or the bandwidth is unknown."""
-    from macprof.measure.speculative import predicted_round
+    where a model's shape or the bandwidth is unknown. ``drafts``: each measured round's drafted
+    count, the prediction then over the rounds as they drafted (``predicted_rounds``: a lookup
+    draft drafts fewer than k where its context has no match), else k every round."""
+    from macprof.measure.speculative import predicted_round, predicted_rounds
 
     if not target or not target.get("weight_bytes_per_token"):
         return {"reason": "target shape unknown"}
@@ -140,4 +142,6 @@ def speculative_prediction(target: dict | None, draft: dict | None, k: int, alph
             return {"reason": f"{name}'s KV cache bytes unknown: {layout.reason}"}
     # the bandwidth side was found for the target: the draft's roofline is on the same side
     d_roof = None if ngram else _roofline(draft or {}, bw, which)[0]
-    return {**predicted_round(t_roof, d_roof, k, alpha, context), "bandwidth": which}
+    predicted = predicted_rounds(t_roof, d_roof, drafts, alpha, context) if drafts else \
+        predicted_round(t_roof, d_roof, k, alpha, context)
+    return {**predicted, "bandwidth": which}

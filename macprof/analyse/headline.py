@@ -8,10 +8,12 @@ from macprof.model.telemetry import PhaseTelemetry
 
 
 def _memories(model: ModelResult) -> list[PhaseMemory]:
+    """Every phase's memory whose worker holds the loaded model (design.md "Memory"): each phase
+    of the log but cold, whose trials are each a fresh process. The speculative phase's peak holds
+    the draft's weights and K/V beside the target's; quality's its logits of every position."""
     ph = model.phases
-    # the speculative phase's peak holds the draft's weights and K/V beside the target's
-    return [p.memory for p in (ph.warm, ph.prefix, ph.grid, ph.depth, ph.batch, ph.bench, ph.tasks, ph.speculative)
-            if p and p.memory]
+    records = (getattr(ph, name) for name in type(ph).__struct_fields__ if name != "cold")
+    return [mem for p in records if p for mem in [getattr(p, "memory", None)] if mem]
 
 
 # The headline memory figure: what the process holds. On macOS RSS misses GPU allocations (MLX

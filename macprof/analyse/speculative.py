@@ -7,6 +7,8 @@ per-token acceptance; and the phase's memory with what the draft adds to it."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from macprof.analyse.build import _counts, _phase_memory
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.analyse.requests import phase_failures, request_record
@@ -14,7 +16,7 @@ from macprof.cases import mean_context
 from macprof.measure import stats
 from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
 from macprof.measure.significance import median_ratio_intervals
-from macprof.measure.speculative import acceptance_per_token
+from macprof.measure.speculative import acceptance_per_token, draft_budget
 from macprof.model import events as ev
 from macprof.model.phases import Checks, OutputCheck, PhaseMemory, Request
 from macprof.model.records import ABSENT
@@ -87,18 +89,19 @@ def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict
     drafted, accepted = sum(x.drafted for x in all_rounds), sum(x.accepted for x in all_rounds)
     alpha = accepted / drafted if drafted else None
     per_token = acceptance_per_token([(x.drafted, x.accepted) for x in all_rounds])
-    # full rounds only: the last round of a request drafts fewer, to end at exactly gen_tokens
-    full = [x for x in all_rounds if x.drafted == k] or all_rounds
-    emitted = sum(len(x.tokens) for x in full)
+    free = [x for b in ok for x in free_rounds(b, k)]  # a request's last rounds, capped to end at its length, out
+    tokens, drafts = rounds_of([(x.drafted, x.accepted) for x in free])
     cs = [b.check for b in ok if b.check]
     decode = [b.request.decode_tok_s for b in ok if b.request.decode_tok_s]
     # the prediction at the per-token acceptance: accepted / drafted would count the drafts after
-    # a rejection, never judged, as rejected, and so predict too few tokens per round at k > 1
-    prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram)
+    # a rejection, never judged, as rejected, and so predict too few tokens per round at k > 1; over
+    # the rounds as they drafted (a lookup draft's fewer than k, a request's capped last round)
+    prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram,
+                                        [x.drafted for x in free])
     return SpeculativeCase(
         id=case, k=k, requests=built, rounds=len(all_rounds), drafted=drafted, accepted=accepted, acceptance=alpha,
         acceptance_per_token=per_token,
-        tokens_per_round=emitted / len(full) if full else None,
+        tokens_per_round=tokens, drafts_per_round=drafts,
         draft_s_per_round=stats.median_known([(x.t_verify_start - x.t_draft_start) / NS for x in all_rounds]),
         verify_s_per_round=stats.median_known([(x.t_verify_end - x.t_verify_start) / NS for x in all_rounds]),
         rewind_s_per_round=stats.median_known([(x.t_rewind_end - x.t_verify_end) / NS for x in all_rounds]),
@@ -110,6 +113,46 @@ def _case(k: int, case: str, requests: list[Request], rounds: dict, checks: dict
         predicted_tokens_per_round=prediction.get("tokens_per_round"),
         prediction_reason=prediction.get("reason") or (None if per_token is not None else "no round drafted"),
         checks=Checks(**_counts(cs)))
+
+
+def free_rounds(b: SpeculativeRequest, k: int) -> list[Round]:
+    """The request's rounds that were free to draft k: a round may draft up to k, capped to end
+    at the request's length (measure/speculative.py draft_budget: its last round or two); where a
+    round free to draft k drafted fewer, that is the draft's own doing (a lookup without a match)."""
+    n = len(b.request.tokens)
+    out, emitted = [], 1  # the first token is the target's prefill
+    for x in b.rounds:
+        if draft_budget(k, n - emitted) == k:
+            out.append(x)
+        emitted += len(x.tokens)
+    return out
+
+
+def rounds_of(rounds: Sequence[tuple[int | None, int]]) -> tuple[float | None, float | None]:
+    """(tokens per round, drafts per round) over the rounds given as (drafted, accepted): a round
+    emits its accepted drafts and the target's own token; drafts per round is None where a
+    round's drafted count is not told."""
+    if not rounds:
+        return None, None
+    drafted = [d for d, _ in rounds]
+    return (sum(a + 1 for _, a in rounds) / len(rounds),
+            None if any(d is None for d in drafted) else sum(d or 0 for d in drafted) / len(rounds))
+
+
+def per_round(c: SpeculativeCase) -> tuple[float | None, float | None]:
+    """A case's (tokens per round, drafts per round) over its rounds free to draft k: as the log
+    stores them, or, for a log from before drafts_per_round (its tokens per round over the rounds
+    that drafted k), recomputed from its measured requests' rounds."""
+    if c.has("drafts_per_round"):
+        return c.tokens_per_round, c.drafts_per_round
+    ok = [b for b in c.requests if b.request.kind == "measured" and b.request.status == "ok"]
+    if c.has("impl"):  # the engine's own path: the rounds it told
+        from macprof.analyse.speculative_native import whole_rounds
+
+        if any(b.accepted_per_round is None for b in ok):
+            return None, None
+        return rounds_of(whole_rounds(ok))
+    return rounds_of([(x.drafted, x.accepted) for b in ok for x in free_rounds(b, c.k)])
 
 
 def _draft_memory(loaded: DraftLoaded, end: DraftEnd | None, context: int) -> DraftMemory:
@@ -154,6 +197,7 @@ def figures(m) -> dict:
         return {"has_speculative": False, **{k: None for k in FIGURES}}
     c = best_case(ph)
     checks = c.checks if c else None
+    tokens, drafts = per_round(c) if c else (None, None)
     return {"has_speculative": True, "speculative_draft": ph.draft, "speculative_best_k": c.k if c else None,
             "speculative_speedup": c.speedup.value if c and c.speedup else None,
             "speculative_speedup_low": c.speedup.low if c and c.speedup else None,
@@ -161,7 +205,7 @@ def figures(m) -> dict:
             "speculative_predicted_speedup": c.predicted_speedup if c else None,
             "speculative_acceptance": c.acceptance if c else None,
             "speculative_acceptance_per_token": c.acceptance_per_token if c else None,
-            "speculative_tokens_per_round": c.tokens_per_round if c else None,
+            "speculative_tokens_per_round": tokens, "speculative_drafts_per_round": drafts,
             "speculative_identical": checks.identical if checks else None,
             "speculative_checked": checks.n if checks else None,
             "speculative_failed_checks": checks.failed if checks else None,
@@ -171,6 +215,7 @@ def figures(m) -> dict:
 
 FIGURES = ("speculative_draft", "speculative_best_k", "speculative_speedup", "speculative_speedup_low",
            "speculative_speedup_high", "speculative_predicted_speedup", "speculative_acceptance",
-           "speculative_acceptance_per_token", "speculative_tokens_per_round", "speculative_identical",
+           "speculative_acceptance_per_token", "speculative_tokens_per_round", "speculative_drafts_per_round",
+           "speculative_identical",
            "speculative_checked", "speculative_failed_checks", "speculative_draft_load_s", "speculative_status",
            "speculative_reason")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from macprof.analyse.build import _counts
 from macprof.analyse.ceilings import speculative_prediction
+from macprof.analyse.speculative import rounds_of
 from macprof.measure import stats
 from macprof.measure.significance import median_ratio_intervals
 from macprof.measure.speculative import acceptance_per_token, decode_rate, flag_rounds
@@ -38,6 +39,17 @@ def native_cases(requests: dict[str, list[Request]], told: dict[tuple, Speculati
     intervals = median_ratio_intervals([(base, rates[c]) for _, c in ks]) if ks else []
     return tuple(_case(k, c, requests[c], told, checks, interval, base, target_shape, draft_shape, context, bw, ngram)
                  for (k, c), interval in zip(ks, intervals))
+
+
+def whole_rounds(ok: list[SpeculativeRequest]) -> list[tuple[int | None, int]]:
+    """(drafted, accepted) of every whole round the engine told of these requests: a request's
+    last round may end at gen_tokens mid-round, so it is left out; drafted None where not told."""
+    out: list[tuple[int | None, int]] = []
+    for b in ok:
+        acc = list(b.accepted_per_round or ())[:-1]
+        drafted = list(b.drafted_per_round) if b.drafted_per_round is not None else [None] * len(acc)
+        out += zip(drafted[:len(acc)], acc)
+    return out
 
 
 def _rate(r: Request, e: SpeculativeNative | None) -> float | None:
@@ -75,17 +87,12 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
     per_token = acceptance_per_token([(d, a) for b in ok for d, a in zip(b.drafted_per_round or (),
                                                                          b.accepted_per_round or ())]) \
         if drafted_known else None
-    # tokens per round over whole rounds: a request's last one may end at gen_tokens mid-round,
-    # and where drafted is told, only the rounds that drafted k (as macprof's loop counts them)
-    emitted = whole = 0
-    for b in ok if rounds_known else ():
-        acc = list(b.accepted_per_round or ())[:-1]
-        kept = [a for a, d in zip(acc, b.drafted_per_round or ()) if d == k] if drafted_known else acc
-        emitted += sum(a + 1 for a in kept)
-        whole += len(kept)
+    pairs = whole_rounds(ok) if rounds_known else []
+    tokens, drafts = rounds_of(pairs)
     decode = _rates(requests, told, case)
     median = stats.median_known(decode)
-    prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram)
+    prediction = speculative_prediction(target_shape, draft_shape, k, per_token, context, bw, ngram,
+                                        [d for d, _ in pairs if d is not None] if drafted_known else ())
     unknown = [e.unknown for e in events[:1] if e.unknown]
     if not rounds_known:
         unknown.append(NO_ROUNDS)
@@ -95,7 +102,7 @@ def _case(k: int, case: str, requests: list[Request], told: dict, checks: dict, 
     return SpeculativeCase(
         id=case, k=k, requests=tuple(built), rounds=n_rounds, drafted=drafted, accepted=accepted, acceptance=alpha,
         acceptance_per_token=per_token,
-        tokens_per_round=emitted / whole if whole else None, decode_tok_s=median,
+        tokens_per_round=tokens, drafts_per_round=drafts, decode_tok_s=median,
         speedup=Interval(value=stats.ratio(median, stats.median_known(base)), low=interval.get("low"),
                          high=interval.get("high")),
         predicted_speedup=prediction.get("speedup"), predicted_round_s=prediction.get("round_s"),

@@ -250,7 +250,8 @@ class Settings:
         512, POSITIVE_INT, "Prompt length in tokens [{prompt_tokens}]; a list (128,512,2048) makes a grid with --gen-tokens.",
         unit="tokens", logged="required", flags=(Flag("--prompt-tokens", "ints"),), read=_grid("prompt_tokens", "prompt_grid"))
     gen_tokens: int = setting(
-        128, POSITIVE_INT, "Generated tokens per request, EOS ignored [{gen_tokens}]; a list (16,256) makes a grid.",
+        128, POSITIVE_INT, "Generated tokens per request, EOS ignored [{gen_tokens}] (a conversation's reply ends at EOS or here); "
+        "a list (16,256) makes a grid.",
         unit="tokens", logged="required", flags=(Flag("--gen-tokens", "ints"),), read=_grid("gen_tokens", "gen_grid"))
     prefix_tokens: int = setting(
         448, POSITIVE_INT, "Shared prefix length for the prefix phase [{prefix_tokens}; unset, "

@@ -29,6 +29,7 @@ the reason; concurrent requests are the ``concurrency`` phase's (``open_stream``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -63,6 +64,9 @@ LOG_REUSE = (r"Llama\.generate: (\d+) prefix-match hit", r"Llama\.generate: \d+ 
              r"removal not supported")
 LOG_DONE = "prompt eval time"  # llama.cpp's timings, printed once a request's generation ends
 PROMPT_WORDS = 64  # words enough for varied prompts: each costs a request or two to a server's tokenizer
+
+
+APP_REPLIES = "none: the reply ends where the server ends it (its EOS) or at max_tokens, as an app's"
 
 
 def eos_keys(server: str, n: int, eos_ids: Sequence[int]) -> tuple[dict, str]:
@@ -338,7 +342,24 @@ class OpenAIEngine:
 
     # -- requests ----------------------------------------------------------------------------
     def eos_keys(self, n: int) -> dict:
-        return eos_keys(self.server, n, self._eos_ids)[0]
+        return eos_keys(self.server, n, self._eos_ids)[0] if self.holds_eos else {}
+
+    @property
+    def holds_eos(self) -> bool:
+        """Whether requests hold the server's EOS off (exact lengths: the speed phases); not while
+        ``replies_end_at_eos`` (a conversation's replies end where the server ends them, as an app's)."""
+        return not getattr(self, "_app_replies", False)
+
+    @contextlib.contextmanager
+    def replies_end_at_eos(self) -> Iterator[None]:
+        """Within it, every request (timed, counting, a natural state put back) ends where the
+        server ends it, its EOS or max_tokens: an app's reply; ``eos_how`` says so."""
+        how = self.eos_how
+        self._app_replies, self.eos_how = True, APP_REPLIES
+        try:
+            yield
+        finally:
+            self._app_replies, self.eos_how = False, how
 
     @property
     def renders_messages(self) -> bool:
@@ -529,6 +550,8 @@ class OpenAIEngine:
         f = self.last_final
         if f is not None and f.cached_tokens is not None:
             return None
+        if f is not None and "cached_tokens" in f.claims:  # wire.bound: impossible, never a figure
+            return f"the server's count of reused tokens is impossible: {f.claims['cached_tokens']}"
         if self.server == "llama-cpp-python":
             return ("llama-cpp-python's server reports prompt and completion tokens only: the prefix it kept "
                     "is printed to its --verbose log, not returned" + (

@@ -104,13 +104,17 @@ def chosen_option(options: list[str], reply: str) -> str | None:
     """The option the reply chose: the reply (markdown emphasis, quotes and brackets around it
     dropped) is one option, or starts with one followed by punctuation or a line break ("B) Paris",
     "B. because", "No, it is not"), never by a space ("A good answer is B" chose nothing: "A" is an
-    article there); case-insensitive. None: no option at its start."""
+    article there), nor by a slash or bar that joins another option ("Yes/No" named both: it chose
+    neither); case-insensitive. None: no option at its start."""
     text = reply.strip().strip("*_`\"'([ ").strip()
     for opt in sorted(options, key=len, reverse=True):  # "AB" before "A"
         if text.casefold() == opt.casefold():
             return opt
         head, rest = text[:len(opt)], text[len(opt):]
         if head.casefold() == opt.casefold() and rest and not rest[0].isalnum() and rest[0] not in " \t":
+            after = rest[1:].strip().casefold()
+            if rest[0] in "/|" and any(after.startswith(o.casefold()) for o in options if o != opt):
+                return None
             return opt
     return None
 
@@ -151,7 +155,7 @@ def parse_tool_call(reply: str, fmt: str) -> tuple[str, Any]:
     """(function name, arguments) of the first call in ``reply`` written in ``fmt``; ValueError
     saying why not. Formats (docs/tasks.md):
     json     the reply is {"name": NAME, "arguments": {...}} (or "parameters"), a code fence allowed
-    hermes   <tool_call>{"name": ..., "arguments": ...}</tool_call> (Qwen, Hermes, SmolLM2)
+    hermes   <tool_call>{"name": ..., "arguments": ...}</tool_call> (Qwen, Hermes)
     mistral  [TOOL_CALLS] [{"name": ..., "arguments": ...}] (the tag may be absent: a special token)
     llama3   <|python_tag|>{"name": ..., "parameters": ...} (the tag optional, as Llama 3.1 writes)"""
     text = reply.strip()

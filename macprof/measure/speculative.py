@@ -83,6 +83,35 @@ def predicted_round(target: Roofline, draft: Roofline | None, k: int, alpha: flo
     return out
 
 
+def predicted_rounds(target: Roofline, draft: Roofline | None, drafts: Sequence[int], alpha: float | None,
+                     context: float) -> dict:
+    """The roofline's prediction over rounds as they drafted: ``drafts`` is each measured round's
+    drafted count (a lookup draft drafts fewer than k where the context has no match, and none
+    where it has nothing; a request's last round is capped to end at its length). Each round is
+    ``predicted_round`` at its own count; the prediction is their mean tokens per round over their
+    mean round time, x the plain step: k drafts every round where they all drafted k."""
+    if not drafts:
+        raise ValueError("no round to predict")
+    counts: dict[int, int] = {}
+    for d in drafts:
+        counts[d] = counts.get(d, 0) + 1
+    each = {d: predicted_round(target, draft, d, alpha, context) for d in counts}
+    n = len(drafts)
+
+    def mean(key: str) -> float:
+        return sum(each[d][key] * c for d, c in counts.items()) / n
+
+    plain_s = target.step_s(context)
+    out: dict = {"k": max(counts), "drafts_per_round": sum(drafts) / n, "draft_s": mean("draft_s"),
+                 "verify_s": mean("verify_s"), "round_s": mean("round_s"), "plain_step_s": plain_s,
+                 "plain_tok_s": 1.0 / plain_s}
+    if alpha is not None:
+        per_round = mean("tokens_per_round")
+        out.update(acceptance=alpha, tokens_per_round=per_round, tok_s=per_round / out["round_s"],
+                   speedup=per_round * plain_s / out["round_s"])
+    return out
+
+
 def proposal_rounds(proposals: Sequence[tuple[int, Sequence[int]]], emitted: Sequence[int]) -> tuple[list[int], list[int]]:
     """(drafted, accepted) per round of a speculative decoding that told its proposals but not
     what it accepted (llama-cpp-python's draft_model is called once a round): each proposal is

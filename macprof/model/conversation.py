@@ -10,7 +10,7 @@ from msgspec import field
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
 from macprof.model.records import ABSENT, Number, Record
-from macprof.model.vocab import STOP_KINDS, StopKind  # noqa: F401  # STOP_KINDS: readers import it from here
+from macprof.model.vocab import STOP_KINDS, StopKind, TaskStop  # noqa: F401  # STOP_KINDS: readers import it from here
 from macprof.model.kind import OWN, PATH, VOCAB
 
 
@@ -27,6 +27,7 @@ class ConversationStart(Event):
     turns: int = 0
     order: tuple[tuple[int, int], ...] = ()  # (app, turn) in the order they ran
     holds: str | None = None  # where --apps is more than the cache holds at once, or that is not known: said so
+    generation: str | None = None  # how a reply ends and goes back into the history, in words
 
 
 class ConversationTurn(Event):
@@ -56,10 +57,15 @@ class ConversationTurn(Event):
     not_emptied: str | None = None  # through a server: its emptied half found more than an emptied cache holds
     check: OutputCheck | None = None  # natural vs emptied outputs, token by token
     fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
+    # the natural request's reply: its ids, and how it ended ("eos": at the model's end-of-generation
+    # id, counted among them; "max_tokens": at --gen-tokens); a server's: not known (its EOS held off)
+    reply_tokens: int | None = None
+    reply_end: TaskStop | None = None
 
 
 class Turn(Record):
-    KINDS = {"reuse_refused": OWN, "stop_kind": VOCAB, "stop_reason": OWN, "reuse_unreported": OWN, "not_emptied": OWN}
+    KINDS = {"reuse_refused": OWN, "stop_kind": VOCAB, "stop_reason": OWN, "reuse_unreported": OWN, "not_emptied": OWN,
+             "reply_end": VOCAB}
     app: int = 0
     turn: int = 0
     prompt_tokens: int = 0
@@ -85,6 +91,8 @@ class Turn(Record):
     emptied: Request | None = ABSENT
     ttft_saved_s: Number | None = None  # emptied TTFT - natural TTFT
     check: OutputCheck | None = None
+    reply_tokens: int | None = None  # ConversationTurn.reply_tokens, reply_end
+    reply_end: TaskStop | None = None
 
 
 class ConversationSummary(Record):
@@ -112,7 +120,7 @@ class ConversationSummary(Record):
 class ConversationPhase(Record):
     # the template's path is a file's (--chat-template) or where the model's came from
     KINDS = {"template_source": VOCAB, "template_path": PATH, "template_sha256": VOCAB, "app_order": VOCAB,
-             "stopped": OWN, "holds": OWN}
+             "stopped": OWN, "holds": OWN, "generation": OWN}
     template_source: str | None = None
     template_path: str | None = None
     template_sha256: str | None = None
@@ -122,6 +130,7 @@ class ConversationPhase(Record):
     turns: tuple[Turn, ...] = ()
     stopped: str | None = None  # why a conversation stopped early (the context was full)
     holds: str | None = None  # where --apps is more than the cache holds at once (ConversationStart.holds)
+    generation: str | None = None  # how a reply ends and goes back into the history (ConversationStart.generation)
     summary: ConversationSummary = field(default_factory=ConversationSummary)
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None

@@ -153,7 +153,12 @@ class SpeculativeCase(Record):
     acceptance: Number | None = None  # α = accepted / drafted
     # the per-token acceptance of the prediction's model: accepted / drafts judged (measure/speculative.py)
     acceptance_per_token: Number | None = None
+    # over the measured rounds free to draft k (a request's last ones are capped to end at its length):
+    # emitted tokens / rounds (older logs: over the rounds that drafted k; analyse.speculative.per_round
+    # recomputes them), and the mean drafted per round (a lookup draft drafts fewer than k, or none,
+    # where its context has no match)
     tokens_per_round: Number | None = None
+    drafts_per_round: Number | None = ABSENT
     draft_s_per_round: Number | None = None  # medians over the measured rounds
     verify_s_per_round: Number | None = None
     rewind_s_per_round: Number | None = None
@@ -162,7 +167,8 @@ class SpeculativeCase(Record):
     speedup: Interval | None = None  # decode tok/s against plain, with its bootstrap interval
     predicted_speedup: Number | None = None  # the roofline's at the measured α (analyse/ceilings.py)
     predicted_round_s: Number | None = None
-    predicted_tokens_per_round: Number | None = None  # (1 - α^(k+1)) / (1 - α) at acceptance_per_token
+    # (1 - α^(d+1)) / (1 - α) at acceptance_per_token, averaged over the rounds' drafted counts d
+    predicted_tokens_per_round: Number | None = None
     prediction_reason: str | None = None  # why there is no prediction (a shape or the bandwidth unknown)
     checks: Checks | None = None
     impl: str | None = ABSENT  # the engine's own path: its call, as its library names it

@@ -67,6 +67,49 @@ def conversation_table(log: RunLog) -> Section | None:
                    Table("conversation", columns, tuple(rows), (), (), {}), tuple(notes))
 
 
+def _check(t) -> str:
+    if not t.check:
+        return "?"
+    return "identical" if t.check.first_divergence is None else "near-tie" if t.check.near_tie else "DIFFERS"
+
+
+def _turn_row(t) -> dict:
+    """A turn as a row of the turns table: its raw figures."""
+    return {"app": t.app, "turn": t.turn, "prompt_tokens": t.prompt_tokens, "held_tokens": t.held_tokens,
+            "held_by": t.held_by, "reused_tokens": t.reused_tokens, "reuse_rate": t.reuse_rate,
+            "ideal_reuse": t.ideal_reuse, "stop_kind": t.stop_kind, "stop_reason": t.stop_reason,
+            "reply_tokens": t.reply_tokens, "reply_end": t.reply_end,
+            "ttft_natural_s": t.natural.ttft_s if t.natural else None,
+            "ttft_emptied_s": t.emptied.ttft_s if t.emptied else None, "output": _check(t)}
+
+
+TURN_COLUMNS = (
+    Column("app", cell("app")), Column("turn", cell("turn")), Column("prompt", cell("prompt_tokens")),
+    Column("held (whose)", lambda r: "-" if r["held_by"] is None else f"{r['held_tokens']} (app {r['held_by']})"),
+    Column("reused", lambda r: "unknown" if r["reused_tokens"] is None else
+           f"{r['reused_tokens']} ({fmt_share(r['reuse_rate'])})"),
+    Column("ideal", lambda r: "?" if r["ideal_reuse"] is None else str(r["ideal_reuse"])),
+    Column("stop", cell("stop_kind")),
+    # the natural request's reply: its tokens and how it ended (a server's: not known here)
+    Column("reply (end)", lambda r: "?" if r["reply_tokens"] is None else f"{r['reply_tokens']} ({r['reply_end']})"),
+    Column("TTFT natural", cell("ttft_natural_s", fmt_s)), Column("TTFT emptied", cell("ttft_emptied_s", fmt_s)),
+    Column("output", cell("output")), Column("where reuse stopped", lambda r: r["stop_reason"] or "-"))
+
+
+def turns_tables(log: RunLog) -> list[Section]:
+    """`macprof show --format markdown`: each model's conversation turn by turn (what `show`'s
+    text gives as lines), a table a model, after the phase's summary rows."""
+    out = []
+    for m in log.models:
+        ph = m.phases.conversation
+        if ph is None or not ph.turns:
+            continue
+        notes = tuple(x for x in (ph.generation and f"replies: {ph.generation}", ph.holds, ph.stopped) if x)
+        out.append(Section(f"Conversation turns: {m.identity.name}",
+                           Table("turns", TURN_COLUMNS, tuple(_turn_row(t) for t in ph.turns), (), (), {}), notes))
+    return out
+
+
 def conversation_lines(ph: ConversationPhase) -> list[str]:
     """`macprof show`: the template, then a line per turn."""
     s = ph.summary
@@ -75,19 +118,20 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
              f"   reuse p50 {fmt_share(s.reuse_rate.median)}, p10 {fmt_share(s.reuse_rate_p10)}; hit rate {fmt_share(s.hit_rate)} "
              f"(ideal {fmt_share(s.ideal_hit_rate)}); TTFT natural {fmt_s(s.ttft_natural_s.median)} vs emptied "
              f"{fmt_s(s.ttft_emptied_s.median)}, saved {fmt_s(s.ttft_saved_s.median)} per turn"]
+    if ph.generation:
+        lines.append(f"   replies: {clean(ph.generation)}")
     if ph.holds:
         lines.append(f"   {clean(ph.holds)}")
     for t in ph.turns:
         nat = t.natural.ttft_s if t.natural else None
         emp = t.emptied.ttft_s if t.emptied else None
-        check = "identical" if t.check and t.check.first_divergence is None else \
-            ("near-tie" if t.check and t.check.near_tie else "DIFFERS" if t.check else "?")
         reused = "unknown" if t.reused_tokens is None else str(t.reused_tokens)
         bound = f", at most {t.reuse_bound}" if t.reuse_bound is not None else ""
         ideal = "?" if t.ideal_reuse is None else t.ideal_reuse
+        reply = f"; reply {t.reply_tokens} tokens, ended at {t.reply_end}" if t.reply_tokens is not None else ""
         lines.append(f"   app {t.app} turn {t.turn}: prompt {t.prompt_tokens}, reused {reused} "
                      f"({fmt_share(t.reuse_rate)}{bound}; ideal {ideal}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
-                     f"{t.stop_kind}: {clean(t.stop_reason)}; output {check}"
+                     f"{t.stop_kind}: {clean(t.stop_reason)}; output {_check(t)}{reply}"
                      + (f"; {clean(t.not_emptied)}" if t.not_emptied else ""))
     if ph.stopped:
         lines.append(f"   stopped: {clean(ph.stopped)}")
@@ -95,4 +139,4 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
 
 
 REPORT = PhaseReport(present="has_conversation", columns=COLUMNS, fields=FIGURES, note=NOTE, section=conversation_table,
-                     detail=conversation_lines)
+                     detail=conversation_lines, tables=turns_tables)

@@ -14,6 +14,7 @@ from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Ceiling, SweepCase
+from macprof.model.records import ABSENT
 from macprof.render.frontier import frontier_panel
 from macprof.render.text import clean
 
@@ -92,9 +93,7 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
         panels.append(lambda ax: _conversation(ax, models))
     if not panels:
         raise MacprofError("plot: the run logs hold no measured phase to draw")
-    ncols = 2 if len(panels) <= 4 else 3
-    nrows = math.ceil(len(panels) / ncols)
-    width = max(10, 1.6 * len(bars) + 4) if ncols == 2 else 17
+    nrows, ncols, width = layout(len(panels), len(bars))
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, 5.5 * nrows), squeeze=False)
     flat = [ax for line in axes for ax in line]
     for draw, ax in zip(panels, flat):
@@ -357,6 +356,8 @@ def speculative_series(models) -> list[dict]:
 
 def _speculative(ax, series: list[dict]) -> None:
     """Measured speed-up against k with its interval, the predicted curve dashed, break-even at 1."""
+    from matplotlib.ticker import NullLocator
+
     for s in series:
         lows = [v - lo if lo is not None else 0.0 for v, lo in zip(s["speedup"], s["low"])]
         highs = [hi - v if hi is not None else 0.0 for v, hi in zip(s["speedup"], s["high"])]
@@ -368,10 +369,22 @@ def _speculative(ax, series: list[dict]) -> None:
                     label=chart_text(f"{s['label']} roofline at the measured acceptance"))
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="plain decoding")
     ax.set_xscale("log", base=2)
+    ks = sorted({k for s in series for k in s["k"]})
+    ax.set_xticks(ks, [str(k) for k in ks])  # the k's measured, as numbers (not 2^n at powers of two alone)
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("draft tokens per round k")
     ax.set_ylabel("decode speed-up over plain greedy decoding")
     ax.set_title("Speculative decoding: speed-up vs k (dashed: predicted)")
-    ax.legend(fontsize=7)
+    # below the axes, as the conversation panel's: inside, it covered the points, the break-even line and ticks
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+
+
+def layout(panels: int, bars: int) -> tuple[int, int, float]:
+    """(rows, columns, width in inches) of the figure: two columns up to four panels, three
+    beyond; a lone panel spans the figure (in a grid of two it filled half, the other half blank);
+    two columns widen with the bars drawn."""
+    ncols = min(panels, 2 if panels <= 4 else 3)
+    return math.ceil(panels / ncols), ncols, max(10, 1.6 * bars + 4) if ncols <= 2 else 17
 
 
 def _caption(logs: list[tuple[str, RunLog]]) -> str:
@@ -390,12 +403,40 @@ def _caption(logs: list[tuple[str, RunLog]]) -> str:
 
 
 def _describe(log: RunLog) -> str:
-    """The machine, the settings that shape the figures, and macprof's version."""
+    """The machine, each measured phase's own parameters (the first model's settings), and
+    macprof's version."""
     mach = log.machine or Machine()
     s = log.models[0].settings if log.models else None
-    sweeps = ", ".join(f"{name} {list(value)}" for name, value in (
-        ("prompt_grid", s.prompt_grid), ("gen_grid", s.gen_grid), ("shapes", s.shapes), ("depths", s.depths),
-        ("batches", s.batches)) if value) if s else ""
-    return (f"{mach.chip or mach.cpu_model}, {mach.os} {mach.os_version}, "
-            f"prompt {s and s.prompt_tokens} / gen {s and s.gen_tokens} tokens, reps {s and s.reps}, "
-            + (f"{sweeps}, " if sweeps else "") + f"macprof {log.tool_version}")
+    phases = "; ".join(filter(None, (phase_parameters(s, name) for name in s.phases))) if s else ""
+    return f"{mach.chip or mach.cpu_model}, {mach.os} {mach.os_version}, " + (f"{phases}, " if phases else "") + \
+        f"macprof {log.tool_version}"
+
+
+def phase_parameters(s, phase: str) -> str:
+    """What shaped one phase's figures, in words: its lengths and repetitions (a speed phase's
+    prompt / gen and reps; a conversation's apps, turns and message lengths; the tasks' set and
+    attempts...). A setting a log lacks (older logs) reads "?"."""
+    def v(name: str):
+        value = getattr(s, name, None)
+        return "?" if value is None or value is ABSENT else list(value) if isinstance(value, tuple) else value
+
+    speed = f"prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens, reps {v('reps')}"
+    words = {
+        "cold": f"{v('cold_trials')} trials of prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens",
+        "warm": speed,
+        "prefix": f"{v('prefix_tokens')} shared of {speed}",
+        "grid": ", ".join(f"{name} {v(name)}" for name in ("prompt_grid", "gen_grid", "shapes") if getattr(s, name, None))
+        + f", reps {v('reps')}",
+        "depth": f"depths {v('depths')}, gen {v('gen_tokens')} tokens, reps {v('reps')}",
+        "batch": f"batches {v('batches')} of {speed}",
+        "quality": f"{v('quality_tokens')} tokens in chunks of {v('quality_ctx')}",
+        "speculative": f"draft {v('draft')}, k {v('draft_tokens')}, {speed}",
+        "concurrency": ", ".join(f"{name} {v(name)}" for name in ("concurrency", "rates") if getattr(s, name, None))
+        + f", {v('load_requests')} requests",
+        "conversation": f"{v('apps')} app(s) x {v('turns')} turns, system {v('system_tokens')} / user "
+        f"{v('turn_tokens')}" + (f" / tool {v('tool_tokens')}" if getattr(s, "tool_tokens", None) else "")
+        + f" tokens, replies to EOS or {v('gen_tokens')} tokens",
+        "tasks": f"{'the shipped set' if not getattr(s, 'tasks', None) else v('tasks')}, {v('attempts')} attempt(s)"
+        + (f", retries at temperature {v('temperature')}" if getattr(s, "temperature", None) else ""),
+    }
+    return f"{phase} {words[phase]}" if phase in words else phase

@@ -43,6 +43,9 @@ class PhaseReport:
     note: str | None = None  # compare's note where a row has the phase
     section: Callable[[Any], Section | None] | None = None  # (RunLog) -> its table under the end-of-run summary
     detail: Callable[[Any], list[str]] | None = None  # (the phase's record) -> `macprof show`'s lines
+    # (RunLog) -> `show --format markdown`'s sections after the phase's own: its items one by one
+    # (the lines `detail` gives the text), too long for the end-of-run summary
+    tables: Callable[[Any], list[Section]] | None = None
 
 
 def reports() -> list[tuple[str, PhaseReport]]:
@@ -78,5 +81,13 @@ def detail_lines(phases) -> list[str]:
     return out
 
 
-def sections(log) -> list[Section]:
-    return [sec for _, rep in reports() if rep.section for sec in [rep.section(log)] if sec]
+def sections(log, items: bool = False) -> list[Section]:
+    """Each phase's section under the summary, in run order; ``items``: each followed by its
+    ``tables`` (`show --format markdown`)."""
+    out: list[Section] = []
+    for _, rep in reports():
+        sec = rep.section(log) if rep.section else None
+        out += [sec] if sec else []
+        if items and rep.tables:
+            out += rep.tables(log)
+    return out

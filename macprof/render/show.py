@@ -27,7 +27,8 @@ def render_show(log: RunLog, fmt: str = "text") -> str:
 
 def render_markdown(log: RunLog) -> str:
     """The summary table, the sweep tables and each phase's own section when present (render/report.py
-    ``sections``: speculative, quality, conversation, tasks, as under the text summary), and the warnings."""
+    ``sections``: speculative, quality, conversation, tasks, as under the text summary) with its
+    items' tables (a conversation's turns), and the warnings."""
     a = _about(log)
     m = a["machine"]
     head = (f"**macprof {a['tool_version']}** run of {a['started_utc']} ({'complete' if a['complete'] else 'INCOMPLETE'}) "
@@ -35,7 +36,7 @@ def render_markdown(log: RunLog) -> str:
     parts = [md_escape(head), to_markdown(summary_table(log))]
     for table, line in sweep_sections(log):
         parts.append(f"**{md_escape(table.title)}**\n\n{to_markdown(table)}" + (f"\n\n{md_escape(line)}" if line else ""))
-    parts += [sec.markdown() for sec in sections(log)]
+    parts += [sec.markdown() for sec in sections(log, items=True)]
     warns = warnings(log)
     if warns:
         parts.append("**Warnings**\n\n" + "\n".join(f"- {md_escape(w)}" for w in warns))

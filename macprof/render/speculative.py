@@ -3,7 +3,7 @@ draft and k), and `macprof show`'s round breakdown. Pure functions of the run lo
 
 from __future__ import annotations
 
-from macprof.analyse.speculative import FIGURES
+from macprof.analyse.speculative import FIGURES, per_round
 from macprof.model.log import ModelResult, RunLog
 from macprof.model.speculative import SpeculativeCase, SpeculativePhase
 from macprof.render.exporters import Column, Table, cell
@@ -15,7 +15,9 @@ NOTE = ("speculative: speed-up = decode tok/s drafting k tokens a round over pla
         "on the same prompts (ratio of medians, bootstrap interval), at the k where it is highest; α = accepted / "
         "drafted; predicted = the roofline's round at the per-token acceptance (docs/design.md)")
 TABLE_NOTE = ("speed-up: speculative decode tok/s over the phase's plain greedy requests on the same prompts, ratio of "
-              "medians [bootstrap 95 % interval]; predicted: the roofline's round time and tokens per round at α/token "
+              "medians [bootstrap 95 % interval]; drafts/round and tokens/round: over the rounds free to draft k (a lookup draft "
+              "drafts fewer than k where its context has no match); predicted: the roofline's round time and tokens per "
+              "round over the rounds as they drafted, at α/token "
               "(accepted / drafts the target judged, up to the first rejection; α = accepted / drafted); outputs: "
               "token by token against the plain ones, a divergence passed only at a near-tie (its logit margin)")
 
@@ -38,7 +40,8 @@ def _best(r: dict) -> str:
 def _alpha(r: dict) -> str:
     if r.get("speculative_acceptance") is None:
         return "-"
-    return f"{fmt_ratio(r['speculative_acceptance'])}, {r['speculative_tokens_per_round']:.2f} tok/round"
+    return (f"{fmt_ratio(r['speculative_acceptance'])}, {_per_round(r['speculative_tokens_per_round'])} tok/round, "
+            f"{_per_round(r.get('speculative_drafts_per_round'))} drafts/round")
 
 
 COLUMNS = (Column("speculative best", _best), Column("α (best k)", _alpha),
@@ -68,7 +71,7 @@ def _rows(m: ModelResult) -> list[dict]:
     loop = [(c, ph.draft or "?") for c in ph.cases]
     own = [(c, f"{ph.draft or '?'}, engine's own") for c in ph.native or ()]
     return [{"model": m.identity.name, "draft": draft, "k": c.k, "alpha": c.acceptance,
-             "alpha_token": c.acceptance_per_token, "per_round": c.tokens_per_round,
+             "alpha_token": c.acceptance_per_token, "per_round": per_round(c)[0], "drafts": per_round(c)[1],
              "per_round_predicted": c.predicted_tokens_per_round, "decode": c.decode_tok_s,
              "plain": ph.plain_decode_tok_s, "speedup": c.speedup.value if c.speedup else None,
              "low": c.speedup.low if c.speedup else None, "high": c.speedup.high if c.speedup else None,
@@ -91,7 +94,7 @@ def _tokens(r: dict) -> str:
 TABLE_COLUMNS = (
     Column("target", cell("model")), Column("draft", cell("draft")), Column("k", cell("k")),
     Column("α", cell("alpha", fmt_ratio)), Column("α/token", cell("alpha_token", fmt_ratio)),
-    Column("tokens/round (pred.)", _tokens),
+    Column("drafts/round", lambda r: _per_round(r["drafts"])), Column("tokens/round (pred.)", _tokens),
     Column("decode tok/s vs plain", lambda r: f"{fmt_rate(r['decode'])} vs {fmt_rate(r['plain'])}"),
     Column("speed-up [95% CI]", _speedup),
     Column("predicted", lambda r: fmt_x(r["predicted"]) if r["predicted"] is not None else "- (unknown)"),
@@ -155,9 +158,11 @@ def speculative_lines(ph: SpeculativePhase) -> list[str]:
                      + f", K/V {fmt_bytes(dm.kv_cache_bytes)} measured ({fmt_bytes(dm.kv_computed_bytes)} computed)"
                      + f", weights {dm.weights_held or '?'}")
     for c in ph.cases:
+        tokens, drafts = per_round(c)
         lines.append(f"   speculative k={c.k}: {c.rounds} rounds, drafted {c.drafted}, accepted {c.accepted} "
                      f"(α {fmt_ratio(c.acceptance)}, per token {fmt_ratio(c.acceptance_per_token)}); "
-                     f"{_per_round(c.tokens_per_round)} tokens/round (predicted {_per_round(c.predicted_tokens_per_round)})")
+                     f"{_per_round(drafts)} drafts/round, {_per_round(tokens)} tokens/round (predicted "
+                     f"{_per_round(c.predicted_tokens_per_round)})")
         lines.append(f"     per round: draft {fmt_s(c.draft_s_per_round)} + verify {fmt_s(c.verify_s_per_round)} + rewind "
                      f"{fmt_s(c.rewind_s_per_round)}; round {fmt_s(c.round_s_per_round)} (predicted "
                      f"{fmt_s(c.predicted_round_s)}); medians")
@@ -167,7 +172,9 @@ def speculative_lines(ph: SpeculativePhase) -> list[str]:
                      + (f": {c.prediction_reason}" if c.prediction_reason else "") + f"); outputs {outputs_text(c)}")
     for c in ph.native or ():
         told = f"α {fmt_ratio(c.acceptance)}, " if c.acceptance is not None else ""
-        lines.append(f"   speculative, the engine's own, k={c.k}: {c.impl or '?'}: {told}{_per_round(c.tokens_per_round)} "
+        tokens, drafts = per_round(c)
+        told += f"{_per_round(drafts)} drafts/round, " if drafts is not None else ""
+        lines.append(f"   speculative, the engine's own, k={c.k}: {c.impl or '?'}: {told}{_per_round(tokens)} "
                      f"tokens/round; decode {fmt_rate(c.decode_tok_s)} tok/s, speed-up "
                      f"{fmt_x(c.speedup.value if c.speedup else None)}; outputs {outputs_text(c)}"
                      + (f"; unknown: {c.unknown}" if c.unknown else ""))

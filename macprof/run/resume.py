@@ -19,6 +19,10 @@ What counts as done, per model (the orchestrator and the protocols skip it):
   speculative request's missing plain or draft one, or a missing check of either, is compared
   with the recorded tokens: the requests of the phases that check outputs keep their tokens,
   ``REPLAYED``);
+- a conversation turn whose conversation_turn event was recorded: its two requests, with the
+  natural reply's ids and what it left in the cache, so that the resumed conversation's history
+  and cache are the interrupted run's (a turn interrupted between its halves is measured again,
+  both halves, and its new requests supersede the old in the log);
 - a task of the tasks phase whose recorded attempt ends it (right, the last allowed, an engine
   error, or one the parent cut at a timeout or a crash), named as a done request of kind
   "task" (run/phases/tasks.py settled_tasks); a task interrupted between its attempts is run
@@ -38,6 +42,7 @@ from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.speculative import SpeculativeCheck
+from macprof.model.conversation import ConversationTurn
 from macprof.model.tasks import TaskAttemptDone, TasksStart
 
 SUFFIX = ".journal.jsonl"
@@ -159,6 +164,8 @@ class ModelPast:
     load_failed: bool = False
     requests: list[dict] = field(default_factory=list)
     task_attempts: int | None = None  # the tasks phase's attempts allowed, from its tasks_start
+    # a conversation turn's requests until its conversation_turn settles it: (app, turn) -> requests
+    turn_requests: dict[tuple[int, int], list[dict]] = field(default_factory=dict)
 
     def cases_left(self, phase: str, cases: list[dict]) -> list[dict]:
         """A sweep's cases still to run: the ones after its last failed case, less those skipped."""
@@ -209,6 +216,14 @@ def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
         out.phases_done.add(e.phase)
     elif isinstance(e, (ev.CaseError, ev.CaseUnsupported)):
         out.skip_cases.setdefault(e.phase, set()).add(e.case)
+    elif isinstance(e, ev.Request) and e.phase == "conversation" and e.kind == "measured" and e.case:
+        # the replay needs the reply (the next turn's history) and the cache it left
+        out.turn_requests.setdefault((int(e.case.removeprefix("app")), e.index), []).append(
+            {"phase": e.phase, "case": e.case, "mode": e.mode, "kind": e.kind, "index": e.index,
+             "tokens": list(e.tokens),
+             "cached_tokens_after": e.cached_tokens_after if isinstance(e.cached_tokens_after, int) else None})
+    elif isinstance(e, ConversationTurn) and e.phase == "conversation":
+        out.requests += out.turn_requests.pop((e.app, e.turn), [])
     elif isinstance(e, ev.Request):  # a prefix pair's, a batch's, a speculative prompt's tokens: their checks need them
         key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
         tokens = list(e.tokens) if e.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one

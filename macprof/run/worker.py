@@ -152,7 +152,7 @@ def _phases(job: "WorkerJob", engine, settings, emit, after=None):
     from macprof.collect import peak
     from macprof.model import events as ev
     from macprof.run.phases import PHASES, PhaseContext
-    from macprof.run.phases.common import done_requests
+    from macprof.run.phases.common import done_cached, done_requests
     from macprof.run.prompts import PromptBuilder
 
     builder = PromptBuilder(engine)  # its default seed: every phase, model and run the same prompts
@@ -168,8 +168,8 @@ def _phases(job: "WorkerJob", engine, settings, emit, after=None):
                            t_idle_start=t_idle if idle_s > 0 else None, **_mac()))
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job.cases.get(phase, []),
-                                   trial=job.trial, done=done_requests(job.done), quality=job.quality,
-                                   n_ctx=job.n_ctx, draft=job.draft))
+                                   trial=job.trial, done=done_requests(job.done), done_cached=done_cached(job.done),
+                                   quality=job.quality, n_ctx=job.n_ctx, draft=job.draft))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
                          t=time.perf_counter_ns(), **_mac(), **_weights(engine, job.path)))

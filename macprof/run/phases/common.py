@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 from macprof.config import Settings
 from macprof.engines.base import lacks
@@ -37,6 +37,9 @@ class PhaseContext:
     trial: int = 0
     clock: Clock = time.perf_counter_ns
     done: dict[tuple, tuple] = field(default_factory=dict)
+    # what each recorded request left in the engine's cache, where the journal kept it (a resumed
+    # conversation puts the cache back as the interrupted run had it)
+    done_cached: dict[tuple, int] = field(default_factory=dict)
     quality: QualityJob = field(default_factory=QualityJob)  # the quality phase's reference and store (run/phases/quality.py)
     n_ctx: int = 0  # the context the worker's engine holds, per sequence (0: not known)
     draft: dict = field(default_factory=dict)  # the speculative phase's draft, resolved by the parent (orchestrator)
@@ -50,6 +53,11 @@ def request_key(head: dict) -> tuple:
 def done_requests(items: list[dict]) -> dict[tuple, tuple]:
     """A worker job's ``done`` list (macprof/run/resume.py) as PhaseContext.done."""
     return {request_key(d): tuple(d.get("tokens") or ()) for d in items}
+
+
+def done_cached(items: list[dict]) -> dict[tuple, int]:
+    """A worker job's ``done`` list as PhaseContext.done_cached: the cache each request left, where kept."""
+    return {request_key(d): d["cached_tokens_after"] for d in items if isinstance(d.get("cached_tokens_after"), int)}
 
 
 def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) -> dict:
@@ -74,26 +82,53 @@ def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) ->
             "outs": outs, "ids": ids}
 
 
-def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
+def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns,
+                  eos: Collection[int] = ()) -> dict:
     """One request, timestamped by the caller's clock (engines never time themselves). The
-    engine's peak-memory counter is reset before it, outside the timed span."""
+    engine's peak-memory counter is reset before it, outside the timed span. ``eos``: the ids
+    that end the reply, as an app's generation ends (the conversation phase); the speed phases
+    give none, so that every request yields exactly ``n`` tokens."""
     if not lacks(engine, "stream"):  # a server: chunks and the server's own counts
         from macprof.run.phases.server_request import server_request
 
         return server_request(engine, prompt, n, clock)
     tokenize = engine.tokenize_chat if prompt.chat else engine.tokenize  # a chat prompt: as it was built
-    r = stamped_sequence(engine, prompt, n, lambda ids: engine.generate(ids, n), clock, "engine", tokenize)
+    r = stamped_sequence(engine, prompt, n, lambda ids: ending_at(engine.generate(ids, n), eos), clock, "engine",
+                         tokenize, eos)
     return {**r, **reuse_of(engine, r["prompt_tokens"], engine.reused_tokens)}
 
 
-def stamped_sequence(engine, prompt: Prompt, n: int, tokens_of, clock: Clock, what: str, tokenize=None) -> dict:
+def ending_at(tokens: Iterator[int], eos: Collection[int]) -> Iterator[int]:
+    """``tokens`` up to and including the first id of ``eos``, the engine's generator then closed
+    (its loop stops there, as the tasks phase's replies stop)."""
+    try:
+        for token in tokens:
+            yield token
+            if token in eos:
+                return
+    finally:
+        close = getattr(tokens, "close", None)
+        if close is not None:
+            close()
+
+
+def reply_end(tokens: Sequence[int], eos: Collection[int]) -> str:
+    """How a reply generated with ``ending_at`` ended: "eos" (its last id is an end-of-generation
+    id) or "max_tokens" (it ran to the limit)."""
+    return "eos" if tokens and tokens[-1] in eos else "max_tokens"
+
+
+def stamped_sequence(engine, prompt: Prompt, n: int, tokens_of, clock: Clock, what: str, tokenize=None,
+                     eos: Collection[int] = ()) -> dict:
     """One sequence's request: ``tokens_of(ids)`` stamped (``_stamped``), exactly ``n`` tokens
-    checked (else a recorded error naming ``what`` yielded them), with the fields every
-    one-sequence request has: its tokens, its prompt's size, the engine's memory after it."""
+    checked, or fewer ending at an id of ``eos`` (else a recorded error naming ``what`` yielded
+    them), with the fields every one-sequence request has: its tokens, its prompt's size, the
+    engine's memory after it."""
     r = _stamped(engine, [prompt.text], lambda ids: tokens_of(ids[0]), clock, tokenize)
     tokens, ids = r.pop("outs"), (r.pop("ids") or [list(prompt.ids)])[0]
-    if r["status"] == "ok" and len(tokens) != n:
-        r.update(status="error", error=f"{what} yielded {len(tokens)} tokens instead of {n}")
+    if r["status"] == "ok" and len(tokens) != n and not (len(tokens) < n and reply_end(tokens, eos) == "eos"):
+        r.update(status="error", error=f"{what} yielded {len(tokens)} tokens instead of {n}"
+                                       + (" (and the last is no end-of-generation id)" if eos else ""))
     return {**r, "tokens": tokens, "prompt_tokens": len(ids), "engine_memory": engine.memory() or None}
 
 

@@ -11,15 +11,21 @@ cached for the engine: what it reuses is what it finds, as ``reused_tokens`` rep
 against the ids the cache held (ConversationTurn.expected_reuse). Where reuse stopped short of
 what the cache held, the turn says where and why (model/conversation.py STOP_KINDS).
 
-Generation is greedy with EOS ignored and exactly ``--gen-tokens`` tokens, as in every speed
-phase, so the replies are the same length whatever the model says. Between the two halves the
+Generation is greedy and ends as an app's does: at the model's first end-of-generation id or at
+``--gen-tokens``, whichever comes first (the speed phases hold EOS off for exact lengths; the
+tasks phase ends its replies so too). The reply goes back into the history as the model produced
+it: its ids up to that end, detokenized, as the assistant's message, which the next turn renders
+through the template's assistant turn. What the engine's cache holds after a request is what it
+says it holds (``cached_tokens_after``: llama.cpp has not fed the last id it yielded, MLX has
+queued it already). Between the two halves the
 natural state is put back, untimed, by computing the held ids again where the other half (or
 the output check's diagnosis) emptied the cache. A turn whose prompt no longer fits the context
 stops that app's conversation; the turns before are kept.
 
 Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
 completions request, as an app that sends text does; the model's own template where its file is
-known here, engines/openai.py ``chat_template``), and what it reused is what the server reports
+known here, engines/openai.py ``chat_template``), its reply ending where the server ends it (nothing
+holds its EOS off: ``replies_end_at_eos``), and what it reused is what the server reports
 (``usage.prompt_tokens_details.cached_tokens``, llama.cpp's ``timings.cache_n``), raw in each
 request's ``server`` record; where it reports none the reuse is unknown, with the reason, never
 guessed from TTFT. Its cache is not addressable: it is emptied by a short unrelated request (the
@@ -35,16 +41,52 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import NamedTuple
 
 from macprof.engines.base import common_prefix, lacks, reusable_prefix
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.conversation import ConversationStart, ConversationTurn
+from macprof.model.phases import ServerReport
 from macprof.run.chat import template_for
-from macprof.run.phases.common import PhaseContext, _pause, announced, compare_outputs, request_key, timed_request
+from macprof.run.phases.common import PhaseContext, _pause, announced, compare_outputs, reply_end, request_key, \
+    timed_request
 from macprof.run.prompts import Prompt
 
 PHASE = "conversation"
+
+
+SERVER_ENDS = {"stop": "eos", "length": "max_tokens"}  # a server's finish_reason, as a reply's end
+
+
+class Previous(NamedTuple):
+    """An app's last request as the protocol knows it: its prompt's ids and text, the reply (its
+    ids; a server's: its chunks' texts), the reply's text as the history holds it (the assistant's
+    message), and the ids the engine's cache held after it (a server's: not known)."""
+
+    ids: list[int]
+    text: str
+    reply: list
+    reply_text: str = ""
+    held: tuple[int, ...] = ()
+    ended: str | None = None  # "eos" or "max_tokens" (common.reply_end)
+    n_reply: int | None = None  # the reply's tokens (a server's: its count; None where not known)
+
+    @property
+    def content(self) -> list:
+        """The reply's ids that are its message: those before the end-of-generation id."""
+        return list(self.reply[:-1] if self.ended == "eos" else self.reply)
+
+
+def generation_note(eos: int, gen_tokens: int) -> str:
+    return (f"a reply ends at the model's first end-of-generation id ({eos} id(s)) or at --gen-tokens ({gen_tokens}), "
+            f"as an app's does (the speed phases hold EOS off); its ids up to that end, detokenized, are the "
+            f"assistant's message, rendered back through the template's assistant turn")
+
+
+def server_generation(gen_tokens: int) -> str:
+    return (f"a reply ends where the server ends it, at its end-of-generation id or at --gen-tokens ({gen_tokens}), as "
+            f"an app's (the speed phases hold EOS off); its text is the assistant's message, its tokens the server's count")
 
 
 def schedule(apps: int, turns: int, order: str, seed: int = 0) -> list[tuple[int, int]]:
@@ -65,7 +107,7 @@ def schedule(apps: int, turns: int, order: str, seed: int = 0) -> list[tuple[int
 
 
 def server_stop(held: list[int], n_reply: int, held_by: int | None, app: int, ids: list[int], text: str,
-                previous: tuple[list[int], str, list[int]] | None, reported: int | None,
+                previous: Previous | None, reported: int | None,
                 unreported: str | None) -> tuple[int, int, str, str]:
     """Through a server: (the prompt's ids shared with the previous prompt's, from the start; the
     most the server may have reused: those, and where the prompt extends all of them the reply's
@@ -122,7 +164,7 @@ def counted_stop(held_n: int, n_reply: int, held_by: int | None, app: int, promp
 
 
 def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
-                previous: tuple[list[int], str, list[int]] | None, refused: str | None) -> tuple[int, str, str]:
+                previous: Previous | None, refused: str | None) -> tuple[int, str, str]:
     """(the common prefix of the held ids and the prompt's, the stop kind, the reason in words).
     Where the engine could not cut its cache back to that prefix (``refused``: a sliding window
     moved past it, a recurrent state), the kind is "cannot_go_back" and the reason says both
@@ -135,23 +177,36 @@ def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], 
 
 
 def _divergence(d: int, held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
-                previous: tuple[list[int], str, list[int]] | None) -> tuple[str, str]:
+                previous: Previous | None) -> tuple[str, str]:
     if not held:
         return "empty", "the cache held nothing"
     if held_by != app:
         return "evicted", f"the cache held app {held_by}'s conversation: the two share their first {d} tokens"
     if d >= len(held) or d >= len(ids) - 1:
         return "none_lost", f"the prompt extends all {len(held)} tokens the cache held"
-    prev_ids, prev_text, reply = previous if previous else ([], "", [])
-    if d >= len(prev_ids):
-        return "reply_retokenized", (f"at token {d}, {d - len(prev_ids)} tokens into the previous reply: its text "
-                                     f"tokenizes to other ids than the {len(reply)} generated")
-    if text.startswith(prev_text):
+    prev = previous or Previous([], "", [])
+    if d >= len(prev.ids):  # inside the previous reply
+        k, written = d - len(prev.ids), prev.text + prev.reply_text
+        if prev.reply_text and text.startswith(prev.text) and not text.startswith(written):
+            return "template_rewrite", (f"at token {d}, {k} tokens into the previous reply: the template rendered the "
+                                        f"reply otherwise than its text (the prompt differs from the previous prompt "
+                                        f"and reply at character {_first_difference(written, text)})")
+        if prev.ended == "eos" and k == len(prev.reply) - 1:
+            return "template_rewrite", (f"at token {d}, the previous reply's end: the model ended it with id {held[d]}, "
+                                        f"the template closes the assistant turn with id {ids[d]}")
+        return "reply_retokenized", (f"at token {d}, {k} tokens into the previous reply: its text tokenizes to id "
+                                     f"{ids[d]} where the model generated id {held[d]} (of the {len(prev.reply)} "
+                                     f"generated)")
+    if text.startswith(prev.text):
         return "tokenization_join", (f"at token {d}: the text extends the previous prompt's, but tokenizes "
                                      f"otherwise where the two join")
-    c = next((k for k, (x, y) in enumerate(zip(prev_text, text)) if x != y), min(len(prev_text), len(text)))
     return "template_rewrite", (f"at token {d}: the template rendered the earlier turns otherwise "
-                                f"(the text differs from the previous prompt's at character {c})")
+                                f"(the text differs from the previous prompt's at character "
+                                f"{_first_difference(prev.text, text)})")
+
+
+def _first_difference(a: str, b: str) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 class _Cache:
@@ -171,8 +226,8 @@ class _Cache:
                 pass
         self.ids = list(ids)
 
-    def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
-        self.ids = ids + list(reply[:-1])
+    def sent(self, ids: list[int], rec: ev.Request, prompt: Prompt) -> None:
+        self.ids = held_after(ids, rec)
 
     def empty(self) -> None:
         self.engine.reset()
@@ -209,7 +264,7 @@ class _ServerCache:
                                f"of a previous prompt again): {exc}") from None
         self.state, self.seen = list(prompts), self.engine.displacements
 
-    def sent(self, ids: list[int], reply, prompt: Prompt) -> None:
+    def sent(self, ids: list[int], rec: ev.Request, prompt: Prompt) -> None:
         # a counting request after it (the same prompt, after a displacement) leaves it alone
         held = self.state or [] if self.engine.displacements == self.seen else []
         self.state, self.seen = after(held, prompt, self.slots), self.engine.displacements
@@ -220,6 +275,14 @@ class _ServerCache:
 
     def forget(self) -> None:
         self.state = None
+
+
+def held_after(ids: list[int], rec: ev.Request) -> list[int]:
+    """The ids an in-process engine's cache holds after the request ``rec`` of ``ids``: the prompt
+    and reply, as far as the engine says it holds them (``cached_tokens_after``: llama.cpp has not
+    fed the last id it yielded; MLX has queued it already where the reply ended at EOS)."""
+    whole = list(ids) + list(rec.tokens)
+    return whole[:rec.cached_tokens_after] if isinstance(rec.cached_tokens_after, int) else whole[:-1]
 
 
 def after(held: list, item, slots: int) -> list:
@@ -244,6 +307,16 @@ def holds(engine, server: bool, apps: int) -> str | None:
 
 
 def run_conversation(ctx: PhaseContext) -> None:
+    """The phase; through a server, every request of it (timed, counting, a state put back) ends
+    where the server ends it, as an app's (engines/openai.py ``replies_end_at_eos``)."""
+    if lacks(ctx.engine, "stream"):
+        _conversation(ctx)
+        return
+    with ctx.engine.replies_end_at_eos():
+        _conversation(ctx)
+
+
+def _conversation(ctx: PhaseContext) -> None:
     engine, s, builder = ctx.engine, ctx.settings, ctx.builder
     server = not lacks(engine, "stream")  # requests go to a server (engines/openai.py)
     # --api chat: the messages go as they are and the server applies its own template; their text
@@ -254,10 +327,14 @@ def run_conversation(ctx: PhaseContext) -> None:
                            f"own template to the messages (give --api completions to send text rendered here)")
     template = template_for(engine, s.chat_template)
     order = schedule(s.apps, s.turns, s.app_order)
+    # an app's generation ends at the model's end-of-generation id (a server's: where the server ends it)
+    eos = frozenset() if server else frozenset(engine.eos_ids)
     ctx.emit(ConversationStart(phase=PHASE, template_source="server" if renders else template.source,
                                template_path=None if renders else template.path,
                                template_sha256=None if renders else hashlib.sha256(template.text.encode()).hexdigest(),
-                               apps=s.apps, turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps)))
+                               apps=s.apps, turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps),
+                               generation=server_generation(s.gen_tokens) if server else
+                               generation_note(len(eos), s.gen_tokens)))
     messages = {a: [{"role": "system", "content": builder.words_text(f"conversation:system:{a}", s.system_tokens)}]
                 for a in range(s.apps)}
     heads = {(a, t): {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
@@ -274,13 +351,15 @@ def run_conversation(ctx: PhaseContext) -> None:
                   messages=tuple(first) if renders else None)
     engine.reset()
     announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
-              lambda: timed_request(engine, warm, s.gen_tokens, ctx.clock), record=False)
+              lambda: timed_request(engine, warm, s.gen_tokens, ctx.clock, eos), record=False)
     held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
     held_n = 0  # its prompt tokens, as the server counted them (--api chat: its ids are the server's)
     held_by: int | None = None
-    # through a server: the requests its cache holds, least recently served first: (app, ids, prompt, count)
-    recent: list[tuple[int, list[int], Prompt, int]] = []
-    last: dict[int, tuple[list[int], str, list]] = {}
+    held_reply: int | None = None  # through a server: the held request's reply tokens, as the server counted them
+    # through a server: the requests its cache holds, least recently served first: (app, ids, prompt, count,
+    # its reply's tokens)
+    recent: list[tuple[int, list[int], Prompt, int, int | None]] = []
+    last: dict[int, Previous] = {}
     stopped: set[int] = set()
     for i, (a, t) in enumerate(order):
         if a in stopped:
@@ -299,32 +378,45 @@ def run_conversation(ctx: PhaseContext) -> None:
             continue
         pair = heads[(a, t)]
         recorded = {mode: ctx.done.get(request_key(h)) for mode, h in pair.items()}
-        if all(v is not None for v in recorded.values()):  # measured before a resume: its reply is the recorded one
+        if all(v is not None for v in recorded.values()):  # measured before a resume: the recorded reply and cache
             reply, counted = list(recorded["natural"] or ()), len(ids)
+            left = ctx.done_cached.get(request_key(pair["natural"]))
+            kept = (list(ids) + reply)[:left] if left is not None else list(ids) + reply[:-1]
+            n_reply = None if server else len(reply)  # a server's count is not in the journal's replay
         else:
             if server and recent:  # of what it holds, the server serves the prompt the longest shared prefix
-                held_by, held, _, held_n = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
-            reply, counted = _turn(ctx, cache, pair, i, a, t, prompt, (held, [r[2] for r in recent], held_by, held_n),
-                                   last.get(a), server)
-        last[a] = (ids, text, reply)
+                held_by, held, _, held_n, held_reply = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
+            reply, counted, kept, n_reply = _turn(ctx, cache, pair, i, a, t, prompt,
+                                                  (held, [r[2] for r in recent], held_by, held_n, held_reply),
+                                                  last.get(a), server, eos)
+        ended = None if server else reply_end(reply, eos)
+        # the assistant's message: the reply as the model produced it, up to its end (a server's: its chunks' texts)
+        said = Previous(ids, text, reply, "", tuple(kept), ended, n_reply)
+        said = said._replace(reply_text="".join(reply) if server else engine.detokenize(said.content))
+        last[a] = said
         # what the app's request leaves in the cache (a server's: this prompt and a reply of its own ids)
-        held, held_by, held_n = (list(ids) if server else ids + reply[:-1]), a, counted
-        recent = after(recent, (a, list(ids), prompt, counted), slots)
-        # a server's reply is its chunks' texts
-        messages[a].append({"role": "assistant", "content": "".join(reply) if server else engine.detokenize(reply)})
+        held, held_by, held_n, held_reply = (list(ids) if server else list(kept)), a, counted, n_reply
+        recent = after(recent, (a, list(ids), prompt, counted, n_reply), slots)
+        messages[a].append({"role": "assistant", "content": said.reply_text})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
 
 
 def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: Prompt,
-          state: tuple[list[int], list[Prompt], int | None, int], previous, server: bool) -> tuple[list, int]:
-    """One turn measured both ways (the natural cache first on even turns); returns the reply
-    and the prompt's tokens as the request counted them."""
+          state: tuple[list[int], list[Prompt], int | None, int, int | None], previous: Previous | None,
+          server: bool, eos: frozenset[int]) -> tuple[list, int, list[int], int | None]:
+    """One turn measured both ways (the natural cache first on even turns); returns the reply,
+    the prompt's tokens as the request counted them, the ids the natural request left in the
+    cache (an in-process engine's; a server's: none known), and the reply's tokens (a server's:
+    its count, None where it gave none)."""
     engine, s = ctx.engine, ctx.settings
-    held, natural, held_by, held_n = state
+    held, natural, held_by, held_n, held_reply = state
     ids, text = list(prompt.ids), prompt.text
     renders = bool(prompt.messages)
     out: dict[str, tuple] = {}
+    kept: list[int] = []
     counted = len(ids)
+    n_out: int | None = None
+    ended: str | None = None
     reused, refused, unreported, n_reply, emptied_reused, not_emptied = None, None, None, 0, None, None
     for mode in ("natural", "emptied") if i % 2 == 0 else ("emptied", "natural"):
         _pause(s)
@@ -332,13 +424,18 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
             cache.hold(held, natural)
         else:
             cache.empty()
-        rec = announced(ctx.emit, pair[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock))
+        rec = announced(ctx.emit, pair[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock, eos))
         out[mode] = rec.tokens
-        cache.sent(ids, rec.tokens, prompt)
+        cache.sent(ids, rec, prompt)
         if mode == "natural":
             reused, refused = rec.reused_tokens, engine.reuse_refused
+            kept = [] if server else held_after(ids, rec)
             if server:
                 unreported = engine.reuse_unreported
+                told = rec.server or ServerReport()
+                n_out, ended = told.completion_tokens, SERVER_ENDS.get(told.finish_reason or "")
+            else:
+                n_out, ended = len(rec.tokens), reply_end(rec.tokens, eos)
         else:
             emptied_reused = rec.reused_tokens
         if rec.status != "ok":
@@ -352,19 +449,21 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
     check = compare_outputs(engine, prompt, out["emptied"], reply)
     if check.first_divergence is not None and not lacks(engine, "top2"):  # its diagnosis (top2) empties the cache
         cache.forget()
-    prev_ids, _, prev_reply = previous if previous else ([], "", [])
+    prev = previous or Previous([], "", [])
+    # through a server, the held request's reply is known by the server's count (at most --gen-tokens)
+    last_reply = held_reply if held_reply is not None else s.gen_tokens
     if renders:  # --api chat: no ids here, the server's counts only
-        n_reply = s.gen_tokens if held_by is not None else 0
+        n_reply = last_reply if held_by is not None else 0
         d, bound, kind, reason = counted_stop(held_n, n_reply, held_by, a, counted, reused, unreported)
         ideal, equal = None, None
     elif server:
-        # the reply's ids are the server's, known by their count: as many as asked (EOS is held off;
-        # a request that got fewer says so in its server record)
-        n_reply = s.gen_tokens if held_by is not None else 1
+        # the reply's ids are the server's, known by their count (where it gave none: at most --gen-tokens)
+        n_reply = last_reply if held_by is not None else 1
         if held_by is None:  # nothing of this phase's: what the displacing request left
             held = engine.displacing_ids()
         d, bound, kind, reason = server_stop(held, n_reply, held_by, a, ids, text, previous, reused, unreported)
-        ideal = server_stop(prev_ids, s.gen_tokens, a, a, ids, text, previous, None, None)[1] if previous else 0
+        ideal = server_stop(prev.ids, prev.n_reply if prev.n_reply is not None else s.gen_tokens, a, a, ids, text,
+                            previous, None, None)[1] if previous else 0
         equal = None
         # the emptied half: after the displacing requests, the server may share no more than they leave
         most = server_stop(engine.displacing_ids(), 1, None, a, ids, text, None, None, None)[1]
@@ -375,14 +474,16 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
     else:
         d, kind, reason = why_stopped(held, held_by, a, ids, text, previous, refused)
         bound = None
-        # what a cache of this app's own last prompt and reply would serve
-        ideal = reusable_prefix(prev_ids + prev_reply[:-1], ids)
-        equal = (ids[len(prev_ids):len(prev_ids) + len(prev_reply)] == list(prev_reply)) if previous and \
-            ids[:len(prev_ids)] == list(prev_ids) else None
+        # what a cache of this app's own last prompt and reply would serve: what it held after them
+        ideal = reusable_prefix(prev.held, ids)
+        content = prev.content  # the reply's ids that are its message (its end-of-generation id is the template's)
+        equal = (ids[len(prev.ids):len(prev.ids) + len(content)] == content) if previous and \
+            ids[:len(prev.ids)] == list(prev.ids) else None
     ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=counted,
                               held_tokens=(held_n if renders else len(held)) + n_reply, held_by=held_by,
                               common_prefix=d, expected_reuse=None if renders else reusable_prefix(held, ids),
                               reused_tokens=reused, reuse_refused=refused, reuse_bound=bound,
                               reuse_unreported=unreported, ideal_reuse=ideal, stop_kind=kind, stop_reason=reason,
-                              reply_text_ids_equal=equal, not_emptied=not_emptied, check=check))
-    return reply, counted
+                              reply_text_ids_equal=equal, not_emptied=not_emptied, check=check,
+                              reply_tokens=n_out, reply_end=ended))
+    return reply, counted, kept, n_out

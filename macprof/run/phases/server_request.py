@@ -47,8 +47,14 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     srv = out["server"]
     if engine.exact_prompts and status == "ok" and not sent:  # a tokenizer here built the prompt
         if not srv.prompt_tokens_source:  # the server counted none: the prompt's own count stands
+            final = engine.last_final or wire.Final()
+            if final.cached_tokens is not None and final.cached_tokens > len(ids):  # the server's claim, not a count
+                wire.bound(final, prompt_most=(len(ids), "the prompt's tokens"))
+                srv = srv.replace(cached_tokens=None, cached_tokens_source=None,
+                                  flags=(*srv.flags, claim_flag("cached_tokens", final.claims["cached_tokens"])))
+                out["reused_tokens"] = None
             out.update(prompt_tokens=len(ids), computed_prompt_tokens=len(ids) - (out["reused_tokens"] or 0))
-            out["server"] = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
+            out["server"] = srv = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
         elif out["prompt_tokens"] != len(ids):  # the server's own count must agree with it
             out["server"] = srv.replace(flags=(*srv.flags, f"prompt: the server counted {out['prompt_tokens']} "
                                                            f"tokens, {len(ids)} asked"))
@@ -90,12 +96,16 @@ def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: 
     else:
         settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
     return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,
-                  engine.eos_how)
+                  engine.eos_how, engine.holds_eos)
+
+
+def claim_flag(key: str, claim: str) -> str:
+    return f"claim: the server sent {key} = {claim[:200]}, impossible: not taken as a measurement"
 
 
 def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Final | None, n: int,
            counted: int | None, status: str, error: str | None, settled: counting.Settled | None = None,
-           eos: str | None = None) -> dict:
+           eos: str | None = None, holds_eos: bool = True) -> dict:
     """The request's fields: raw chunk times and texts, and ``server``: what the server reported
     and how its tokens were counted (a ServerReport), with flags for what differs from the
     request asked for."""
@@ -103,8 +113,12 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
 
     f = final or wire.Final()
     s = settled or counting.settle([c.text for c in chunks], f.completion_tokens, f.count_source, None)
+    prompt_tokens = f.prompt_tokens if f.prompt_tokens is not None else counted
+    if prompt_tokens is not None:  # more reused than the prompt has: a claim (the engine's reuse_unreported says so)
+        wire.bound(f, prompt_most=(prompt_tokens, "the prompt's tokens"))
     flags = list(s.flags)
-    if s.completion_tokens is not None and s.completion_tokens != n:
+    # fewer than asked is a flag where EOS was held off; an app's reply (a conversation's) may end at EOS
+    if s.completion_tokens is not None and (s.completion_tokens > n or holds_eos and s.completion_tokens != n):
         flags.append(f"count: {s.completion_tokens} tokens of the {n} asked (finish: {f.finish_reason}); "
                      f"EOS was not held off ({eos or 'no way known'}): the tokens received are measured")
     if s.chunk_tokens and max(s.chunk_tokens) > 1:
@@ -112,8 +126,7 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
     if status == "ok" and s.completion_tokens is None:
         flags.append("the server reported no token count, and no counting request gave one")
     for key, claim in sorted(f.claims.items()):  # impossible values: the server's claim, never a figure
-        flags.append(f"claim: the server sent {key} = {claim[:200]}, impossible: not taken as a measurement")
-    prompt_tokens = f.prompt_tokens if f.prompt_tokens is not None else counted
+        flags.append(claim_flag(key, claim))
     cached = f.cached_tokens
     server = ServerReport(
         completion_tokens=s.completion_tokens, count_source=s.count_source,
