@@ -30,6 +30,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from macprof.errors import MacprofError
+from macprof.sanitise import clean
 
 # Typed as Any so that it can be the default of a field of any type; read back, it is None.
 ABSENT: Any = UNSET
@@ -199,7 +200,9 @@ def json_refusal(data: Any) -> str | None:
 
 
 def _place(at: str, limit: int = 100) -> str:
-    """A place in a JSON value for a one-line message: its start, where it is very long."""
+    """A place in a JSON value for a one-line message: its start, where it is very long; a key's
+    line break or control character (a key is any string) never breaks the line."""
+    at = clean(at)
     return (at[:limit] + "...") if len(at) > limit else at or "(top level)"
 
 

@@ -18,6 +18,7 @@ from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.events import Event, parse_event
 from macprof.model.log import RunLog
 from macprof.model.records import MAX_DEPTH, json_refusal
+from macprof.sanitise import clean
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def validate(log: dict, where: str = "run log") -> None:
         if error is not None:
             raise error
     except jsonschema.ValidationError as exc:
-        loc = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        loc = clean("/".join(str(p) for p in exc.absolute_path)) or "(top level)"  # a key may hold a line break
         raise MacprofError(f"{where}: does not match the run-log schema at {loc}: {exc.message[:200]}") from None
 
 
