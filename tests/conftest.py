@@ -42,7 +42,7 @@ def pytest_cmdline_main(config):
     -p no:xdist, wins."""
     if not _fast_tier(config) or os.environ.get("PYTEST_XDIST_WORKER") or not config.pluginmanager.hasplugin("xdist"):
         return
-    if not config.option.numprocesses and not config.getoption("usepdb", False):
+    if config.option.numprocesses is None and not config.getoption("usepdb", False):  # -n 0 is asked for too
         config.option.numprocesses = max(1, min(FAST_TIER_WORKERS, os.cpu_count() or 1))
         if config.option.dist == "no":  # tests one by one, those sharing a module-scoped run together
             config.option.dist = "loadgroup"
