@@ -161,9 +161,6 @@ def read_bytes(path: str | None) -> tuple[bytes, str]:
     if path is None:
         return resources.files("macprof").joinpath("data/tasks.jsonl").read_bytes(), DEFAULT_SOURCE
     try:
-        size = filekind.regular_stat(Path(path)).st_size
-        if size > MAX_TASK_FILE_BYTES:
-            raise MacprofError(f"{path}: the task file is {size} bytes, more than the {MAX_TASK_FILE_BYTES} it may have")
         return filekind.read_regular(Path(path), MAX_TASK_FILE_BYTES, "a task file"), str(path)
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read the task file: {exc.strerror or exc}") from None

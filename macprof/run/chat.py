@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from macprof.engines.base import ChatTemplate
+from macprof.engines.base import MAX_TEMPLATE_BYTES, ChatTemplate
 from macprof.errors import MacprofError
 
 PLAIN = "plain: 'System: ...' / 'User: ...' / 'Assistant: ...' turns, one blank line after the system turn"
@@ -158,17 +158,32 @@ class Template:
         return f"{self.source}: {self.path}" if self.path else self.source
 
 
+def read_template(path: str) -> str:
+    """A --chat-template file's text, compiled once to refuse one that does not compile; one line
+    where it cannot be read: through the one reader (collect/filekind.py), so a FIFO, /dev/zero
+    or /proc/self/environ is refused, never read into a prompt."""
+    from macprof.collect import filekind
+
+    try:
+        text = filekind.read_text(Path(path), MAX_TEMPLATE_BYTES, "a chat template")
+    except OSError as exc:
+        raise MacprofError(f"--chat-template {path}: cannot be read: {exc.strerror or exc}") from None
+    except MacprofError as exc:
+        raise MacprofError(f"--chat-template {exc}") from None
+    try:
+        _compiled(text)
+    except MacprofError as exc:
+        raise MacprofError(f"--chat-template {path}: {exc}") from None
+    return text
+
+
 def template_for(engine, path: str | None) -> Template:
     """``path`` (--chat-template) when given, else the model's own (``engine.chat_template()``),
     else FALLBACK; a template that does not compile is refused before any request."""
     own = engine.chat_template()
     specials = {"bos_token": own.bos_token, "eos_token": own.eos_token} if own else {}
     if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MacprofError(f"--chat-template {path}: cannot be read: {exc}") from None
-        template = Template("file", text, str(path), **specials)
+        template = Template("file", read_template(path), str(path), **specials)
     elif own:
         template = Template("model", own.text, own.source, **specials)
     else:

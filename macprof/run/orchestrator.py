@@ -30,7 +30,7 @@ from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
 from macprof.config import taskfile
-from macprof.run import distributed, qualitytext, reference, resume, signals, watch
+from macprof.run import chat, distributed, qualitytext, reference, resume, signals, watch
 from macprof.run.job import QualityJob, WorkerJob
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
@@ -57,6 +57,9 @@ class Runner:
         self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
         for text in sorted({m.settings.text for m in models if "quality" in m.settings.phases and m.settings.text}):
             qualitytext.check(text)  # and a --text that is a FIFO, a device or too large: before any worker waits on it
+        for path in sorted({m.settings.chat_template for m in models
+                            if "conversation" in m.settings.phases and m.settings.chat_template}):
+            chat.read_template(path)  # a --chat-template that cannot be read or compiled: one line, before any worker
         # a task file that cannot run at all: one line, before any worker
         self._tasks = {tasks: len(taskfile.load(tasks or None).tasks)
                        for tasks in sorted({m.settings.tasks or "" for m in models if "tasks" in m.settings.phases})}
