@@ -123,9 +123,8 @@ def run_tasks(ctx: PhaseContext) -> None:
         for attempt in range(1, s.attempts + 1):
             try:
                 rendered = chat.render(template, messages, task.tools)
-            except Exception as exc:  # noqa: BLE001 - jinja2's TemplateError and what a template raises
-                ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id,
-                                     reason=f"task {task.id!r}: the chat template did not render: {exc}"))
+            except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
+                ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
                 break
             t0 = ctx.clock()
             ids = engine.tokenize_chat(rendered.text)
