@@ -59,7 +59,7 @@ class TaskAttempt(Record):
     # its wall time t0..t_end and no reply, no tokens known; the phase goes on with the next task)
     status: AttemptStatus = "ok"
     error: str | None = None
-    t0: int | None = None  # before tokenizing the prompt (ns, the worker's perf_counter)
+    t0: int | None = None  # before its prompt is rendered: its request_start's (ns, the worker's perf_counter)
     t_tokenized: int | None = None
     token_times: tuple[int, ...] = ()  # one stamp per generated id, the EOS included
     prompt_tokens: Count = 0
@@ -168,6 +168,7 @@ class TaskAttemptDone(Event):
     """One attempt's raw record (TaskAttempt's fields)."""
 
     KIND = "task_attempt"
+    ENDS_ITEM = True
     phase: str
     category: str | None = None
     checker: str = ""
@@ -196,6 +197,7 @@ class TaskRefused(Event):
     """A task that could not run in this model (longer than the context, a template error)."""
 
     KIND = "task_refused"
+    ENDS_ITEM = True  # its attempt was announced: a refusal ends it
     phase: str
     line: int | None = None
     task: str | None = None

@@ -119,11 +119,12 @@ def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_
 def announced(emit: Emit, head: dict, measure: Callable[[], dict], record: bool = True) -> ev.Request:
     """``request_start`` before the measurement (the parent's per-request timeout runs from
     it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...).
-    ``record=False``: a warm-up a resumed run recorded before, run again but not recorded twice."""
+    ``record=False``: a warm-up a resumed run recorded before (or the conversation's, never
+    recorded), run again but not recorded twice: a ``request_end`` then tells the parent it
+    ended, so that neither its deadline nor the blame for what comes next stays on it."""
     emit(ev.RequestStart(**head))
     rec = ev.Request(**{**head, **measure()})
-    if record:
-        emit(rec)
+    emit(rec if record else ev.RequestEnd(**head))
     return rec
 
 

@@ -269,12 +269,16 @@ def run_conversation(ctx: PhaseContext) -> None:
     engine.reset_peak_memory()
     # a warm-up, discarded: a worker's first request pays one-off costs (the same prompt as app 0's first turn)
     first = messages[0] + [{"role": "user", "content": builder.words_text("conversation:user:0:0", s.turn_tokens)}]
-    warm_text = template.render(first)
-    warm = Prompt(warm_text, tuple(engine.tokenize_chat(warm_text)), chat=True,
-                  messages=tuple(first) if renders else None)
-    engine.reset()
-    announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
-              lambda: timed_request(engine, warm, s.gen_tokens, ctx.clock), record=False)
+
+    def warm_up() -> dict:  # rendered and tokenized inside its announcement: under --timeout, and its own
+        warm_text = template.render(first)
+        warm = Prompt(warm_text, tuple(engine.tokenize_chat(warm_text)), chat=True,
+                      messages=tuple(first) if renders else None)
+        engine.reset()
+        return timed_request(engine, warm, s.gen_tokens, ctx.clock)
+
+    announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"}, warm_up,
+              record=False)
     held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
     held_n = 0  # its prompt tokens, as the server counted them (--api chat: its ids are the server's)
     held_by: int | None = None
@@ -288,8 +292,14 @@ def run_conversation(ctx: PhaseContext) -> None:
         if t > 0 and s.tool_tokens:  # an agent: the tool's result comes back after the reply
             messages[a].append({"role": "tool", "content": builder.words_text(f"conversation:tool:{a}:{t}", s.tool_tokens)})
         messages[a].append({"role": "user", "content": builder.words_text(f"conversation:user:{a}:{t}", s.turn_tokens)})
+        # the turn announces itself before its prompt is rendered and tokenized (under --timeout: a
+        # template that hangs is cut here, this turn's), then ends that part before the untimed
+        # work of its requests (the pause, the cache put back), which announce themselves
+        head: dict = heads[(a, t)]["natural" if i % 2 == 0 else "emptied"]
+        ctx.emit(ev.RequestStart(**head))
         text = template.render(messages[a])
         ids = engine.tokenize_chat(text) if not renders else []  # --api chat: the server's, not known here
+        ctx.emit(ev.RequestEnd(**head))
         prompt = Prompt(text, tuple(ids), chat=True, messages=tuple(dict(m) for m in messages[a]) if renders else None)
         if ctx.n_ctx and not renders and len(ids) + s.gen_tokens > ctx.n_ctx:
             ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), fits=False,

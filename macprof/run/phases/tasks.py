@@ -78,9 +78,12 @@ def settled_tasks(done: dict) -> set[str]:
 
 def cut_attempt(s, failure, request: ev.RequestStart, t_end: int | None) -> TaskAttemptDone | None:
     """The parent's record of a task attempt it cut (macprof/phases.py Phase.cut): past the
-    timeout (the worker killed) or crashed with the worker. Its verdict is its status, its wall
-    time runs from the attempt's start (its request_start's t0) to the cut, the parent's stamp on
-    the same clock; it has no reply, and the tokens it generated are unknown. The task is then
+    timeout (the worker killed) or crashed with the worker, while it ran (``request`` is the
+    attempt announced and not yet recorded: run/watch.py forgets an item once it is recorded, so
+    this never stands for an attempt the worker recorded). Its verdict is its status, its wall
+    time runs from the attempt's start (its request_start's t0, before its prompt was rendered)
+    to the cut, the parent's stamp on the same clock; it has no reply, and the tokens it generated
+    are unknown. The task is then
     settled (run/resume.py): the next worker goes on with the task after it. None for anything
     else (an error the worker reported ends the phase, as before)."""
     if request.kind != "task" or not request.case or failure.status not in ("timeout", "crashed"):
@@ -118,15 +121,20 @@ def run_tasks(ctx: PhaseContext) -> None:
     for task in tf.tasks:
         if task.id in settled:
             continue
-        engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
         messages = [dict(m) for m in task.messages]
         for attempt in range(1, s.attempts + 1):
+            # the attempt announces itself before anything of it runs: rendering its prompt,
+            # tokenizing and generating are under the parent's --timeout, and what the parent cuts
+            # is this attempt (t0: its wall time, should it be cut), never the one recorded before
+            t0 = ctx.clock()
+            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
+            if attempt == 1:
+                engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
             try:
                 rendered = chat.render(template, messages, task.tools)
             except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
                 ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
                 break
-            t0 = ctx.clock()
             ids = engine.tokenize_chat(rendered.text)
             t_tok = ctx.clock()
             if len(ids) + task.max_tokens > TASKS_CONTEXT:
@@ -134,8 +142,6 @@ def run_tasks(ctx: PhaseContext) -> None:
                     f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
                     f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
                 break
-            # the parent's timeout runs from here; t0 gives the attempt's wall time should it be killed
-            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
             sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
             got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
             reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
