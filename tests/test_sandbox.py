@@ -10,7 +10,7 @@ import time
 import pytest
 
 from macprof.engines.base import ChatTemplate
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.run import chat, sandbox
 
 OVER = sandbox.MAX_CHARS + 1
@@ -76,5 +76,5 @@ def test_a_refusal_always_says_why():
     MemoryError, raise_exception('')) is named by its type."""
     with pytest.raises(MacprofError, match=r"did not render: TemplateError$"):
         chat.render(ChatTemplate("test", "{{ raise_exception('') }}"), MSGS)
-    assert sandbox.why(MemoryError()) == "MemoryError"
-    assert sandbox.why(ValueError("two\nlines")) == "ValueError: two lines"
+    assert reason(MemoryError()) == "MemoryError"
+    assert reason(ValueError("two\nlines")) == "ValueError: two lines"

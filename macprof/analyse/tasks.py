@@ -62,7 +62,7 @@ def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: Pha
             fields: dict = {k: getattr(e, k) for k in (
                 "task", "attempt", "status", "error", "t0", "t_tokenized", "token_times", "prompt_tokens", "tokens",
                 "stop", "text", "correct", "message")}
-            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed"):
+            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed", "check_ns", "check_error"):
                 if e.has(key):
                     fields[key] = getattr(e, key)
             a = TaskAttempt(**fields)

@@ -138,10 +138,21 @@ def validator(schema: Any):
     return jsonschema.Draft202012Validator(schema, registry=Registry())
 
 
+class Unjudgeable(Exception):
+    """A checker's spec that cannot be applied to the reply (a schema's reference that does not
+    resolve inside it): the check fails with this reason; the task file refuses such a spec."""
+
+
 def _schema_error(schema: Any, value: Any) -> str | None:
     import jsonschema
+    from referencing.exceptions import Unresolvable
 
-    err = jsonschema.exceptions.best_match(validator(schema).iter_errors(value))
+    try:
+        err = jsonschema.exceptions.best_match(validator(schema).iter_errors(value))
+    except Unresolvable as exc:
+        ref = getattr(exc, "ref", None) or str(exc)
+        raise Unjudgeable(f"the schema's reference {ref!r} does not resolve inside it (macprof fetches and opens "
+                          f"nothing a task names)") from None
     if err is None:
         return None
     where = "/".join(str(p) for p in err.absolute_path)

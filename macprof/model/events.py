@@ -16,7 +16,7 @@ from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScor
 from msgspec import field
 
 from macprof.model.records import ABSENT, Number
-from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
+from macprof.model.tasks import TaskAttemptDone, TaskCheckStart, TaskRefused, TasksStart
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
                                        SpeculativeRounds)
 from macprof.model.telemetry import TelemetrySample
@@ -317,7 +317,7 @@ EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, RequestEnd, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
     ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
-    QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskRefused,
+    QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskCheckStart, TaskRefused,
     DraftLoaded, DraftEnd, SpeculativeRounds, SpeculativeCheck, SpeculativeNative, NativeRefused)}
 
 

@@ -49,7 +49,7 @@ class TaskAttempt(Record):
     """One attempt at a task: the raw stamps and ids, the reply, why it ended, the verdict."""
 
     KINDS = {"task": TEXT, "status": VOCAB, "error": TEXT, "tokens": TEXT, "stop": VOCAB, "text": TEXT,
-             "message": TEXT}
+             "message": TEXT, "check_error": TEXT}
 
     REQUIRED_KEYS = ("task", "attempt", "status")  # in every log, though code may leave them out
     task: str = ""
@@ -75,6 +75,12 @@ class TaskAttempt(Record):
     # a sampled attempt (a retry at --temperature): what it was drawn with (run/phases/tasks.py attempt_seed)
     temperature: Number | None = ABSENT
     seed: int | None = ABSENT
+    # the checker's own time (ns), after the attempt's window (run/checking.py): in neither its
+    # wall time nor the time per correct answer; absent where no checker ran (an error, a cut)
+    check_ns: Count | None = ABSENT
+    # why the checker could not judge the reply (past its bound, what it raised): the attempt is
+    # then not right, its message says so
+    check_error: str | None = ABSENT
 
 
 class TaskResult(Record):
@@ -191,6 +197,21 @@ class TaskAttemptDone(Event):
     completion_tokens: int | None = ABSENT
     temperature: Number | None = ABSENT  # a sampled attempt's
     seed: int | None = ABSENT
+    check_ns: int | None = ABSENT  # the checker's own time, after the attempt's window
+    check_error: str | None = ABSENT  # why the checker could not judge the reply
+
+
+class TaskCheckStart(Event):
+    """An attempt's reply is complete: its timed window ended, and its checker runs now, bounded
+    by the worker (``bound_s``, run/checking.py): the parent waits that long (and a grace) before
+    it calls the attempt hung, instead of the rest of --timeout."""
+
+    KIND = "check_start"
+    DURABLE = False
+    phase: str
+    task: str = ""
+    attempt: int = 1
+    bound_s: Number = 0.0
 
 
 class TaskRefused(Event):

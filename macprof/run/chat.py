@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from macprof.engines.base import MAX_TEMPLATE_BYTES, ChatTemplate
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.run import sandbox
 
 PLAIN = "plain: 'System: ...' / 'User: ...' / 'Assistant: ...' turns, one blank line after the system turn"
@@ -126,7 +126,7 @@ def render(template: ChatTemplate | None, messages: Sequence[dict], tools: Seque
         text = sandbox.render(_jinja(template.text), messages=msgs, tools=list(tools) if tools and native else None,
                          add_generation_prompt=True, bos_token=template.bos_token, eos_token=template.eos_token)
     except Exception as exc:  # noqa: BLE001 - a template's own error, a sandbox refusal, a MemoryError: one line
-        raise MacprofError(f"the chat template ({template.source}) did not render: {sandbox.why(exc)}") from None
+        raise MacprofError(f"the chat template ({template.source}) did not render: {reason(exc)}") from None
     return Rendered(text, tool_format(template) if tools else "json")
 
 
@@ -154,7 +154,7 @@ class Template:
                              bos_token=self.bos_token, eos_token=self.eos_token, tools=None)
         except Exception as exc:  # noqa: BLE001 - a template's own error (its raise_exception too), in one line
             raise MacprofError(f"the chat template ({self.where}) failed to render {len(messages)} messages: "
-                               f"{sandbox.why(exc)}") from None
+                               f"{reason(exc)}") from None
 
     @property
     def where(self) -> str:

@@ -271,10 +271,3 @@ def render(template, **context) -> str:
             _refuse(f"a rendered text of more than {MAX_CHARS:,} characters")
         parts.append(chunk)
     return "".join(parts)
-
-
-def why(exc: BaseException) -> str:
-    """An exception in one line that always says something: its type, and its message where it
-    has one (a MemoryError has none: "did not render: " followed by nothing was the bug)."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -26,12 +26,14 @@ from macprof.collect import footprint
 from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.model.tasks import TaskCheckStart
 from macprof.run import distributed, lifeline
 from macprof.run.job import WorkerJob, encode
 from macprof.run.sampling import TelemetrySampler
 
 RSS_PERIOD_S = 0.1
 LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
+CHECK_GRACE_S = 30.0  # past a checker's own bound (the worker kills its checker then): the worker's time to record it
 
 
 @dataclass
@@ -70,6 +72,8 @@ class _State:
         elif event.ENDS_ITEM:  # its request, an attempt's record or refusal, a request_end: it is recorded
             self.request, self.deadline = None, time.monotonic() + LOAD_TIMEOUT_S
             self.items_ended += 1
+        elif isinstance(event, TaskCheckStart):  # the attempt's timed part ended: its checker has its own bound
+            self.deadline = time.monotonic() + event.bound_s + CHECK_GRACE_S
         elif isinstance(event, ev.Loaded):
             self.loaded = True
         elif isinstance(event, ev.PhaseStart):

@@ -24,9 +24,10 @@ from macprof.engines.base import lacks
 from macprof.errors import MacprofError
 from macprof.measure import checkers
 from macprof.model import events as ev
-from macprof.model.tasks import TaskAttemptDone, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart, ToolCall
+from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart,
+                                 ToolCall)
 from macprof.phases import TASKS_CONTEXT
-from macprof.run import chat
+from macprof.run import chat, checking
 from macprof.run.phases.common import PhaseContext
 
 PHASE = "tasks"
@@ -118,49 +119,69 @@ def run_tasks(ctx: PhaseContext) -> None:
         generation=generation_note(len(eos), s.temperature, s.seed), attempts_allowed=s.attempts,
         temperature=s.temperature, seed=s.seed, context_tokens=TASKS_CONTEXT,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
-    for task in tf.tasks:
-        if task.id in settled:
-            continue
-        messages = [dict(m) for m in task.messages]
-        for attempt in range(1, s.attempts + 1):
-            # the attempt announces itself before anything of it runs: rendering its prompt,
-            # tokenizing and generating are under the parent's --timeout, and what the parent cuts
-            # is this attempt (t0: its wall time, should it be cut), never the one recorded before
-            t0 = ctx.clock()
-            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
-            if attempt == 1:
-                engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
-            try:
-                rendered = chat.render(template, messages, task.tools)
-            except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
-                ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
-                break
-            ids = engine.tokenize_chat(rendered.text)
-            t_tok = ctx.clock()
-            if len(ids) + task.max_tokens > TASKS_CONTEXT:
-                ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=(
-                    f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
-                    f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
-                break
-            sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
-            got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
-            reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
-            verdict = checkers.check(task.checker, reply, list(task.tools), rendered.tool_format) \
-                if got["status"] == "ok" else None
-            tool: dict = ({"tool": ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
-                                      arguments_valid=verdict.tool.arguments_valid)}
-                    if verdict is not None and verdict.tool is not None else {})
-            ctx.emit(TaskAttemptDone(
-                phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-                status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
-                prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
-                correct=verdict.correct if verdict else None, message=verdict.message if verdict else None, **tool,
-                **_sampling_fields(sampled)))
-            if verdict is None or verdict.correct:
-                break
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+    with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
+        for task in tf.tasks:
+            if task.id not in settled:
+                _task(ctx, task, template, eos, judge)
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+
+
+def _task(ctx: PhaseContext, task: taskfile.Task, template, eos: set[int], judge: checking.Judge) -> None:
+    """One task's attempts on an in-process engine, until one is right, one fails, or none is left."""
+    engine, s = ctx.engine, ctx.settings
+    messages = [dict(m) for m in task.messages]
+    for attempt in range(1, s.attempts + 1):
+        # the attempt announces itself before anything of it runs: rendering its prompt,
+        # tokenizing and generating are under the parent's --timeout, and what the parent cuts
+        # is this attempt (t0: its wall time, should it be cut), never the one recorded before
+        t0 = ctx.clock()
+        ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
+        if attempt == 1:
+            engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
+        try:
+            rendered = chat.render(template, messages, task.tools)
+        except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
+            ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
+            break
+        ids = engine.tokenize_chat(rendered.text)
+        t_tok = ctx.clock()
+        if len(ids) + task.max_tokens > TASKS_CONTEXT:
+            ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=(
+                f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
+                f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
+            break
+        sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
+        got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
+        reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
+        verdict, checked = _checked(ctx, judge, task, attempt, reply, rendered.tool_format) \
+            if got["status"] == "ok" else (None, {})
+        ctx.emit(TaskAttemptDone(
+            phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+            status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
+            prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
+            correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
+            **checked, **_sampling_fields(sampled)))
+        if verdict is None or verdict.correct:
+            break
+        messages += [{"role": "assistant", "content": reply},
+                     {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+
+
+def _checked(ctx: PhaseContext, judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
+             fmt: str) -> tuple[checkers.Verdict, dict]:
+    """The reply's verdict, after the attempt's timed window: the parent is told the window
+    ended (check_start), then the checker runs under its own bound (run/checking.py); and the
+    attempt's fields of it: its tool-call steps, the checker's own time, why it could not judge."""
+    ctx.emit(TaskCheckStart(phase=PHASE, task=task.id, attempt=attempt, bound_s=judge.bound_s))
+    judged = judge.check(task.checker, reply, list(task.tools), fmt)
+    verdict = judged.as_verdict
+    fields: dict = {"check_ns": judged.ns}
+    if judged.error is not None:
+        fields["check_error"] = judged.error
+    if verdict.tool is not None:
+        fields["tool"] = ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
+                                  arguments_valid=verdict.tool.arguments_valid)
+    return verdict, fields
 
 
 def _sampling_fields(sampled: tuple[float, int] | None) -> dict:
@@ -199,48 +220,51 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
         attempts_allowed=s.attempts, temperature=s.temperature, seed=s.seed, context_tokens=None,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
     settled = settled_tasks(ctx.done)
-    for task in tf.tasks:
-        if task.id in settled:
-            continue
-        messages = [dict(m) for m in task.messages]
-        for attempt in range(1, s.attempts + 1):
-            t0 = ctx.clock()
-            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
-            sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
-            try:
-                got = engine.chat(messages, list(task.tools), task.max_tokens,
-                                  chat.with_tool_turn(messages, task.tools) if task.tools else (),
-                                  **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
-                status, error = "ok", None
-            except MacprofError as exc:
-                got, status, error = {}, "error", str(exc)
-            t_end = ctx.clock()
-            reply = got.get("text") or ""
-            if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
-                import json
-
-                call = got["tool_calls"][0]
-                reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
-            verdict = checkers.check(task.checker, reply, list(task.tools), "json") if status == "ok" else None
-            tool: dict = ({"tool": ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
-                                            arguments_valid=verdict.tool.arguments_valid)}
-                          if verdict is not None and verdict.tool is not None else {})
-            message = verdict.message if verdict else None
-            if verdict is not None and got.get("tools_refused"):
-                message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
-            finish = got.get("finish_reason")
-            ctx.emit(TaskAttemptDone(
-                phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-                status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
-                    got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
-                "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
-                message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **tool,
-                **_sampling_fields(sampled)))
-            if verdict is None or verdict.correct:
-                break
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+    with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
+        for task in tf.tasks:
+            if task.id not in settled:
+                _server_task(ctx, task, judge)
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+
+
+def _server_task(ctx: PhaseContext, task: taskfile.Task, judge: checking.Judge) -> None:
+    """One task's attempts through a server's chat completions."""
+    engine, s = ctx.engine, ctx.settings
+    messages = [dict(m) for m in task.messages]
+    for attempt in range(1, s.attempts + 1):
+        t0 = ctx.clock()
+        ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
+        sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
+        try:
+            got = engine.chat(messages, list(task.tools), task.max_tokens,
+                              chat.with_tool_turn(messages, task.tools) if task.tools else (),
+                              **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
+            status, error = "ok", None
+        except MacprofError as exc:
+            got, status, error = {}, "error", str(exc)
+        t_end = ctx.clock()
+        reply = got.get("text") or ""
+        if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
+            import json
+
+            call = got["tool_calls"][0]
+            reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
+        verdict, checked = _checked(ctx, judge, task, attempt, reply, "json") if status == "ok" else (None, {})
+        message = verdict.message if verdict else None
+        if verdict is not None and got.get("tools_refused"):
+            message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
+        finish = got.get("finish_reason")
+        ctx.emit(TaskAttemptDone(
+            phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+            status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
+                got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
+            "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
+            message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
+            **_sampling_fields(sampled)))
+        if verdict is None or verdict.correct:
+            break
+        messages += [{"role": "assistant", "content": reply},
+                     {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
 
 
 def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
