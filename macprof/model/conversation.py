@@ -11,7 +11,7 @@ from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
 from macprof.model.records import ABSENT, Number, Record
 from macprof.model.vocab import STOP_KINDS, StopKind  # noqa: F401  # STOP_KINDS: readers import it from here
-from macprof.model.kind import OWN, PATH, VOCAB
+from macprof.model.kind import OWN, PATH, TEXT, VOCAB
 
 
 
@@ -56,6 +56,9 @@ class ConversationTurn(Event):
     not_emptied: str | None = None  # through a server: its emptied half found more than an emptied cache holds
     check: OutputCheck | None = None  # natural vs emptied outputs, token by token
     fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
+    # the turn failed (its template or tokenizer raised, a request failed): why; the app's
+    # conversation stopped here (stop_reason says so), the other apps went on
+    error: str | None = ABSENT
 
 
 class Turn(Record):
@@ -111,8 +114,9 @@ class ConversationSummary(Record):
 
 class ConversationPhase(Record):
     # the template's path is a file's (--chat-template) or where the model's came from
+    # stopped: macprof's sentence, or a failed turn's reason quoting an engine's, a template's or a server's words
     KINDS = {"template_source": VOCAB, "template_path": PATH, "template_sha256": VOCAB, "app_order": VOCAB,
-             "stopped": OWN, "holds": OWN}
+             "stopped": TEXT, "holds": OWN}
     template_source: str | None = None
     template_path: str | None = None
     template_sha256: str | None = None
@@ -120,7 +124,7 @@ class ConversationPhase(Record):
     turns_planned: int = 0
     app_order: str | None = None
     turns: tuple[Turn, ...] = ()
-    stopped: str | None = None  # why a conversation stopped early (the context was full)
+    stopped: str | None = None  # why a conversation stopped early (the context was full, or a turn failed)
     holds: str | None = None  # where --apps is more than the cache holds at once (ConversationStart.holds)
     summary: ConversationSummary = field(default_factory=ConversationSummary)
     failures: tuple[Failure, ...] = ()

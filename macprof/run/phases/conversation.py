@@ -14,8 +14,10 @@ what the cache held, the turn says where and why (model/conversation.py STOP_KIN
 Generation is greedy with EOS ignored and exactly ``--gen-tokens`` tokens, as in every speed
 phase, so the replies are the same length whatever the model says. Between the two halves the
 natural state is put back, untimed, by computing the held ids again where the other half (or
-the output check's diagnosis) emptied the cache. A turn whose prompt no longer fits the context
-stops that app's conversation; the turns before are kept.
+the output check's diagnosis) emptied the cache. A turn whose prompt no longer fits the context,
+or that fails (its template or tokenizer raises, a request fails or its reply cannot be read),
+stops that app's conversation, with the reason (``ConversationTurn.error``); the turns before
+are kept, and the other apps go on.
 
 Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
 completions request, as an app that sends text does; the model's own template where its file is
@@ -37,7 +39,7 @@ import hashlib
 import random
 
 from macprof.engines.base import common_prefix, lacks, reusable_prefix
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.run.chat import template_for
@@ -297,8 +299,13 @@ def run_conversation(ctx: PhaseContext) -> None:
         # work of its requests (the pause, the cache put back), which announce themselves
         head: dict = heads[(a, t)]["natural" if i % 2 == 0 else "emptied"]
         ctx.emit(ev.RequestStart(**head))
-        text = template.render(messages[a])
-        ids = engine.tokenize_chat(text) if not renders else []  # --api chat: the server's, not known here
+        try:
+            text = template.render(messages[a])
+            ids = engine.tokenize_chat(text) if not renders else []  # --api chat: the server's, not known here
+        except Exception as exc:  # noqa: BLE001 - the template's or the tokenizer's: this app's conversation alone
+            ctx.emit(ev.RequestEnd(**head))
+            _failed(ctx, cache, stopped, a, t, exc)
+            continue
         ctx.emit(ev.RequestEnd(**head))
         prompt = Prompt(text, tuple(ids), chat=True, messages=tuple(dict(m) for m in messages[a]) if renders else None)
         if ctx.n_ctx and not renders and len(ids) + s.gen_tokens > ctx.n_ctx:
@@ -314,8 +321,12 @@ def run_conversation(ctx: PhaseContext) -> None:
         else:
             if server and recent:  # of what it holds, the server serves the prompt the longest shared prefix
                 held_by, held, _, held_n = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
-            reply, counted = _turn(ctx, cache, pair, i, a, t, prompt, (held, [r[2] for r in recent], held_by, held_n),
-                                   last.get(a), server)
+            try:
+                reply, counted = _turn(ctx, cache, pair, i, a, t, prompt,
+                                       (held, [r[2] for r in recent], held_by, held_n), last.get(a), server)
+            except Exception as exc:  # noqa: BLE001 - a failed request, or what its reply made raise: this app alone
+                _failed(ctx, cache, stopped, a, t, exc)
+                continue
         last[a] = (ids, text, reply)
         # what the app's request leaves in the cache (a server's: this prompt and a reply of its own ids)
         held, held_by, held_n = (list(ids) if server else ids + reply[:-1]), a, counted
@@ -323,6 +334,18 @@ def run_conversation(ctx: PhaseContext) -> None:
         # a server's reply is its chunks' texts
         messages[a].append({"role": "assistant", "content": "".join(reply) if server else engine.detokenize(reply)})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
+
+
+def _failed(ctx: PhaseContext, cache, stopped: set[int], a: int, t: int, exc: Exception) -> None:
+    """A turn that failed (its template or tokenizer raised, a request failed or its reply could
+    not be read): recorded with the reason (its conversation_turn's ``error``); its app's
+    conversation stops there, as at a full context, the turns before kept and the other apps
+    going on; what the cache holds is no longer known, so it is put back before the next turn."""
+    why = reason(exc)
+    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, error=why,
+                              stop_reason=f"app {a} turn {t} failed: {why}: app {a}'s conversation stops here"))
+    stopped.add(a)
+    cache.forget()
 
 
 def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: Prompt,

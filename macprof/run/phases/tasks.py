@@ -21,7 +21,7 @@ import hashlib
 
 from macprof.config import taskfile
 from macprof.engines.base import lacks
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.measure import checkers
 from macprof.model import events as ev
 from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart,
@@ -128,43 +128,73 @@ def run_tasks(ctx: PhaseContext) -> None:
 
 def _task(ctx: PhaseContext, task: taskfile.Task, template, eos: set[int], judge: checking.Judge) -> None:
     """One task's attempts on an in-process engine, until one is right, one fails, or none is left."""
-    engine, s = ctx.engine, ctx.settings
+    _attempts(ctx, task, lambda attempt, t0, messages: _attempt(ctx, task, attempt, t0, messages, template, eos, judge))
+
+
+def _attempts(ctx: PhaseContext, task: taskfile.Task, attempt_of) -> None:
+    """A task's attempts in turn: each announces itself before anything of it runs (rendering its
+    prompt, tokenizing and generating are then under the parent's --timeout, and what the
+    parent cuts is this attempt, t0 giving its wall time, never the one recorded before); a
+    retry gets the checker's message as the next user turn. ``attempt_of(attempt, t0, messages)``
+    runs and records one: its (reply, verdict) where another may follow, None where the task
+    ends there. Whatever it raises (a tokenizer, an engine, a server's reply, macprof's own
+    reading of them) is that attempt's failure, recorded with the reason: the next task runs."""
     messages = [dict(m) for m in task.messages]
-    for attempt in range(1, s.attempts + 1):
-        # the attempt announces itself before anything of it runs: rendering its prompt,
-        # tokenizing and generating are under the parent's --timeout, and what the parent cuts
-        # is this attempt (t0: its wall time, should it be cut), never the one recorded before
+    for attempt in range(1, ctx.settings.attempts + 1):
         t0 = ctx.clock()
         ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
-        if attempt == 1:
-            engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
         try:
-            rendered = chat.render(template, messages, task.tools)
-        except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
-            ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
-            break
-        ids = engine.tokenize_chat(rendered.text)
-        t_tok = ctx.clock()
-        if len(ids) + task.max_tokens > TASKS_CONTEXT:
-            ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=(
-                f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
-                f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
-            break
-        sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
-        got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
-        reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
-        verdict, checked = _checked(ctx, judge, task, attempt, reply, rendered.tool_format) \
-            if got["status"] == "ok" else (None, {})
-        ctx.emit(TaskAttemptDone(
-            phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-            status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
-            prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
-            correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
-            **checked, **_sampling_fields(sampled)))
-        if verdict is None or verdict.correct:
-            break
+            outcome = attempt_of(attempt, t0, messages)
+        except Exception as exc:  # noqa: BLE001 - whatever one attempt raises fails that attempt alone
+            ctx.emit(TaskAttemptDone(
+                phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+                status="error", error=reason(exc), t0=t0, t_end=ctx.clock(),
+                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))))
+            return
+        if outcome is None:
+            return
+        reply, verdict = outcome
         messages += [{"role": "assistant", "content": reply},
                      {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+
+
+def _attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, messages: list[dict], template,
+             eos: set[int], judge: checking.Judge) -> tuple[str, checkers.Verdict] | None:
+    engine, s = ctx.engine, ctx.settings
+    if attempt == 1:
+        engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
+    try:
+        rendered = chat.render(template, messages, task.tools)
+    except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
+        ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
+        return None
+    ids = engine.tokenize_chat(rendered.text)
+    t_tok = ctx.clock()
+    if len(ids) + task.max_tokens > TASKS_CONTEXT:
+        ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=(
+            f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
+            f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
+        return None
+    sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
+    got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
+    reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
+    verdict, checked = _checked(ctx, judge, task, attempt, reply, rendered.tool_format) \
+        if got["status"] == "ok" else (None, {})
+    _emit_attempt(ctx, TaskAttemptDone(
+        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+        status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
+        prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
+        correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
+        **checked, **_sampling_fields(sampled)))
+    return None if verdict is None or verdict.correct else (reply, verdict)
+
+
+def _emit_attempt(ctx: PhaseContext, attempt: TaskAttemptDone) -> None:
+    """An attempt's record, emitted once its fields are what its type holds: one the parent's
+    reading refuses (a server's count that is no integer) would be dropped there, the attempt
+    lost; here it raises, and the attempt is recorded as failed with the reason (``_attempts``)."""
+    TaskAttemptDone.from_json(attempt.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
+    ctx.emit(attempt)
 
 
 def _checked(ctx: PhaseContext, judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
@@ -229,42 +259,42 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
 
 def _server_task(ctx: PhaseContext, task: taskfile.Task, judge: checking.Judge) -> None:
     """One task's attempts through a server's chat completions."""
-    engine, s = ctx.engine, ctx.settings
-    messages = [dict(m) for m in task.messages]
-    for attempt in range(1, s.attempts + 1):
-        t0 = ctx.clock()
-        ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
-        sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
-        try:
-            got = engine.chat(messages, list(task.tools), task.max_tokens,
-                              chat.with_tool_turn(messages, task.tools) if task.tools else (),
-                              **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
-            status, error = "ok", None
-        except MacprofError as exc:
-            got, status, error = {}, "error", str(exc)
-        t_end = ctx.clock()
-        reply = got.get("text") or ""
-        if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
-            import json
+    _attempts(ctx, task, lambda attempt, t0, messages: _server_attempt(ctx, task, attempt, t0, messages, judge))
 
-            call = got["tool_calls"][0]
-            reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
-        verdict, checked = _checked(ctx, judge, task, attempt, reply, "json") if status == "ok" else (None, {})
-        message = verdict.message if verdict else None
-        if verdict is not None and got.get("tools_refused"):
-            message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
-        finish = got.get("finish_reason")
-        ctx.emit(TaskAttemptDone(
-            phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-            status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
-                got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
-            "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
-            message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
-            **_sampling_fields(sampled)))
-        if verdict is None or verdict.correct:
-            break
-        messages += [{"role": "assistant", "content": reply},
-                     {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+
+def _server_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, messages: list[dict],
+                    judge: checking.Judge) -> tuple[str, checkers.Verdict] | None:
+    engine, s = ctx.engine, ctx.settings
+    sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
+    try:
+        got = engine.chat(messages, list(task.tools), task.max_tokens,
+                          chat.with_tool_turn(messages, task.tools) if task.tools else (),
+                          **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
+        status, error = "ok", None
+    except Exception as exc:  # noqa: BLE001 - the server's error, or a reply its reader could not read: this attempt's
+        got, status, error = {}, "error", reason(exc)
+    t_end = ctx.clock()
+    reply = got.get("text") or ""
+    if not isinstance(reply, str):  # a list of parts, a number: no reply text to judge
+        raise TypeError(f"the server's reply content is {type(reply).__name__}, not text")
+    if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
+        import json
+
+        call = got["tool_calls"][0]
+        reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
+    verdict, checked = _checked(ctx, judge, task, attempt, reply, "json") if status == "ok" else (None, {})
+    message = verdict.message if verdict else None
+    if verdict is not None and got.get("tools_refused"):
+        message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
+    finish = got.get("finish_reason")
+    _emit_attempt(ctx, TaskAttemptDone(
+        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+        status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
+            got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
+        "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
+        message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
+        **_sampling_fields(sampled)))
+    return None if verdict is None or verdict.correct else (reply, verdict)
 
 
 def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
@@ -285,7 +315,7 @@ def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
                 stop = "eos"
                 break
     except Exception as exc:  # noqa: BLE001 - an engine error is a recorded attempt
-        status, error, stop = "error", f"{type(exc).__name__}: {exc}", None
+        status, error, stop = "error", reason(exc), None
     finally:
         gen.close()
     reply = tokens[:-1] if stop == "eos" else tokens
