@@ -102,3 +102,5 @@ def test_a_slow_checker_is_not_the_model_s_timeout(loopback, tmp_path):
     assert ph.summary.time_per_correct_s == pytest.approx(ph.summary.wall_s) and ph.summary.wall_s < 4
     journal = [json.loads(x) for x in log.with_name("s.journal.jsonl").read_text().splitlines()]
     assert [e["bound_s"] for e in journal if e["event"] == "check_start"] == [2, 2]
+    show = macprof("show", str(log)).stdout
+    assert "1 repl(ies) the checker could not judge, counted not right (the first: it ran past its bound of 2 s)" in show

@@ -87,6 +87,9 @@ def test_a_bad_reply_fails_its_attempt_and_the_next_task_runs(loopback, tmp_path
     assert by["right"][0].correct and ph.summary.within.k == 1
     contained = sum(1 for r in ph.results for a in r.attempts if a.status == "error" or a.has("check_error"))
     assert contained == 6  # 2 checks that could not judge, 4 replies that could not be read
+    show = macprof("show", str(log)).stdout
+    assert "4 attempt(s) failed, each alone (the first: " in show
+    assert "2 repl(ies) the checker could not judge" in show
 
 
 def test_a_template_that_raises_for_a_turn_stops_that_conversation_only(tmp_path, fake_dir):
