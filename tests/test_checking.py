@@ -12,6 +12,7 @@ import pytest
 
 from macprof.run import checking
 from macprof.store import runlog
+from tests.test_contained import chat_server, ok
 from tests.test_run import macprof
 
 SLOW = {"type": "regex", "pattern": "^(a+)+$"}  # exponential backtracking on "aaa...a!"
@@ -51,39 +52,13 @@ def test_what_a_checker_raises_or_a_dead_child_is_that_check_s_failure(monkeypat
         assert held.verdict is None and held.error == "it held more than 4 MiB"
 
 
-def _server(reply: str):
-    from http.server import BaseHTTPRequestHandler
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def _send(self, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._send({"data": [{"id": "m"}]})
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self._send({"choices": [{"message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 20, "completion_tokens": 3}})
-
-    return Handler
-
-
 def test_a_slow_checker_is_not_the_model_s_timeout(loopback, tmp_path):
     """End to end (a server that answers at once): the regex takes for ever on the reply. The
     attempt is the model's, answered well inside --timeout: recorded ok and not right, the
     checker's failure its message and check_error, its time apart (check_ns, past the bound),
     and the wall time (the time per correct answer's) without it. Before, the parent killed the
     worker at --timeout and recorded the model's timeout."""
-    url = loopback(_server(LONG))
+    url = loopback(chat_server(lambda prompt: ok(LONG)))
     tasks = tmp_path / "t.jsonl"
     tasks.write_text(json.dumps({"id": "slow", "prompt": "Say a's.", "checker": SLOW, "max_tokens": 8}) + "\n"
                      + json.dumps({"id": "next", "prompt": "Say it.", "checker": {"type": "exact", "answer": LONG},

@@ -16,9 +16,9 @@ from tests.test_run import macprof
 NESTED = "[" * 1000 + "]" * 1000  # a RecursionError in jsonschema (a recursive schema walks it)
 
 
-def _chat_server(replies: dict):
-    """A chat-completions server answering each task (by its prompt) with the body ``replies``
-    gives, raw: a well-formed completion or not."""
+def chat_server(reply_of):
+    """A chat-completions server answering each request with the body ``reply_of(its first
+    message's content)`` gives, raw: a well-formed completion or not."""
     from http.server import BaseHTTPRequestHandler
 
     class Handler(BaseHTTPRequestHandler):
@@ -42,12 +42,12 @@ def _chat_server(replies: dict):
                 self.send_response(404)
                 self.end_headers()
                 return
-            self._send(replies[body["messages"][0]["content"]])
+            self._send(reply_of(body["messages"][0]["content"]))
 
     return Handler
 
 
-def _ok(text: str) -> dict:
+def ok(text: str) -> dict:
     return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 20, "completion_tokens": 3}}
 
@@ -58,16 +58,16 @@ def test_a_bad_reply_fails_its_attempt_and_the_next_task_runs(loopback, tmp_path
     attempt with the reason; the last task is asked and judged. Before, the first of them ended
     the phase (and a count that is no integer had the attempt's record dropped by the parent)."""
     recursive = {"type": "array", "items": {"$ref": "#"}}
-    tasks = [("deep", {"type": "json-schema", "schema": recursive}, _ok(NESTED)),
+    tasks = [("deep", {"type": "json-schema", "schema": recursive}, ok(NESTED)),
              ("choices", {"type": "exact", "answer": "x"}, {"choices": [1]}),
              ("list", {"type": "exact", "answer": "x"},
               {"choices": [{"message": {"role": "assistant", "content": [{"type": "text"}]}, "finish_reason": "stop"}]}),
              ("usage", {"type": "exact", "answer": "x"},
-              {**_ok("x"), "usage": {"prompt_tokens": "lots", "completion_tokens": 3}}),
+              {**ok("x"), "usage": {"prompt_tokens": "lots", "completion_tokens": 3}}),
              ("count", {"type": "exact", "answer": "x"},  # once dropped by the parent: both attempts lost
-              {**_ok("x"), "usage": {"prompt_tokens": 5, "completion_tokens": "lots"}}),
-             ("right", {"type": "exact", "answer": "yes"}, _ok("yes"))]
-    url = loopback(_chat_server({f"task {name}": reply for name, _, reply in tasks}))
+              {**ok("x"), "usage": {"prompt_tokens": 5, "completion_tokens": "lots"}}),
+             ("right", {"type": "exact", "answer": "yes"}, ok("yes"))]
+    url = loopback(chat_server({f"task {name}": reply for name, _, reply in tasks}.__getitem__))
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps({"id": name, "prompt": f"task {name}", "checker": checker, "max_tokens": 8})
                             + "\n" for name, checker, _ in tasks))
