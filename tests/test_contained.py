@@ -54,18 +54,15 @@ def ok(text: str) -> dict:
 
 def test_a_bad_reply_fails_its_attempt_and_the_next_task_runs(loopback, tmp_path):
     """Through a server: a reply nested 1,000 deep (the checker's RecursionError), a server
-    answering choices: [1], list content, and non-numeric usage counts each fail their own
+    answering choices: [1], list content, or a message that is no object: each fails its own
     attempt with the reason; the last task is asked and judged. Before, the first of them ended
-    the phase (and a count that is no integer had the attempt's record dropped by the parent)."""
+    the phase."""
     recursive = {"type": "array", "items": {"$ref": "#"}}
     tasks = [("deep", {"type": "json-schema", "schema": recursive}, ok(NESTED)),
              ("choices", {"type": "exact", "answer": "x"}, {"choices": [1]}),
              ("list", {"type": "exact", "answer": "x"},
               {"choices": [{"message": {"role": "assistant", "content": [{"type": "text"}]}, "finish_reason": "stop"}]}),
-             ("usage", {"type": "exact", "answer": "x"},
-              {**ok("x"), "usage": {"prompt_tokens": "lots", "completion_tokens": 3}}),
-             ("count", {"type": "exact", "answer": "x"},  # once dropped by the parent: both attempts lost
-              {**ok("x"), "usage": {"prompt_tokens": 5, "completion_tokens": "lots"}}),
+             ("message", {"type": "exact", "answer": "x"}, {"choices": [{"message": "x", "finish_reason": "stop"}]}),
              ("right", {"type": "exact", "answer": "yes"}, ok("yes"))]
     url = loopback(chat_server({f"task {name}": reply for name, _, reply in tasks}.__getitem__))
     path = tmp_path / "t.jsonl"
@@ -81,15 +78,49 @@ def test_a_bad_reply_fails_its_attempt_and_the_next_task_runs(loopback, tmp_path
     deep = by["deep"]  # judged not right, twice: the checker's failure is the reply's
     assert [a.status for a in deep] == ["ok", "ok"] and all(a.correct is False for a in deep)
     assert all(a.check_error and "RecursionError" in a.check_error for a in deep)
-    for name in ("choices", "list", "usage", "count"):  # the reply could not be read: the attempt's error, no retry
+    for name in ("choices", "list", "message"):  # the reply could not be read: the attempt's error, no retry
         (a,) = by[name]
         assert a.status == "error" and a.error and a.correct is None, (name, a)
     assert by["right"][0].correct and ph.summary.within.k == 1
     contained = sum(1 for r in ph.results for a in r.attempts if a.status == "error" or a.has("check_error"))
-    assert contained == 6  # 2 checks that could not judge, 4 replies that could not be read
+    assert contained == 5  # 2 checks that could not judge, 3 replies that could not be read
     show = macprof("show", str(log)).stdout
-    assert "4 attempt(s) failed, each alone (the first: " in show
+    assert "3 attempt(s) failed, each alone (the first: " in show
     assert "2 repl(ies) the checker could not judge" in show
+
+
+def test_an_attempt_whose_record_its_reader_would_refuse_is_recorded_failed(tmp_path):
+    """A reply whose fields the attempt's record cannot hold (a count that is no integer) once had
+    the record dropped by the parent, the attempt lost; it is checked before it is emitted, and
+    recorded as failed with the reason. The chat engine here is a stand-in (engines/openai.py
+    reads a server's counts itself, keeping an impossible one as the server's claim)."""
+    from macprof import config
+    from macprof.engines.base import CAPABILITIES
+    from macprof.model.tasks import TaskAttemptDone
+    from macprof.run.phases.common import PhaseContext
+    from macprof.run.phases.tasks import run_tasks
+
+    class Chat:
+        name = "stand-in"
+        capabilities = dict.fromkeys(CAPABILITIES)
+
+        def chat(self, messages, tools, max_tokens, fallback, **kw):
+            prompt = messages[0]["content"]
+            return {"text": "x", "prompt_tokens": "lots" if prompt == "p" else 5,
+                    "completion_tokens": "lots" if prompt == "c" else 1, "finish_reason": "stop"}
+
+        def memory(self):
+            return {}
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "prompt": i, "checker": {"type": "exact", "answer": "x"},
+                                        "max_tokens": 4}) + "\n" for i in ("p", "c", "ok")))
+    events: list = []
+    run_tasks(PhaseContext(Chat(), None, config.Settings(phases=("tasks",), tasks=str(path)), events.append))
+    attempts = {e.task: e for e in events if isinstance(e, TaskAttemptDone)}
+    assert [(t, a.status) for t, a in attempts.items()] == [("p", "error"), ("c", "error"), ("ok", "ok")]
+    assert attempts["p"].error == "ValueError: invalid literal for int() with base 10: 'lots'"
+    assert "completion_tokens" in attempts["c"].error and attempts["ok"].correct  # 2 contained, the third judged
 
 
 def test_a_template_that_raises_for_a_turn_stops_that_conversation_only(tmp_path, fake_dir):
