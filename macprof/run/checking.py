@@ -81,7 +81,8 @@ class Judge:
 
     def _start(self) -> subprocess.Popen:
         # its own interpreter: a fork of a worker holding a model (Metal, threads) is not safe
-        proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        # the checks go on its stdin, as JSON: nothing of a task or a reply reaches its command line
+        proc = subprocess.Popen([sys.executable, "-m", "macprof.run.checking"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._proc, self._buf = proc, b""
         ready = self._line(proc, 60.0, watch_memory=False)  # its checkers imported: not in the first check's time
