@@ -15,3 +15,13 @@ class NothingMeasured(MacprofError):
 
 class EngineMissing(MacprofError):
     """An engine's Python package is not installed."""
+
+
+def reason(exc: BaseException) -> str:
+    """An exception in one line that always says something: its type, and its message where it
+    has one (a MemoryError, a bare TemplateError have none: "did not render: " followed by
+    nothing was a bug), line breaks folded; a MacprofError's own line as it is."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, MacprofError) and text:  # macprof's own line: complete as it is
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -178,3 +178,117 @@ def test_the_default_set_is_whole_and_deterministic():
     assert kinds == set(c.KINDS)
     assert {t.category for t in tf.tasks} >= {"arithmetic", "extraction", "format", "tool-call"}
     assert taskfile.load(None).sha256 == tf.sha256
+
+
+# -- issue #37: nothing a task names is fetched or opened; NaN is no JSON; nesting refused per line
+@pytest.fixture
+def counting_server():
+    """A loopback HTTP server serving a schema and counting the requests it gets."""
+    import http.server
+    import threading
+
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            body = b'{"type": "string"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    server.shutdown()
+    server.server_close()
+
+
+def _remote_and_file_refs(tmp_path, base):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"const": "SECRET-7f3a"}')
+    return [f"{base}/x.json", f"{base}/x.json#/type", secret.as_uri(), f"{secret.as_uri()}#/const"]
+
+
+def test_a_schema_reference_is_never_fetched_nor_opened(tmp_path, counting_server):
+    """Row 1: the json-schema checker and the tool-call arguments' check validate through an
+    empty registry: a remote or file $ref cannot be judged (the phase records it as the checker's
+    failure); nothing reaches the server, the file's content is in no message."""
+    base, hits = counting_server
+    refs = _remote_and_file_refs(tmp_path, base)
+    for ref in refs:
+        schema = {"type": "object", "properties": {"a": {"$ref": ref}}}
+        with pytest.raises(c.Unjudgeable, match="does not resolve inside it") as err:
+            c.check({"type": "json-schema", "schema": schema}, '{"a": 1}')
+        assert "SECRET" not in str(err.value)
+        tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+        with pytest.raises(c.Unjudgeable):
+            c.check({"type": "tool-call", "name": "f"}, '{"name": "f", "arguments": {"a": 1}}', tools, "json")
+    assert hits == []  # 8 references, none fetched
+    # a reference inside the schema still resolves
+    inside = {"$defs": {"n": {"type": "number"}}, "type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}}
+    assert c.check({"type": "json-schema", "schema": inside}, '{"a": 1}').correct
+    assert "not of type 'number'" in c.check({"type": "json-schema", "schema": inside}, '{"a": "x"}').message
+
+
+def test_remote_and_file_references_are_refused_when_the_task_file_loads(tmp_path, counting_server):
+    """Row 1 at load: each line whose schema (the checker's or a tool's parameters) names a URL,
+    a file or nothing in the schema is refused, naming the file, the line and the reference;
+    the other lines run; nothing is fetched."""
+    base, hits = counting_server
+    refs = [*_remote_and_file_refs(tmp_path, base), "#/$defs/missing", "other.json"]
+    lines = [_line(id="good")]
+    for i, ref in enumerate(refs):
+        schema = {"type": "object", "properties": {"a": {"$ref": ref}}}
+        if i % 2:
+            tool = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+            lines.append(_line(id=f"r{i}", checker={"type": "tool-call", "name": "f"}, tools=tool))
+        else:
+            lines.append(_line(id=f"r{i}", checker={"type": "json-schema", "schema": schema}))
+    embedded = {"$defs": {"x": {"$id": "http://example.com/x.json", "type": "string"}},
+                "properties": {"a": {"$ref": "http://example.com/x.json"}}}  # an $id inside it: resolved there
+    lines.append(_line(id="embedded", checker={"type": "json-schema", "schema": embedded}))
+    lines.append(_line(id="data", checker={"type": "json-schema", "schema": {"enum": [{"$ref": base}]}}))  # data
+    tf = taskfile.parse("\n".join(lines).encode(), "t.jsonl")
+    assert [t.id for t in tf.tasks] == ["good", "embedded", "data"]
+    assert len(tf.refused) == len(refs) == 6
+    for (line, task, why), ref in zip(tf.refused, refs):
+        assert why.startswith(f"t.jsonl:{line}: task '{task}': ") and f"$ref {ref!r}" in why and "\n" not in why
+        assert ("names a file" if ref.startswith("file:") else "names a remote document (http)"
+                if ref.startswith("http") else "points to nothing in the schema") in why
+    assert hits == []
+
+
+def test_nan_and_infinity_are_not_json():
+    """Row 15: "NaN" passed {"type": "number", "maximum": 1}; Python's json reads it, JSON has no NaN."""
+    spec = {"type": "json-schema", "schema": {"type": "number", "maximum": 1}}
+    for word in ("NaN", "Infinity", "-Infinity", '{"a": NaN}'):
+        verdict = c.check(spec, word)
+        assert not verdict.correct and "is not JSON" in verdict.message
+    assert c.check(spec, "0.5").correct
+    call = c.check({"type": "tool-call", "name": "get_weather"},
+                   '{"name": "get_weather", "arguments": {"city": "Oslo", "days": NaN}}', WEATHER, "json")
+    assert not call.correct and not call.tool.parses and "NaN is not JSON" in call.message
+    tf = taskfile.parse(("\n".join([_line(id="good"), _line(id="nan").replace("4}", "NaN}")])).encode(), "t.jsonl")
+    assert [t.id for t in tf.tasks] == ["good"] and tf.refused[0][2] == "t.jsonl:2: not JSON (NaN is not JSON)"
+
+
+def test_a_line_nested_deep_is_refused_alone():
+    """Row 11: a line nested 100,000 deep (past the parser) and a schema 3,000 deep (past
+    jsonschema's recursion) once stopped the run with "internal error: RecursionError"."""
+    deep_line = '{"id": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    deep_schema = ('{"id": "schema", "prompt": "x", "max_tokens": 4, "checker": {"type": "json-schema", "schema": '
+                   + '{"items": ' * 3000 + "{}" + "}" * 3000 + "}}")
+    medium = json.loads(_line(id="medium"))
+    medium["checker"] = {"type": "json-schema", "schema": json.loads('{"items": ' * 200 + "{}" + "}" * 200)}
+    tf = taskfile.parse("\n".join([_line(id="good"), deep_line, deep_schema, json.dumps(medium)]).encode(), "t.jsonl")
+    assert [t.id for t in tf.tasks] == ["good"]
+    by_line = {line: why for line, _, why in tf.refused}
+    assert by_line[2] == "t.jsonl:2: nested more than 64 deep" and by_line[3] == "t.jsonl:3: nested more than 64 deep"
+    assert by_line[4].startswith("t.jsonl:4: task 'medium': /checker/schema/items") and "nested more than 64 deep" in by_line[4]

@@ -244,6 +244,7 @@ SITES = {  # (module, function) -> the test(s) above, or CONSTANT (checked below
     ("collect/probes.py", "isolated"): "test_the_probes_get_their_arguments_after_the_code",
     ("collect/system.py", "run_command"): CONSTANT,
     ("engines/llama_cpp_facts.py", "_sysctl"): CONSTANT,
+    ("run/checking.py", "_start"): CONSTANT,
     ("run/distributed.py", "preflight"): "test_the_preflight_refuses_a_hostile_host_before_ssh_sees_it",
     ("run/distributed.py", "_ssh_refusal"): "test_ssh_reads_the_host_after_dashdash",
     ("run/lifeline.py", "watch_group"): "test_the_lifeline_watcher_gets_a_number",

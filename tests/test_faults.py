@@ -256,18 +256,18 @@ def test_sigkill_of_the_parent_at_20_points(fake_dir, tmp_path):
 
 
 def test_permission_denied_on_the_config(tmp_path, monkeypatch):
-    from pathlib import Path
-
     from macprof import config
     from macprof.errors import MacprofError
 
     p = tmp_path / "models.toml"
     p.write_text("[[models]]\n")
 
-    def denied(self, *a, **k):  # root ignores file modes, so the OS's answer is simulated
-        raise PermissionError(13, "Permission denied", str(self))
+    from macprof.collect import filekind
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    def denied(path, *a, **k):  # root ignores file modes, so the OS's answer is simulated (at the one reader)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(filekind, "open_regular", denied)
     with pytest.raises(MacprofError, match=f"{p}: permission denied"):
         config.load(p)
 

@@ -193,7 +193,7 @@ def test_every_fixture_log_verifies_and_says_it_has_no_digest(name):
 @pytest.mark.parametrize("name,message", [
     ("truncated.json", "not valid JSON (truncated or corrupt)"), ("newer.json", "is newer than this macprof"),
     ("malformed.json", "does not match the run-log schema"), ("incomplete.journal.jsonl", "a journal, not a run log"),
-    ("absent.json", "cannot read (No such file or directory)"), ("", "cannot read (Is a directory)")])
+    ("absent.json", "cannot read (No such file or directory)"), ("", "not a regular file (a directory)")])
 def test_what_is_no_run_log_is_one_line_and_exit_1(name, message):
     r = run("verify", LOGS / name, LOGS / "tiny-a.json")
     assert r.exit_code == 1 and "Traceback" not in r.output

@@ -31,7 +31,7 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
     for e in events:
         if not (isinstance(e, ConversationTurn) and e.phase == PHASE):
             continue
-        if not e.fits:
+        if not e.fits or e.error:  # the context was full, or the turn failed: its app's conversation ended
             stopped = stopped or e.stop_reason
             continue
         pair = requests.get((e.app, e.turn), {})

@@ -6,7 +6,7 @@ Every figure recomputes from the attempts the log keeps (docs/tasks.md):
 - tool-call validity: of the attempts at tool-call tasks, those that parsed, named the right
   function, had arguments valid against its schema;
 - mean attempts to a correct answer, over the tasks solved;
-- time per correct answer: the wall time of every attempt (from before its prompt is tokenized
+- time per correct answer: the wall time of every attempt (from before its prompt is rendered
   to its last token), the failed ones included, divided by the tasks solved; tokens per correct
   answer likewise, of the ids generated; energy per correct answer: the total power domain over
   those windows less the idle baseline, divided by the tasks solved, where power is readable.
@@ -41,7 +41,9 @@ def attempt_window(a: TaskAttempt) -> tuple[int, int] | None:
 def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: PhaseMemory) -> TasksPhase:
     """Every worker's part of the phase: one after a timeout, or a resumed run's, goes on after
     the tasks the journal settled (run/phases/tasks.py settled_tasks); a task begun again at its
-    first attempt (cut short by an interruption, not settled) keeps its last run only."""
+    first attempt (cut short by an interruption, not settled) keeps its last run only. A cut
+    record the parent wrote for an attempt its worker had recorded (older journals: the parent
+    blamed a hang after an attempt on it) is passed over."""
     starts = [i for i, e in enumerate(events) if isinstance(e, TasksStart)]
     if not starts:
         return TasksPhase(failures=tuple(failures), memory=memory)
@@ -49,12 +51,18 @@ def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: Pha
     assert isinstance(head, TasksStart)
     tail = events[starts[0]:]
     results: dict[str, TaskResult] = {}
+    recorded: set[tuple] = set()  # (worker, task, attempt) the worker itself recorded
     for e in tail:
         if isinstance(e, TaskAttemptDone):
+            if e.status in CUT and (e.worker, e.task, e.attempt) in recorded:
+                # a journal of a macprof that blamed a hang after an attempt on that attempt: the
+                # worker's own record stands, the parent's made-up one does not replace it
+                continue
+            recorded.add((e.worker, e.task, e.attempt))
             fields: dict = {k: getattr(e, k) for k in (
                 "task", "attempt", "status", "error", "t0", "t_tokenized", "token_times", "prompt_tokens", "tokens",
                 "stop", "text", "correct", "message")}
-            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed", "claims"):
+            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed", "claims", "check_ns", "check_error"):
                 if e.has(key):
                     fields[key] = getattr(e, key)
             a = TaskAttempt(**fields)

@@ -1,6 +1,11 @@
-"""Model files are what they claim before anything opens or hashes them: a FIFO would block
-open() forever, /dev/zero would hash forever, a socket cannot be read at all. Checked when
-models.toml is read and again just before a file is read (it can change in between)."""
+"""Files are what they claim before anything opens, reads or hashes them: a FIFO would block
+open() forever, /dev/zero would hash forever, a socket cannot be read at all. Model files are
+checked when models.toml is read and again just before a file is read (it can change in between).
+
+Every file macprof reads whole on a user's word (a task file, a chat template, a models.toml, a
+model's config.json or tokenizer_config.json, a quality text, a run log or journal) goes through
+``read_regular`` (``read_text`` for text): its mode is checked before anything can block, and at
+most its cap and one byte are read, whatever size the file system reports."""
 
 from __future__ import annotations
 
@@ -72,12 +77,41 @@ def open_regular(path: Path):
 
 
 def read_regular(path: Path, limit: int, what: str) -> bytes:
-    """The whole of a small file (config.json...), refused past ``limit`` bytes."""
+    """The whole of a file read on a user's word, refused in one line (a MacprofError naming the
+    file) where it is not a regular file (a FIFO, a device, a socket, a directory: by its mode,
+    before anything blocks), holds more than ``limit`` bytes, or reads otherwise than its reported
+    size (a kernel pseudo-file: /proc/self/environ reports 0 bytes and reads the environment).
+    At most ``limit`` + 1 bytes are read: a reported size is trusted only to refuse early, never
+    to read less. OSError (missing, permission) is the caller's to phrase."""
     with open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         if size > limit:
             raise MacprofError(f"{path}: {size} bytes is too large for {what} (at most {limit})")
-        return fh.read(limit + 1)
+        parts: list[bytes] = []
+        got = 0
+        while got <= limit:  # a read may return less than asked (a pipe-like file): read to EOF or the cap
+            chunk = fh.read(min(limit + 1 - got, 1 << 20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+    data = b"".join(parts)
+    if len(data) > limit:
+        raise MacprofError(f"{path}: more than {limit} bytes: too large for {what}")
+    # a file appended to while read (a journal of a run going on) reads more than it reported: kept
+    if (size == 0 and data) or len(data) < size:
+        raise MacprofError(f"{path}: reports {size} bytes but reads {len(data)}: a kernel pseudo-file (/proc, /sys) "
+                           f"or a file cut while read, not {what}")
+    return data
+
+
+def read_text(path: Path, limit: int, what: str) -> str:
+    """``read_regular``'s bytes as UTF-8 text; one line where they are not."""
+    data = read_regular(path, limit, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MacprofError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): not {what}") from None
 
 
 def model_files(path: Path) -> list[Path]:

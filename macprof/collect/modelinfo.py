@@ -167,7 +167,8 @@ def _inspect_gguf(path: Path, kv_type: str) -> ModelInfo:
 MAX_CONFIG = 16 << 20  # a config.json is a few KB; anything this large is not one
 
 
-def _json_object(path: Path) -> dict:
+def json_object(path: Path) -> dict:
+    """A model directory's config.json (through the one reader, collect/filekind.py), a JSON object, or one line."""
     try:
         cfg = json.loads(filekind.read_regular(path, MAX_CONFIG, "a config.json"))
     except (ValueError, RecursionError) as exc:
@@ -181,7 +182,7 @@ class _Config:
     """Typed reads of config.json: each value modelinfo uses is checked, naming file and key."""
 
     def __init__(self, path: Path):
-        self.path, self.cfg = path, _json_object(path)
+        self.path, self.cfg = path, json_object(path)
         text = self.cfg.get("text_config")
         if text is not None and not isinstance(text, dict):
             raise self._wrong("text_config", "an object", text)

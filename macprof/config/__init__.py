@@ -182,17 +182,20 @@ def resolve_path(raw: str, config_path: Path) -> tuple[Path, str | None]:
     return (p if p.is_absolute() else (config_path.parent / p)), None
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a models.toml of a hundred models is a few tens of KB
+
+
 def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+    from macprof.collect import filekind
+
+    try:  # the one reader: a FIFO or a device in its place is refused, never read for ever
+        return tomllib.loads(filekind.read_text(path, MAX_CONFIG_BYTES, "a models.toml file"))
     except FileNotFoundError:
         raise MacprofError(f"{path}: no such file (give one with --config, or run `macprof demo`)") from None
-    except IsADirectoryError:
-        raise MacprofError(f"{path}: is a directory, not a models.toml file") from None
     except PermissionError:
         raise MacprofError(f"{path}: permission denied") from None
-    except UnicodeDecodeError as exc:
-        raise MacprofError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise MacprofError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise MacprofError(f"{path}: invalid TOML: {exc}") from None
 

@@ -2,21 +2,22 @@
 then checker by checker (a regex that compiles, a schema that is JSON Schema). The format is
 documented in docs/tasks.md; the default set ships as macprof/data/tasks.jsonl.
 
-A line that is wrong is refused alone, with its file, its line number and what is wrong, and
-every other task still runs; only a file that cannot be read at all (missing, not a regular
+A line that is wrong is refused alone, with its file, its line number and what is wrong (not
+JSON, NaN or Infinity in it, nested more than MAX_DEPTH deep, a schema whose reference points
+outside it: macprof fetches and opens nothing a task names), and every other task still runs; only a file that cannot be read at all (missing, not a regular
 file, too large, not UTF-8, no task in it) stops the run, in one line, before any worker starts.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from macprof.errors import MacprofError
 from macprof.measure import checkers
+from macprof.model.records import MAX_DEPTH, json_refusal
 
 DEFAULT_SOURCE = "macprof/data/tasks.jsonl"
 MAX_TASK_FILE_BYTES = 8 << 20
@@ -130,12 +131,22 @@ def parse(data: bytes, source: str) -> TaskFile:
         if not raw.strip() or raw.lstrip().startswith("#"):  # blank lines and comments
             continue
         try:
-            value = json.loads(raw)
+            value = checkers.loads(raw)  # NaN and Infinity are no JSON: refused as not JSON
+        except RecursionError:  # nested past what the parser takes (100,000 deep): that line alone
+            refused.append((number, None, f"{source}:{number}: nested more than {MAX_DEPTH} deep"))
+            continue
         except ValueError as exc:
             refused.append((number, None, f"{source}:{number}: not JSON ({exc})"))
             continue
         task_id = value.get("id") if isinstance(value, dict) and isinstance(value.get("id"), str) else None
-        problem = line_problem(value, validators)
+        # nested past MAX_DEPTH (a schema 3,000 deep) or an integer past 64 bits: refused before any
+        # recursive walk (jsonschema's, the checker's) meets it
+        problem = json_refusal(value)
+        if problem is None:
+            try:
+                problem = line_problem(value, validators)
+            except Exception as exc:  # noqa: BLE001 - whatever a checker's spec makes the checks raise: that line
+                problem = f"cannot be checked ({type(exc).__name__}: {str(exc)[:200]})"
         if problem is None and task_id in seen:
             problem = f"id {task_id!r} is already line {seen[task_id]}'s"
         if problem is not None:
@@ -161,9 +172,6 @@ def read_bytes(path: str | None) -> tuple[bytes, str]:
     if path is None:
         return resources.files("macprof").joinpath("data/tasks.jsonl").read_bytes(), DEFAULT_SOURCE
     try:
-        size = filekind.regular_stat(Path(path)).st_size
-        if size > MAX_TASK_FILE_BYTES:
-            raise MacprofError(f"{path}: the task file is {size} bytes, more than the {MAX_TASK_FILE_BYTES} it may have")
         return filekind.read_regular(Path(path), MAX_TASK_FILE_BYTES, "a task file"), str(path)
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read the task file: {exc.strerror or exc}") from None

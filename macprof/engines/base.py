@@ -101,6 +101,11 @@ CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI too
 RENDERS_ITSELF = "in-process: the tasks phase renders the model's own chat template and generates token by token"
 
 
+# a chat template read from a file (--chat-template, an MLX directory's chat_template.jinja): real
+# ones are a few KB to a few tens of KB (tool-calling templates); anything this large is not one
+MAX_TEMPLATE_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     """A model's own chat template (the tasks phase renders prompts through it, run/chat.py):

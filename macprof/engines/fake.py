@@ -18,6 +18,10 @@ RotatingKVCache, llama.cpp's SWA cache), cannot be cut back once it has held mor
 ``recurrent``, like a recurrent state (MLX's ArraysCache, llama.cpp's recurrent memory), can
 only be extended or emptied.
 
+A model written with ``write_model(chat_template=...)`` carries that template in its header
+(``tokenizer.chat_template``, as a real GGUF does), for the tests of what a template does to a
+phase (one that hangs, raises, or builds too much); the demo models carry none.
+
 Vocabulary: 0 is BOS (added by ``tokenize``), 1 is EOS (never stops generation), 2..257 are the
 256 byte values (so any text round-trips), and every id from 258 is a space plus a fixed-length
 lowercase word (the words ``PromptBuilder`` builds prompts from).
@@ -35,6 +39,7 @@ from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, C
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
+TEMPLATE_KEY = "tokenizer.chat_template"
 BOS, EOS = 0, 1
 _BYTE0 = 2  # ids 2..257: the byte values
 _WORD0 = _BYTE0 + 256  # ids from here: " " + a word of _word_len(vocab) letters
@@ -68,6 +73,7 @@ class FakeEngine(PrefixReuse):
 
     def __init__(self) -> None:
         self._map: mmap.mmap | None = None
+        self._template: Any = None
         self.vocab = 0
         self.n_ctx = 0
         self.kv_bytes_per_token = 0
@@ -90,6 +96,7 @@ class FakeEngine(PrefixReuse):
         self.threads = settings.threads
         self.kv_bytes_per_token = 2 * meta["block_count"] * meta["head_count_kv"] * meta["head_dim"] * 2  # K, V in f16
         self.cache_kind = str(meta.get("cache") or "full")
+        self._template = meta.get("chat_template")
         self._letters = _word_len(self.vocab)
         self._word_re = re.compile(rf" [a-z]{{{self._letters}}}(?![a-z])")
         # a real load reads every weight; llama.cpp's maps the file and keeps the mapping: so does
@@ -143,7 +150,8 @@ class FakeEngine(PrefixReuse):
         return self.tokenize(text)  # no special tokens beyond BOS, which tokenize adds
 
     def chat_template(self) -> ChatTemplate | None:
-        return None  # the demo models' and this one's vocabulary has no chat markup
+        # the demo models' and this one's vocabulary has no chat markup: a template only where one was written
+        return ChatTemplate(f"GGUF {TEMPLATE_KEY}", self._template) if isinstance(self._template, str) else None
 
     # -- cache ---------------------------------------------------------------------------
     def reset(self) -> None:
@@ -395,7 +403,7 @@ def read_header(path: Path) -> dict[str, Any]:
     gguf nor numpy, and starts in a fraction of the time."""
     from macprof.collect import ggufheader
 
-    h = ggufheader.read_header(path, lambda key: key.startswith(f"{ARCH}."), tensors=False)
+    h = ggufheader.read_header(path, lambda key: key.startswith(f"{ARCH}.") or key == TEMPLATE_KEY, tensors=False)
 
     def field(key: str) -> Any:
         v = h.kv.get(f"{ARCH}.{key}")
@@ -403,7 +411,8 @@ def read_header(path: Path) -> dict[str, Any]:
 
     meta = {"cache": field("cache"), "vocab_size": field("vocab_size"), "context_length": field("context_length"),
             "block_count": field("block_count"), "head_count_kv": field("attention.head_count_kv"),
-            "head_dim": field("attention.key_length")}
+            "head_dim": field("attention.key_length"),
+            "chat_template": h.kv[TEMPLATE_KEY].value if TEMPLATE_KEY in h.kv else None}
     missing = [k for k in _KEYS if not isinstance(meta[k], int)]
     if missing:
         raise MacprofError(f"{path}: not a fake-engine model (no {ARCH}.{missing[0]} in the GGUF header)")
@@ -413,10 +422,12 @@ def read_header(path: Path) -> dict[str, Any]:
 
 
 def write_model(path: Path, vocab_size: int = 4096, context_length: int = 1024, layers: int = 2, hidden: int = 32,
-                heads: int = 2, kv_heads: int = 2, ffn: int = 64, cache: str = "full") -> Path:
+                heads: int = 2, kv_heads: int = 2, ffn: int = 64, cache: str = "full",
+                chat_template: str | None = None) -> Path:
     """A tiny GGUF the fake engine (and macprof's inspector) reads: llama-shaped f16 tensors of
     zeros, so its shape, bytes and roofline figures are those of a real model of this size.
-    ``cache``: "full", "window:N" or "recurrent" (see the module's docstring)."""
+    ``cache``: "full", "window:N" or "recurrent" (see the module's docstring); ``chat_template``:
+    its ``tokenizer.chat_template``."""
     import gguf
     import numpy as np
 
@@ -427,6 +438,8 @@ def write_model(path: Path, vocab_size: int = 4096, context_length: int = 1024, 
         if cache != "recurrent" and not (cache.startswith("window:") and cache[7:].isdigit()):
             raise MacprofError(f"fake model cache {cache!r}: expected full, window:N or recurrent")
         w.add_string(f"{ARCH}.cache", cache)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.add_context_length(context_length)
     w.add_block_count(layers)
     w.add_embedding_length(hidden)

@@ -9,7 +9,6 @@ A GGUF file's vocabulary only (``vocab_only``: no weights), or an MLX directory'
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,10 @@ def load(path: Path) -> Any:
     if path.is_dir() and (path / "config.json").is_file():
         from macprof.engines.mlx import MlxEngine
 
+        from macprof.collect.modelinfo import json_object
+
         mlx = MlxEngine()
-        mlx._path, mlx.config = path, json.loads((path / "config.json").read_text())
+        mlx._path, mlx.config = path, json_object(path / "config.json")
         mlx.load_tokenizer()
         return mlx
     if path.is_file() and path.suffix.lower() == ".gguf":

@@ -29,8 +29,8 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later,
-                                  NativeReport, PrefixReuse, TopTwo, top_two)
+from macprof.engines.base import (IN_PROCESS, MAX_TEMPLATE_BYTES, RENDERS_ITSELF, CacheCutRefused, ChatTemplate,
+                                  EngineSettings, Later, NativeReport, PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -560,18 +560,36 @@ def cut_refusal(cache: Sequence[Any], held: int, n_tokens: int) -> str | None:
 ENGINE = MlxEngine
 
 
+MAX_TOKENIZER_CONFIG = 16 << 20  # a few KB to a few MB (added tokens listed); anything larger is not one
+
+
 @functools.lru_cache(maxsize=8)
 def _chat_template_of(model_dir: Path) -> ChatTemplate | None:
     """A model directory's own chat template, read once: tokenize_chat asks it for the BOS text
     inside the timed span of every chat request, where a file read would count as TTFT."""
+    from macprof.collect import filekind
+
+    # both through the one reader (collect/filekind.py): a FIFO or /dev/zero standing in for either
+    # is refused in one line, not read for ever; a missing file is no template
     try:
-        cfg = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cfg = json.loads(filekind.read_text(model_dir / "tokenizer_config.json", MAX_TOKENIZER_CONFIG,
+                                            "a tokenizer_config.json"))
+    except FileNotFoundError:
+        cfg = {}
+    except (ValueError, RecursionError) as exc:  # not JSON: no template read from it, said in the one line
+        raise MacprofError(f"{model_dir / 'tokenizer_config.json'}: invalid JSON ({type(exc).__name__}: "
+                           f"{str(exc)[:120]})") from None
+    except OSError as exc:
+        raise MacprofError(f"{model_dir / 'tokenizer_config.json'}: cannot be read: {exc.strerror or exc}") from None
+    if not isinstance(cfg, dict):
         cfg = {}
     text, source = cfg.get("chat_template"), "tokenizer_config.json chat_template"
     jinja = model_dir / "chat_template.jinja"  # where newer transformers write it
-    if not text and jinja.is_file():
-        text, source = jinja.read_text(encoding="utf-8"), "chat_template.jinja"
+    if not text and os.path.lexists(jinja):
+        try:
+            text, source = filekind.read_text(jinja, MAX_TEMPLATE_BYTES, "a chat template"), "chat_template.jinja"
+        except OSError as exc:
+            raise MacprofError(f"{jinja}: cannot be read: {exc.strerror or exc}") from None
     if isinstance(text, list):  # named templates: the default one
         text = next((t.get("template") for t in text if t.get("name") == "default"), None)
     if not isinstance(text, str) or not text:

@@ -129,22 +129,55 @@ def choice(spec: dict, reply: str) -> Verdict:
     return Verdict(False, f"{got} is not the right option")
 
 
-def _schema_error(schema: dict, value: Any) -> str | None:
+def validator(schema: Any):
+    """A Draft 2020-12 validator of ``schema`` that reaches nothing outside it: its references
+    resolve in the schema itself (and the metaschemas jsonschema ships) through an empty
+    ``referencing.Registry``, which retrieves nothing. jsonschema's default registry fetches an
+    http reference and opens a file: one, and the content went into the checker's message,
+    the retry turn and the log. A reference outside the schema raises ``referencing``'s
+    Unresolvable; the task file refuses one when it loads (``ref_problem``)."""
     import jsonschema
+    from referencing import Registry
 
-    validator = jsonschema.Draft202012Validator(schema)
-    err = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    return jsonschema.Draft202012Validator(schema, registry=Registry())
+
+
+class Unjudgeable(Exception):
+    """A checker's spec that cannot be applied to the reply (a schema's reference that does not
+    resolve inside it): the check fails with this reason; the task file refuses such a spec."""
+
+
+def _schema_error(schema: Any, value: Any) -> str | None:
+    import jsonschema
+    from referencing.exceptions import Unresolvable
+
+    try:
+        err = jsonschema.exceptions.best_match(validator(schema).iter_errors(value))
+    except Unresolvable as exc:
+        ref = getattr(exc, "ref", None) or str(exc)
+        raise Unjudgeable(f"the schema's reference {ref!r} does not resolve inside it (macprof fetches and opens "
+                          f"nothing a task names)") from None
     if err is None:
         return None
     where = "/".join(str(p) for p in err.absolute_path)
     return f"{'at ' + where + ': ' if where else ''}{err.message}"
 
 
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def loads(text: str) -> Any:
+    """JSON as the standard reads it: Python's json module also takes NaN, Infinity and
+    -Infinity, which JSON has no word for ("NaN" passed {"type": "number", "maximum": 1})."""
+    return json.loads(text, parse_constant=_not_json)
+
+
 def json_schema(spec: dict, reply: str) -> Verdict:
     """The reply (one code fence stripped) parses as JSON and validates against the schema."""
     text = strip_fence(reply)
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError as exc:
         return Verdict(False, f"the reply is not valid JSON ({exc})")
     err = _schema_error(spec["schema"], value)
@@ -170,7 +203,7 @@ def parse_tool_call(reply: str, fmt: str) -> tuple[str, Any]:
         text = text.removeprefix("<|python_tag|>").strip()
     text = strip_fence(text)
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError as exc:
         raise ValueError(f"the tool call is not valid JSON ({exc})") from None
     if isinstance(value, list) and fmt in ("mistral", "hermes", "json"):
@@ -183,7 +216,7 @@ def parse_tool_call(reply: str, fmt: str) -> tuple[str, Any]:
     args = value.get(key, {})
     if isinstance(args, str):  # OpenAI's own wire form carries the arguments as a JSON string
         try:
-            args = json.loads(args)
+            args = loads(args)
         except ValueError as exc:
             raise ValueError(f"the call's arguments are not valid JSON ({exc})") from None
     return value["name"], args
@@ -253,4 +286,44 @@ def spec_problem(spec: dict, tools: list[dict] | None) -> str | None:
         except jsonschema.exceptions.SchemaError as exc:
             where = "/".join(str(p) for p in exc.absolute_path)
             return f"{what} is not valid JSON Schema ({'at ' + where + ': ' if where else ''}{exc.message})"
+        problem = ref_problem(schema)
+        if problem:
+            return f"{what}: {problem}"
+    return None
+
+
+def ref_problem(schema: Any) -> str | None:
+    """Why a schema's references cannot all be resolved inside it, or None: a reference to a URL
+    or a file (macprof fetches and opens nothing a task names: the validator's registry is empty),
+    or one that points nowhere in the schema. Every ``$ref`` and ``$dynamicRef`` where the draft
+    reads a subschema (not inside an ``enum`` or ``const``: data), resolved against its ``$id``
+    base as the validator would; the walk is iterative."""
+    from urllib.parse import urljoin, urlsplit
+
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    root = DRAFT202012.create_resource(schema)
+    registry = Registry().with_resource(root.id() or "", root).crawl()
+    stack = [(root, "")]
+    while stack:
+        resource, base = stack.pop()
+        if resource.id():
+            base = urljoin(base, resource.id())
+        contents = resource.contents
+        for key in ("$ref", "$dynamicRef"):
+            ref = contents.get(key) if isinstance(contents, dict) else None
+            if not isinstance(ref, str):
+                continue
+            try:
+                registry.resolver(base_uri=base).lookup(ref)
+            except Unresolvable:
+                scheme = urlsplit(urljoin(base, ref)).scheme
+                if not scheme:
+                    return f"{key} {ref!r} points to nothing in the schema"
+                where = "a file" if scheme == "file" else f"a remote document ({scheme})"
+                return (f"{key} {ref!r} names {where}: references are resolved only inside the schema; macprof "
+                        f"opens and fetches nothing a task names")
+        stack.extend((sub, base) for sub in resource.subresources())
     return None

@@ -11,7 +11,7 @@ from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
 from macprof.model.records import ABSENT, Number, Record
 from macprof.model.vocab import STOP_KINDS, StopKind, TaskStop  # noqa: F401  # STOP_KINDS: readers import it from here
-from macprof.model.kind import OWN, PATH, VOCAB
+from macprof.model.kind import OWN, PATH, TEXT, VOCAB
 
 
 
@@ -61,6 +61,9 @@ class ConversationTurn(Event):
     # id, counted among them; "max_tokens": at --gen-tokens); a server's: not known (its EOS held off)
     reply_tokens: int | None = None
     reply_end: TaskStop | None = None
+    # the turn failed (its template or tokenizer raised, a request failed): why; the app's
+    # conversation stopped here (stop_reason says so), the other apps went on
+    error: str | None = ABSENT
 
 
 class Turn(Record):
@@ -119,8 +122,9 @@ class ConversationSummary(Record):
 
 class ConversationPhase(Record):
     # the template's path is a file's (--chat-template) or where the model's came from
+    # stopped: macprof's sentence, or a failed turn's reason quoting an engine's, a template's or a server's words
     KINDS = {"template_source": VOCAB, "template_path": PATH, "template_sha256": VOCAB, "app_order": VOCAB,
-             "stopped": OWN, "holds": OWN, "generation": OWN}
+             "stopped": TEXT, "holds": OWN, "generation": OWN}
     template_source: str | None = None
     template_path: str | None = None
     template_sha256: str | None = None
@@ -128,7 +132,7 @@ class ConversationPhase(Record):
     turns_planned: int = 0
     app_order: str | None = None
     turns: tuple[Turn, ...] = ()
-    stopped: str | None = None  # why a conversation stopped early (the context was full)
+    stopped: str | None = None  # why a conversation stopped early (the context was full, or a turn failed)
     holds: str | None = None  # where --apps is more than the cache holds at once (ConversationStart.holds)
     generation: str | None = None  # how a reply ends and goes back into the history (ConversationStart.generation)
     summary: ConversationSummary = field(default_factory=ConversationSummary)

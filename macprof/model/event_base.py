@@ -19,6 +19,10 @@ class Event(Record, tag_field="event"):
     # next fsync, which covers every earlier line: a power cut can lose an announcement, never
     # a measurement, and a request costs one fsync instead of two.
     DURABLE: ClassVar[bool] = True
+    # An event that ends the item the last ``request_start`` announced (its ``request``, a task
+    # attempt's record or refusal, a ``request_end``): the parent's per-item deadline and its blame
+    # for a hang or a death stop there (run/watch.py), so a cut never falls on an item recorded.
+    ENDS_ITEM: ClassVar[bool] = False
 
     model: str | None = ABSENT
     worker: str | None = ABSENT

@@ -17,7 +17,7 @@ from msgspec import field
 
 from macprof.model.records import ABSENT, Number
 from macprof.model.resolved import Resolved
-from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart
+from macprof.model.tasks import TaskAttemptDone, TaskCheckStart, TaskRefused, TasksStart
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
                                        SpeculativeRounds)
 from macprof.model.telemetry import TelemetrySample
@@ -187,17 +187,29 @@ class _RequestHead(Event):
 
 
 class RequestStart(_RequestHead):
-    """Before a measurement: the parent's per-request timeout runs from it."""
+    """An item begins (a request, a task attempt, a conversation turn's prompt): before its
+    prompt is rendered, tokenized or sent; the parent's per-item timeout runs from it."""
 
     KIND = "request_start"
     DURABLE = False
     t0: int | None = ABSENT  # a task attempt's start stamp: the wall time of an attempt the parent cuts
 
 
+class RequestEnd(_RequestHead):
+    """An item announced by a request_start ended without a record of its own (a warm-up a
+    resumed run does not record again, a conversation turn's prompt rendered): the parent's
+    timeout and blame stop here."""
+
+    KIND = "request_end"
+    DURABLE = False
+    ENDS_ITEM = True
+
+
 class Request(_RequestHead):
     """One measured request: raw timestamps and token ids (a batch's: one list per sequence)."""
 
     KIND = "request"
+    ENDS_ITEM = True
     status: str
     error: str | None = None
     t0: int
@@ -306,9 +318,9 @@ class Telemetry(Event):
 EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
-    RequestStart, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
+    RequestStart, RequestEnd, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
     ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
-    QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskRefused,
+    QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskCheckStart, TaskRefused,
     DraftLoaded, DraftEnd, SpeculativeRounds, SpeculativeCheck, SpeculativeNative, NativeRefused)}
 
 

@@ -49,7 +49,7 @@ class TaskAttempt(Record):
     """One attempt at a task: the raw stamps and ids, the reply, why it ended, the verdict."""
 
     KINDS = {"task": TEXT, "status": VOCAB, "error": TEXT, "tokens": TEXT, "stop": VOCAB, "text": TEXT,
-             "message": TEXT, "claims": TEXT}
+             "message": TEXT, "claims": TEXT, "check_error": TEXT}
 
     REQUIRED_KEYS = ("task", "attempt", "status")  # in every log, though code may leave them out
     task: str = ""
@@ -59,7 +59,7 @@ class TaskAttempt(Record):
     # its wall time t0..t_end and no reply, no tokens known; the phase goes on with the next task)
     status: AttemptStatus = "ok"
     error: str | None = None
-    t0: int | None = None  # before tokenizing the prompt (ns, the worker's perf_counter)
+    t0: int | None = None  # before its prompt is rendered: its request_start's (ns, the worker's perf_counter)
     t_tokenized: int | None = None
     token_times: tuple[int, ...] = ()  # one stamp per generated id, the EOS included
     prompt_tokens: Count = 0
@@ -78,6 +78,12 @@ class TaskAttempt(Record):
     # through a server: what its usage said that is no count (negative, not an integer, more than
     # the request allows: engines/wire.py chat_reply), keyed by field, as it said it; never a count
     claims: dict[str, str] | None = ABSENT
+    # the checker's own time (ns), after the attempt's window (run/checking.py): in neither its
+    # wall time nor the time per correct answer; absent where no checker ran (an error, a cut)
+    check_ns: Count | None = ABSENT
+    # why the checker could not judge the reply (past its bound, what it raised): the attempt is
+    # then not right, its message says so
+    check_error: str | None = ABSENT
 
 
 class TaskResult(Record):
@@ -171,6 +177,7 @@ class TaskAttemptDone(Event):
     """One attempt's raw record (TaskAttempt's fields)."""
 
     KIND = "task_attempt"
+    ENDS_ITEM = True
     phase: str
     category: str | None = None
     checker: str = ""
@@ -194,12 +201,28 @@ class TaskAttemptDone(Event):
     temperature: Number | None = ABSENT  # a sampled attempt's
     seed: int | None = ABSENT
     claims: dict[str, str] | None = ABSENT  # through a server: what its usage said that is no count
+    check_ns: int | None = ABSENT  # the checker's own time, after the attempt's window
+    check_error: str | None = ABSENT  # why the checker could not judge the reply
+
+
+class TaskCheckStart(Event):
+    """An attempt's reply is complete: its timed window ended, and its checker runs now, bounded
+    by the worker (``bound_s``, run/checking.py): the parent waits that long (and a grace) before
+    it calls the attempt hung, instead of the rest of --timeout."""
+
+    KIND = "check_start"
+    DURABLE = False
+    phase: str
+    task: str = ""
+    attempt: int = 1
+    bound_s: Number = 0.0
 
 
 class TaskRefused(Event):
     """A task that could not run in this model (longer than the context, a template error)."""
 
     KIND = "task_refused"
+    ENDS_ITEM = True  # its attempt was announced: a refusal ends it
     phase: str
     line: int | None = None
     task: str | None = None

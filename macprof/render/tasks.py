@@ -99,6 +99,14 @@ def tasks_lines(ph: TasksPhase) -> list[str]:
         if s.attempts_cut:
             lines.append(f"   {s.attempts_cut} attempt(s) cut by a timeout or a crash: each a failed attempt of its task, "
                          f"its wall time counted, the tasks after it run ({clean(s.tokens_reason or '')})")
+        attempts = [a for r in ph.results for a in r.attempts]
+        failed = [a for a in attempts if a.status == "error"]
+        if failed:
+            lines.append(f"   {len(failed)} attempt(s) failed, each alone (the first: {clean(failed[0].error or '?')})")
+        unjudged = [a for a in attempts if a.has("check_error")]
+        if unjudged:
+            lines.append(f"   {len(unjudged)} repl(ies) the checker could not judge, counted not right (the first: "
+                         f"{clean(unjudged[0].check_error or '?')})")
         energy = (f"{s.energy_per_correct_j:.3g} J per correct answer" if s.energy_per_correct_j is not None
                   else f"energy per correct answer unknown: {clean(s.energy_reason or '?')}")
         lines.append(f"   {energy}")

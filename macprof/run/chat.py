@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from macprof.engines.base import ChatTemplate
-from macprof.errors import MacprofError
+from macprof.engines.base import MAX_TEMPLATE_BYTES, ChatTemplate
+from macprof.errors import MacprofError, reason
+from macprof.run import sandbox
 
 PLAIN = "plain: 'System: ...' / 'User: ...' / 'Assistant: ...' turns, one blank line after the system turn"
 TOOL_INSTRUCTION = ("You can call these functions (each with the JSON Schema of its arguments):\n{tools}\n"
@@ -91,8 +92,6 @@ def plain(messages: Sequence[dict]) -> str:
 
 
 def _environment():
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def raise_exception(message: str):
         from jinja2.exceptions import TemplateError
 
@@ -106,24 +105,28 @@ def _environment():
 
         return datetime.datetime.now().strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = tojson
+    # jinja2's immutable sandbox, with what a template builds capped in size (run/sandbox.py)
+    env = sandbox.environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = sandbox.guard_filter("tojson", tojson)
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
     return env
 
 
 def render(template: ChatTemplate | None, messages: Sequence[dict], tools: Sequence[dict] = ()) -> Rendered:
     """The prompt text of ``messages`` (and ``tools``) for a model with ``template``; a template
-    that fails to render raises jinja2's TemplateError (the phase records it per task)."""
+    that fails to render (its own error, a sandbox refusal, whatever it raises) is one
+    MacprofError saying why (the phase records it per task)."""
     msgs = [dict(m) for m in messages]
     if template is None:
         return Rendered(plain(with_tool_turn(msgs, tools) if tools else msgs), "json")
     native = takes_tools(template)
     if tools and not native:
         msgs = with_tool_turn(msgs, tools)
-    text = _jinja(template.text).render(
-        messages=msgs, tools=list(tools) if tools and native else None, add_generation_prompt=True,
-        bos_token=template.bos_token, eos_token=template.eos_token)
+    try:
+        text = sandbox.render(_jinja(template.text), messages=msgs, tools=list(tools) if tools and native else None,
+                         add_generation_prompt=True, bos_token=template.bos_token, eos_token=template.eos_token)
+    except Exception as exc:  # noqa: BLE001 - a template's own error, a sandbox refusal, a MemoryError: one line
+        raise MacprofError(f"the chat template ({template.source}) did not render: {reason(exc)}") from None
     return Rendered(text, tool_format(template) if tools else "json")
 
 
@@ -147,15 +150,34 @@ class Template:
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         try:
-            return _compiled(self.text).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                               bos_token=self.bos_token, eos_token=self.eos_token, tools=None)
+            return sandbox.render(_compiled(self.text), messages=messages, add_generation_prompt=add_generation_prompt,
+                             bos_token=self.bos_token, eos_token=self.eos_token, tools=None)
         except Exception as exc:  # noqa: BLE001 - a template's own error (its raise_exception too), in one line
             raise MacprofError(f"the chat template ({self.where}) failed to render {len(messages)} messages: "
-                               f"{type(exc).__name__}: {exc}") from None
+                               f"{reason(exc)}") from None
 
     @property
     def where(self) -> str:
         return f"{self.source}: {self.path}" if self.path else self.source
+
+
+def read_template(path: str) -> str:
+    """A --chat-template file's text, compiled once to refuse one that does not compile; one line
+    where it cannot be read: through the one reader (collect/filekind.py), so a FIFO, /dev/zero
+    or /proc/self/environ is refused, never read into a prompt."""
+    from macprof.collect import filekind
+
+    try:
+        text = filekind.read_text(Path(path), MAX_TEMPLATE_BYTES, "a chat template")
+    except OSError as exc:
+        raise MacprofError(f"--chat-template {path}: cannot be read: {exc.strerror or exc}") from None
+    except MacprofError as exc:
+        raise MacprofError(f"--chat-template {exc}") from None
+    try:
+        _compiled(text)
+    except MacprofError as exc:
+        raise MacprofError(f"--chat-template {path}: {exc}") from None
+    return text
 
 
 def template_for(engine, path: str | None) -> Template:
@@ -164,11 +186,7 @@ def template_for(engine, path: str | None) -> Template:
     own = engine.chat_template()
     specials = {"bos_token": own.bos_token, "eos_token": own.eos_token} if own else {}
     if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MacprofError(f"--chat-template {path}: cannot be read: {exc}") from None
-        template = Template("file", text, str(path), **specials)
+        template = Template("file", read_template(path), str(path), **specials)
     elif own:
         template = Template("model", own.text, own.source, **specials)
     else:

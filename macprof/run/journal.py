@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import IO, Sequence
 
-from macprof.collect.filekind import not_a_folder
+from macprof.collect.filekind import not_a_folder, read_regular, regular_stat
 from macprof.errors import MacprofError
 from macprof.model.events import Event
 from macprof.model.records import json_line
@@ -58,6 +58,7 @@ class Journal:
         """An existing journal, to continue (``--resume``); locked, its torn tail repaired. The
         events it holds are read and checked by the caller, then given to ``continue_with``."""
         try:
+            regular_stat(path)  # a FIFO named as the journal would block the open below until a reader came
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:
             raise MacprofError(f"{path}: cannot write the journal ({exc.strerror})") from None
@@ -67,6 +68,9 @@ class Journal:
         except OSError as exc:
             os.close(fd)
             raise MacprofError(f"{path}: cannot repair the journal's last line ({exc.strerror})") from None
+        except MacprofError:
+            os.close(fd)
+            raise
         return cls(path, os.fdopen(fd, "a", encoding="utf-8"))
 
     def continue_with(self, events: Sequence[Event]) -> None:
@@ -114,7 +118,9 @@ def repair_tail(path: Path, fd: int) -> None:
     """A last line without its newline was cut mid-write (a crash, a full disk). Appending after
     it would glue the next event to it, so: a whole JSON line that lacks only the newline gets
     it; a cut one is truncated away (readers skip it too: it holds no event)."""
-    raw = path.read_bytes()
+    from macprof.store.runlog import MAX_LOG_BYTES  # imported here: the store pulls in the whole analysis
+
+    raw = read_regular(path, MAX_LOG_BYTES, "a journal")
     if not raw or raw.endswith(b"\n"):
         return
     start = raw.rfind(b"\n") + 1

@@ -30,7 +30,7 @@ from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
 from macprof.config import taskfile
-from macprof.run import distributed, qualitytext, reference, resume, signals, watch
+from macprof.run import chat, distributed, qualitytext, reference, resume, signals, watch
 from macprof.run.job import QualityJob, WorkerJob
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
@@ -57,6 +57,9 @@ class Runner:
         self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
         for text in sorted({m.settings.text for m in models if "quality" in m.settings.phases and m.settings.text}):
             qualitytext.check(text)  # and a --text that is a FIFO, a device or too large: before any worker waits on it
+        for path in sorted({m.settings.chat_template for m in models
+                            if "conversation" in m.settings.phases and m.settings.chat_template}):
+            chat.read_template(path)  # a --chat-template that cannot be read or compiled: one line, before any worker
         # a task file that cannot run at all: one line, before any worker
         self._tasks = {tasks: len(taskfile.load(tasks or None).tasks)
                        for tasks in sorted({m.settings.tasks or "" for m in models if "tasks" in m.settings.phases})}
@@ -271,6 +274,9 @@ class Runner:
                 journal.write(cut.replace(model=model.name, worker=worker_id))
                 self.progress.note(f"{model.name}: {recorded.phase} goes on after {recorded.case}")
                 goes_on = True
+            elif _between_items(recorded, state):
+                self.progress.note(f"{model.name}: {recorded.phase} goes on after what it recorded")
+                goes_on = True
         stderr.close()
         return WorkerResult(phases_done=state.done_phases, failure=recorded, loaded=state.loaded, goes_on=goes_on)
 
@@ -314,6 +320,16 @@ def _cut_record(s, failure: ev.Failure, state) -> ev.Event | None:
     if phase is None or phase.cut is None or request is None or request.phase != state.phase or not state.loaded:
         return None
     return load(phase.cut)(s, failure, request, state.t_end)
+
+
+def _between_items(failure: ev.Failure, state) -> bool:
+    """A worker killed or dead between two items of a phase that goes on after a cut (no item
+    was announced and not yet recorded: nothing to cut, and none recorded to blame), after it
+    recorded at least one of them: the phase goes on from the journal, as a resumed run would.
+    Without one recorded, the same death would come again: the phase ends there."""
+    phase = REGISTRY.get(failure.phase or "")
+    return (phase is not None and phase.cut is not None and state.request is None and state.loaded
+            and failure.status in ("timeout", "crashed") and state.phase == failure.phase and state.items_ended > 0)
 
 
 def _server_pid(model: ModelSpec) -> int | None:

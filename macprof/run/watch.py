@@ -26,12 +26,14 @@ from macprof.collect import footprint
 from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.model.tasks import TaskCheckStart
 from macprof.run import distributed, lifeline
 from macprof.run.job import WorkerJob, encode
 from macprof.run.sampling import TelemetrySampler
 
 RSS_PERIOD_S = 0.1
 LOAD_TIMEOUT_S = 600.0  # loading and prompt building: generous, a 70 B model loads slowly
+CHECK_GRACE_S = 30.0  # past a checker's own bound (the worker kills its checker then): the worker's time to record it
 
 
 @dataclass
@@ -61,17 +63,21 @@ class _State:
     loaded: bool = False
     own_peak: bool = True  # the worker's own OS peak counts (not when the model is a server's)
     t_end: int | None = None  # perf_counter_ns when the watch ended: the worker's EOF, or its kill at the timeout
+    items_ended: int = 0  # the items this worker recorded in the phase running (ENDS_ITEM events)
 
     def on_event(self, event: ev.Event) -> ev.Event:
         """Update the state; returns the event to journal (a phase's end with its RSS figures)."""
         if isinstance(event, ev.RequestStart):
             self.request, self.deadline = event, time.monotonic() + self.timeout
-        elif isinstance(event, ev.Request):
+        elif event.ENDS_ITEM:  # its request, an attempt's record or refusal, a request_end: it is recorded
             self.request, self.deadline = None, time.monotonic() + LOAD_TIMEOUT_S
+            self.items_ended += 1
+        elif isinstance(event, TaskCheckStart):  # the attempt's timed part ended: its checker has its own bound
+            self.deadline = time.monotonic() + event.bound_s + CHECK_GRACE_S
         elif isinstance(event, ev.Loaded):
             self.loaded = True
         elif isinstance(event, ev.PhaseStart):
-            self.phase, self.peak, self.samples = event.phase, 0, 0
+            self.phase, self.peak, self.samples, self.items_ended = event.phase, 0, 0, 0
             self.footprint_peak, self.footprint_samples, self.footprint_max_at_start = 0, 0, event.footprint_max_bytes
         elif isinstance(event, ev.PhaseEnd):
             own = event.os_peak_rss_bytes if event.os_peak_scope == "phase" and self.own_peak else None
@@ -85,8 +91,6 @@ class _State:
                 # alone, the worker's own figures are the client's
                 event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=self.footprint_peak or None)
             self.done_phases.append(event.phase)
-            # a phase whose requests send no request event (the tasks phase's attempts) leaves its
-            # last request_start here: past the phase, neither its timeout nor its blame holds
             self.phase, self.request, self.deadline = None, None, time.monotonic() + LOAD_TIMEOUT_S
         elif isinstance(event, ev.Done):
             self.finished = True
@@ -107,7 +111,8 @@ class _State:
     def overdue(self) -> tuple[str, str] | None:
         if time.monotonic() <= self.deadline:
             return None
-        what, limit = ("request", self.timeout) if self.request else ("loading", LOAD_TIMEOUT_S)
+        what, limit = (("request", self.timeout) if self.request else
+                       ("loading" if not self.loaded else "the work between two items", LOAD_TIMEOUT_S))
         return "timeout", f"{what} exceeded the {limit:g} s timeout; worker killed"
 
 

@@ -180,9 +180,10 @@ def _phases(job: "WorkerJob", engine, settings, emit, after=None):
 
 def _with_fault(emit, fault: dict, model: str):
     """MACPROF_TEST_FAULT='{"model": NAME, "kind": "segfault|hang|oom", "after_requests": N, "rank": R,
-    "phase": P, "case": C}': the fault strikes when request N+1 of that model's worker starts (in
-    phase P when given, at a request of case C when given: a task's id in the tasks phase; on
-    rank R of a distributed model, 0 by default)."""
+    "phase": P, "case": C, "at": EVENT}': the fault strikes when request N+1 of that model's worker
+    starts (in phase P when given, at a request of case C when given: a task's id in the tasks
+    phase; on rank R of a distributed model, 0 by default); with "at", just after the worker
+    emitted an event of that kind instead (a task_attempt: between two attempts)."""
     if fault.get("model") not in (None, model) or fault.get("rank", 0) != int(os.environ.get("MLX_RANK", "0")):
         return emit
     import signal
@@ -200,9 +201,9 @@ def _with_fault(emit, fault: dict, model: str):
                 if fault["kind"] == "hang":
                     time.sleep(3600)
                 os.kill(os.getpid(), signal.SIGKILL)
-        elif (event.KIND == "request_start" and done >= fault.get("after_requests", 0)
+        elif (event.KIND == fault.get("at", "request_start") and done >= fault.get("after_requests", 0)
               and fault.get("phase") in (None, getattr(event, "phase", None))
-              and fault.get("case") in (None, getattr(event, "case", None))):
+              and fault.get("case") in (None, getattr(event, "case", getattr(event, "task", None)))):
             if fault["kind"] == "segfault":
                 os.kill(os.getpid(), signal.SIGSEGV)
             elif fault["kind"] == "oom":  # what the OOM killer does

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from macprof.analyse.build import build
-from macprof.collect.filekind import not_a_folder
+from macprof.collect.filekind import not_a_folder, read_regular
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.events import Event, parse_event
@@ -22,6 +22,11 @@ from macprof.sanitise import clean
 
 
 # -- files ---------------------------------------------------------------------------------
+# a run log or journal read (show, compare, --resume...) through the one reader (collect/filekind.py):
+# a long run's journal is some hundreds of MB; a FIFO or a device named as a log is refused at once
+MAX_LOG_BYTES = 1 << 30
+
+
 def save(log: RunLog, path: Path, replace: bool = True) -> None:
     """With its content digest (store/digest.py: sha256 of its canonical form, under ``digest``,
     a digest it had replaced), validated against the schema first (what load checks), then
@@ -85,7 +90,7 @@ def read_journal(path: Path) -> list[Event]:
     Events carry their number in the journal (``seq``): a line written twice is read once,
     lines out of order are put back in order."""
     try:
-        raw = Path(path).read_bytes()
+        raw = read_regular(Path(path), MAX_LOG_BYTES, "a journal")
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read journal ({exc.strerror})") from None
     lines = raw.split(b"\n")
@@ -189,7 +194,7 @@ def load(path: Path) -> RunLog:
 def read_text(path: Path) -> str:
     """A run log file's text, or MacprofError naming it (load, `macprof verify`)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_regular(path, MAX_LOG_BYTES, "a run log").decode("utf-8")
     except OSError as exc:
         raise MacprofError(f"{path}: cannot read ({exc.strerror})") from None
     except ValueError as exc:  # not UTF-8

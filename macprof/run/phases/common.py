@@ -13,6 +13,7 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 
 from macprof.config import Settings
 from macprof.engines.base import lacks
+from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.phases import OutputCheck
@@ -77,7 +78,7 @@ def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) ->
             outs.append(out)
         status, error = "ok", None
     except Exception as exc:  # noqa: BLE001 - an engine error is a recorded failure
-        status, error = "error", f"{type(exc).__name__}: {exc}"
+        status, error = "error", reason(exc)
     return {"status": status, "error": error, "t0": t0, "t_tokenized": t_tok, "token_times": times,
             "outs": outs, "ids": ids}
 
@@ -154,11 +155,18 @@ def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_
 def announced(emit: Emit, head: dict, measure: Callable[[], dict], record: bool = True) -> ev.Request:
     """``request_start`` before the measurement (the parent's per-request timeout runs from
     it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...).
-    ``record=False``: a warm-up a resumed run recorded before, run again but not recorded twice."""
+    ``record=False``: a warm-up a resumed run recorded before (or the conversation's, never
+    recorded), run again but not recorded twice: a ``request_end`` then tells the parent it
+    ended, so that neither its deadline nor the blame for what comes next stays on it. What
+    ``measure`` raises is that request's failure (status "error", the reason): the next one runs."""
     emit(ev.RequestStart(**head))
-    rec = ev.Request(**{**head, **measure()})
-    if record:
-        emit(rec)
+    t0 = time.perf_counter_ns()
+    try:
+        fields = measure()
+    except Exception as exc:  # noqa: BLE001 - whatever one request raises (a server's reply, a template) fails it alone
+        fields = {"status": "error", "error": reason(exc), "t0": t0}
+    rec = ev.Request(**{**head, **fields})
+    emit(rec if record else ev.RequestEnd(**head))
     return rec
 
 

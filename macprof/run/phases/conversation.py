@@ -19,8 +19,10 @@ through the template's assistant turn. What the engine's cache holds after a req
 says it holds (``cached_tokens_after``: llama.cpp has not fed the last id it yielded, MLX has
 queued it already). Between the two halves the
 natural state is put back, untimed, by computing the held ids again where the other half (or
-the output check's diagnosis) emptied the cache. A turn whose prompt no longer fits the context
-stops that app's conversation; the turns before are kept.
+the output check's diagnosis) emptied the cache. A turn whose prompt no longer fits the context,
+or that fails (its template or tokenizer raises, a request fails or its reply cannot be read),
+stops that app's conversation, with the reason (``ConversationTurn.error``); the turns before
+are kept, and the other apps go on.
 
 Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
 completions request, as an app that sends text does; the model's own template where its file is
@@ -44,7 +46,7 @@ import random
 from typing import NamedTuple
 
 from macprof.engines.base import common_prefix, lacks, reusable_prefix
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.phases import ServerReport
@@ -346,12 +348,16 @@ def _conversation(ctx: PhaseContext) -> None:
     engine.reset_peak_memory()
     # a warm-up, discarded: a worker's first request pays one-off costs (the same prompt as app 0's first turn)
     first = messages[0] + [{"role": "user", "content": builder.words_text("conversation:user:0:0", s.turn_tokens)}]
-    warm_text = template.render(first)
-    warm = Prompt(warm_text, tuple(engine.tokenize_chat(warm_text)), chat=True,
-                  messages=tuple(first) if renders else None)
-    engine.reset()
-    announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"},
-              lambda: timed_request(engine, warm, s.gen_tokens, ctx.clock, eos), record=False)
+
+    def warm_up() -> dict:  # rendered and tokenized inside its announcement: under --timeout, and its own
+        warm_text = template.render(first)
+        warm = Prompt(warm_text, tuple(engine.tokenize_chat(warm_text)), chat=True,
+                      messages=tuple(first) if renders else None)
+        engine.reset()
+        return timed_request(engine, warm, s.gen_tokens, ctx.clock, eos)
+
+    announced(ctx.emit, {"phase": PHASE, "index": -1, "kind": "warmup", "case": "app0", "mode": "emptied"}, warm_up,
+              record=False)
     held: list[int] = []  # through a server: the previous prompt's ids (its reply's are the server's)
     held_n = 0  # its prompt tokens, as the server counted them (--api chat: its ids are the server's)
     held_by: int | None = None
@@ -367,8 +373,19 @@ def _conversation(ctx: PhaseContext) -> None:
         if t > 0 and s.tool_tokens:  # an agent: the tool's result comes back after the reply
             messages[a].append({"role": "tool", "content": builder.words_text(f"conversation:tool:{a}:{t}", s.tool_tokens)})
         messages[a].append({"role": "user", "content": builder.words_text(f"conversation:user:{a}:{t}", s.turn_tokens)})
-        text = template.render(messages[a])
-        ids = engine.tokenize_chat(text) if not renders else []  # --api chat: the server's, not known here
+        # the turn announces itself before its prompt is rendered and tokenized (under --timeout: a
+        # template that hangs is cut here, this turn's), then ends that part before the untimed
+        # work of its requests (the pause, the cache put back), which announce themselves
+        head: dict = heads[(a, t)]["natural" if i % 2 == 0 else "emptied"]
+        ctx.emit(ev.RequestStart(**head))
+        try:
+            text = template.render(messages[a])
+            ids = engine.tokenize_chat(text) if not renders else []  # --api chat: the server's, not known here
+        except Exception as exc:  # noqa: BLE001 - the template's or the tokenizer's: this app's conversation alone
+            ctx.emit(ev.RequestEnd(**head))
+            _failed(ctx, cache, stopped, a, t, exc)
+            continue
+        ctx.emit(ev.RequestEnd(**head))
         prompt = Prompt(text, tuple(ids), chat=True, messages=tuple(dict(m) for m in messages[a]) if renders else None)
         if ctx.n_ctx and not renders and len(ids) + s.gen_tokens > ctx.n_ctx:
             ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), fits=False,
@@ -386,9 +403,13 @@ def _conversation(ctx: PhaseContext) -> None:
         else:
             if server and recent:  # of what it holds, the server serves the prompt the longest shared prefix
                 held_by, held, _, held_n, held_reply = max(reversed(recent), key=lambda r: common_prefix(r[1], ids))
-            reply, counted, kept, n_reply = _turn(ctx, cache, pair, i, a, t, prompt,
-                                                  (held, [r[2] for r in recent], held_by, held_n, held_reply),
-                                                  last.get(a), server, eos)
+            try:
+                reply, counted, kept, n_reply = _turn(ctx, cache, pair, i, a, t, prompt,
+                                                      (held, [r[2] for r in recent], held_by, held_n, held_reply),
+                                                      last.get(a), server, eos)
+            except Exception as exc:  # noqa: BLE001 - a failed request, or what its reply made raise: this app alone
+                _failed(ctx, cache, stopped, a, t, exc)
+                continue
         ended = None if server else reply_end(reply, eos)
         # the assistant's message: the reply as the model produced it, up to its end (a server's: its chunks' texts)
         said = Previous(ids, text, reply, "", tuple(kept), ended, n_reply)
@@ -399,6 +420,18 @@ def _conversation(ctx: PhaseContext) -> None:
         recent = after(recent, (a, list(ids), prompt, counted, n_reply), slots)
         messages[a].append({"role": "assistant", "content": said.reply_text})
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory()))
+
+
+def _failed(ctx: PhaseContext, cache, stopped: set[int], a: int, t: int, exc: Exception) -> None:
+    """A turn that failed (its template or tokenizer raised, a request failed or its reply could
+    not be read): recorded with the reason (its conversation_turn's ``error``); its app's
+    conversation stops there, as at a full context, the turns before kept and the other apps
+    going on; what the cache holds is no longer known, so it is put back before the next turn."""
+    why = reason(exc)
+    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, error=why,
+                              stop_reason=f"app {a} turn {t} failed: {why}: app {a}'s conversation stops here"))
+    stopped.add(a)
+    cache.forget()
 
 
 def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: Prompt,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from macprof.errors import reason
 from macprof.model.phases import CountingRequest, ServerReport
 from macprof.run.prompts import Prompt
 
@@ -25,8 +26,6 @@ CHUNK_CHARS = 4096  # of a chunk's text kept in the log (its bytes were counted 
 def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
     """One request through ``engine.generate`` (the engine keeps the server's final report),
     its count settled after it, within what the request's time limit leaves."""
-    from macprof.engines import wire
-
     sent = prompt.messages if prompt.messages and engine.renders_messages else None  # the server renders them
     # untimed, before t0; messages the server renders are counted by the server alone
     counted = None if sent else engine.server_prompt_tokens(prompt.text)
@@ -38,8 +37,8 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
         for _ in (engine.generate(ids, n, sent, prompt.text) if sent else engine.generate(ids, n)):
             times.append(clock())
         status, error = "ok", None
-    except wire.ServerError as exc:
-        status, error = "error", str(exc)
+    except Exception as exc:  # noqa: BLE001 - the server's error, or a reply its reader could not read: this request's
+        status, error = "error", reason(exc)
     raw = {"t0": t0, "times": times, "chunks": list(engine.last_chunks[: len(times)]), "status": status,
            "error": error, "final": engine.last_final if status == "ok" else None}
     spent = (time.perf_counter_ns() - t0) / 1e9
@@ -79,8 +78,8 @@ def stream_request(engine, text: str, n: int, clock: Clock = time.perf_counter_n
                 times.append(clock())
                 chunks.append(item)
         status, error = "ok", None
-    except wire.ServerError as exc:
-        status, error = "error", str(exc)
+    except Exception as exc:  # noqa: BLE001 - a client thread's error is its request's, never lost with the thread
+        status, error = "error", reason(exc)
     return {"t0": t0, "times": times, "chunks": chunks, "status": status, "error": error, "final": final}
 
 

@@ -21,12 +21,13 @@ import hashlib
 
 from macprof.config import taskfile
 from macprof.engines.base import lacks
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.measure import checkers
 from macprof.model import events as ev
-from macprof.model.tasks import TaskAttemptDone, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart, ToolCall
+from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart,
+                                 ToolCall)
 from macprof.phases import TASKS_CONTEXT
-from macprof.run import chat
+from macprof.run import chat, checking
 from macprof.run.phases.common import PhaseContext
 
 PHASE = "tasks"
@@ -78,9 +79,12 @@ def settled_tasks(done: dict) -> set[str]:
 
 def cut_attempt(s, failure, request: ev.RequestStart, t_end: int | None) -> TaskAttemptDone | None:
     """The parent's record of a task attempt it cut (macprof/phases.py Phase.cut): past the
-    timeout (the worker killed) or crashed with the worker. Its verdict is its status, its wall
-    time runs from the attempt's start (its request_start's t0) to the cut, the parent's stamp on
-    the same clock; it has no reply, and the tokens it generated are unknown. The task is then
+    timeout (the worker killed) or crashed with the worker, while it ran (``request`` is the
+    attempt announced and not yet recorded: run/watch.py forgets an item once it is recorded, so
+    this never stands for an attempt the worker recorded). Its verdict is its status, its wall
+    time runs from the attempt's start (its request_start's t0, before its prompt was rendered)
+    to the cut, the parent's stamp on the same clock; it has no reply, and the tokens it generated
+    are unknown. The task is then
     settled (run/resume.py): the next worker goes on with the task after it. None for anything
     else (an error the worker reported ends the phase, as before)."""
     if request.kind != "task" or not request.case or failure.status not in ("timeout", "crashed"):
@@ -115,47 +119,99 @@ def run_tasks(ctx: PhaseContext) -> None:
         generation=generation_note(len(eos), s.temperature, s.seed), attempts_allowed=s.attempts,
         temperature=s.temperature, seed=s.seed, context_tokens=TASKS_CONTEXT,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
-    for task in tf.tasks:
-        if task.id in settled:
-            continue
-        engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
-        messages = [dict(m) for m in task.messages]
-        for attempt in range(1, s.attempts + 1):
-            try:
-                rendered = chat.render(template, messages, task.tools)
-            except Exception as exc:  # noqa: BLE001 - jinja2's TemplateError and what a template raises
-                ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id,
-                                     reason=f"task {task.id!r}: the chat template did not render: {exc}"))
-                break
-            t0 = ctx.clock()
-            ids = engine.tokenize_chat(rendered.text)
-            t_tok = ctx.clock()
-            if len(ids) + task.max_tokens > TASKS_CONTEXT:
-                ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=(
-                    f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
-                    f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
-                break
-            # the parent's timeout runs from here; t0 gives the attempt's wall time should it be killed
-            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
-            sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
-            got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
-            reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
-            verdict = checkers.check(task.checker, reply, list(task.tools), rendered.tool_format) \
-                if got["status"] == "ok" else None
-            tool: dict = ({"tool": ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
-                                      arguments_valid=verdict.tool.arguments_valid)}
-                    if verdict is not None and verdict.tool is not None else {})
+    with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
+        for task in tf.tasks:
+            if task.id not in settled:
+                _task(ctx, task, template, eos, judge)
+    ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+
+
+def _task(ctx: PhaseContext, task: taskfile.Task, template, eos: set[int], judge: checking.Judge) -> None:
+    """One task's attempts on an in-process engine, until one is right, one fails, or none is left."""
+    _attempts(ctx, task, lambda attempt, t0, messages: _attempt(ctx, task, attempt, t0, messages, template, eos, judge))
+
+
+def _attempts(ctx: PhaseContext, task: taskfile.Task, attempt_of) -> None:
+    """A task's attempts in turn: each announces itself before anything of it runs (rendering its
+    prompt, tokenizing and generating are then under the parent's --timeout, and what the
+    parent cuts is this attempt, t0 giving its wall time, never the one recorded before); a
+    retry gets the checker's message as the next user turn. ``attempt_of(attempt, t0, messages)``
+    runs and records one: its (reply, verdict) where another may follow, None where the task
+    ends there. Whatever it raises (a tokenizer, an engine, a server's reply, macprof's own
+    reading of them) is that attempt's failure, recorded with the reason: the next task runs."""
+    messages = [dict(m) for m in task.messages]
+    for attempt in range(1, ctx.settings.attempts + 1):
+        t0 = ctx.clock()
+        ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
+        try:
+            outcome = attempt_of(attempt, t0, messages)
+        except Exception as exc:  # noqa: BLE001 - whatever one attempt raises fails that attempt alone
             ctx.emit(TaskAttemptDone(
                 phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-                status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
-                prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
-                correct=verdict.correct if verdict else None, message=verdict.message if verdict else None, **tool,
-                **_sampling_fields(sampled)))
-            if verdict is None or verdict.correct:
-                break
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
-    ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+                status="error", error=reason(exc), t0=t0, t_end=ctx.clock(),
+                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))))
+            return
+        if outcome is None:
+            return
+        reply, verdict = outcome
+        messages += [{"role": "assistant", "content": reply},
+                     {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+
+
+def _attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, messages: list[dict], template,
+             eos: set[int], judge: checking.Judge) -> tuple[str, checkers.Verdict] | None:
+    engine, s = ctx.engine, ctx.settings
+    if attempt == 1:
+        engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
+    try:
+        rendered = chat.render(template, messages, task.tools)
+    except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
+        ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
+        return None
+    ids = engine.tokenize_chat(rendered.text)
+    t_tok = ctx.clock()
+    if len(ids) + task.max_tokens > TASKS_CONTEXT:
+        ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=(
+            f"task {task.id!r}{f' attempt {attempt}' if attempt > 1 else ''}: {len(ids)} prompt tokens + "
+            f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
+        return None
+    sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
+    got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
+    reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
+    verdict, checked = _checked(ctx, judge, task, attempt, reply, rendered.tool_format) \
+        if got["status"] == "ok" else (None, {})
+    _emit_attempt(ctx, TaskAttemptDone(
+        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+        status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
+        prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
+        correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
+        **checked, **_sampling_fields(sampled)))
+    return None if verdict is None or verdict.correct else (reply, verdict)
+
+
+def _emit_attempt(ctx: PhaseContext, attempt: TaskAttemptDone) -> None:
+    """An attempt's record, emitted once its fields are what its type holds: one the parent's
+    reading refuses (a server's count that is no integer) would be dropped there, the attempt
+    lost; here it raises, and the attempt is recorded as failed with the reason (``_attempts``)."""
+    TaskAttemptDone.from_json(attempt.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
+    ctx.emit(attempt)
+
+
+def _checked(ctx: PhaseContext, judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
+             fmt: str) -> tuple[checkers.Verdict, dict]:
+    """The reply's verdict, after the attempt's timed window: the parent is told the window
+    ended (check_start), then the checker runs under its own bound (run/checking.py); and the
+    attempt's fields of it: its tool-call steps, the checker's own time, why it could not judge."""
+    ctx.emit(TaskCheckStart(phase=PHASE, task=task.id, attempt=attempt, bound_s=judge.bound_s))
+    judged = judge.check(task.checker, reply, list(task.tools), fmt)
+    verdict = judged.as_verdict
+    fields: dict = {"check_ns": judged.ns}
+    if judged.error is not None:
+        fields["check_error"] = judged.error
+    if verdict.tool is not None:
+        fields["tool"] = ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
+                                  arguments_valid=verdict.tool.arguments_valid)
+    return verdict, fields
 
 
 def _sampling_fields(sampled: tuple[float, int] | None) -> dict:
@@ -194,49 +250,52 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
         attempts_allowed=s.attempts, temperature=s.temperature, seed=s.seed, context_tokens=None,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
     settled = settled_tasks(ctx.done)
-    for task in tf.tasks:
-        if task.id in settled:
-            continue
-        messages = [dict(m) for m in task.messages]
-        for attempt in range(1, s.attempts + 1):
-            t0 = ctx.clock()
-            ctx.emit(ev.RequestStart(phase=PHASE, index=attempt - 1, kind="task", case=task.id, t0=t0))
-            sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
-            try:
-                got = engine.chat(messages, list(task.tools), task.max_tokens,
-                                  chat.with_tool_turn(messages, task.tools) if task.tools else (),
-                                  **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
-                status, error = "ok", None
-            except MacprofError as exc:
-                got, status, error = {}, "error", str(exc)
-            t_end = ctx.clock()
-            reply = got.get("text") or ""
-            if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
-                import json
-
-                call = got["tool_calls"][0]
-                reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
-            verdict = checkers.check(task.checker, reply, list(task.tools), "json") if status == "ok" else None
-            tool: dict = ({"tool": ToolCall(parses=verdict.tool.parses, right_function=verdict.tool.right_function,
-                                            arguments_valid=verdict.tool.arguments_valid)}
-                          if verdict is not None and verdict.tool is not None else {})
-            message = verdict.message if verdict else None
-            if verdict is not None and got.get("tools_refused"):
-                message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
-            finish = got.get("finish_reason")
-            ctx.emit(TaskAttemptDone(
-                phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-                status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
-                    got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
-                "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
-                message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **tool,
-                **({"claims": got["claims"]} if got.get("claims") else {}),  # the usage's counts: wire.chat_reply
-                **_sampling_fields(sampled)))
-            if verdict is None or verdict.correct:
-                break
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
+    with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
+        for task in tf.tasks:
+            if task.id not in settled:
+                _server_task(ctx, task, judge)
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+
+
+def _server_task(ctx: PhaseContext, task: taskfile.Task, judge: checking.Judge) -> None:
+    """One task's attempts through a server's chat completions."""
+    _attempts(ctx, task, lambda attempt, t0, messages: _server_attempt(ctx, task, attempt, t0, messages, judge))
+
+
+def _server_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, messages: list[dict],
+                    judge: checking.Judge) -> tuple[str, checkers.Verdict] | None:
+    engine, s = ctx.engine, ctx.settings
+    sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
+    try:
+        got = engine.chat(messages, list(task.tools), task.max_tokens,
+                          chat.with_tool_turn(messages, task.tools) if task.tools else (),
+                          **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
+        status, error = "ok", None
+    except Exception as exc:  # noqa: BLE001 - the server's error, or a reply its reader could not read: this attempt's
+        got, status, error = {}, "error", reason(exc)
+    t_end = ctx.clock()
+    reply = got.get("text") or ""
+    if not isinstance(reply, str):  # a list of parts, a number: no reply text to judge
+        raise TypeError(f"the server's reply content is {type(reply).__name__}, not text")
+    if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
+        import json
+
+        call = got["tool_calls"][0]
+        reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
+    verdict, checked = _checked(ctx, judge, task, attempt, reply, "json") if status == "ok" else (None, {})
+    message = verdict.message if verdict else None
+    if verdict is not None and got.get("tools_refused"):
+        message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
+    finish = got.get("finish_reason")
+    _emit_attempt(ctx, TaskAttemptDone(
+        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
+        status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
+            got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
+        "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
+        message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
+        **({"claims": got["claims"]} if got.get("claims") else {}),  # the usage's counts: wire.chat_reply
+        **_sampling_fields(sampled)))
+    return None if verdict is None or verdict.correct else (reply, verdict)
 
 
 def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
@@ -257,7 +316,7 @@ def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
                 stop = "eos"
                 break
     except Exception as exc:  # noqa: BLE001 - an engine error is a recorded attempt
-        status, error, stop = "error", f"{type(exc).__name__}: {exc}", None
+        status, error, stop = "error", reason(exc), None
     finally:
         gen.close()
     reply = tokens[:-1] if stop == "eos" else tokens
