@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PARALLEL = ("tensor", "pipeline")
+PARALLEL = ("tensor", "pipeline")  # the layouts (config/dist.py's `parallel` takes one)
 
 
 @dataclass(frozen=True)
