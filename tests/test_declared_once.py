@@ -1,6 +1,9 @@
 """Every fact declared once, the rest derived (issue 39, item 4): each check here fails on a new
 twin, naming it, rather than a test holding two copies equal.
 
+- records: no two records (events included) declare the same fields apart, five or more and most
+  of the smaller's, unless one is made from the other (a base; Journals, model/records.py), or
+  the pair is ALLOWED here with the reason they only look alike;
 - settings: no class written in macprof's sources declares five settings or more as its fields
   but ``Settings`` itself (the log's record is derived from it: model/log.py);
 - options: a command's option whose flag is one `run` declares is made from that declaration
@@ -16,9 +19,15 @@ import collections
 import dataclasses
 from pathlib import Path
 
+import importlib
+import itertools
+import pkgutil
+
 import click
 
+import macprof
 from macprof.config.settings import SPECS, RunArgs, ServerArgs, run_flags
+from macprof.model.records import Record, derived_from
 
 SOURCES = Path(__file__).resolve().parent.parent / "macprof"
 SETTINGS = Path("config/settings.py")
@@ -31,6 +40,104 @@ OTHER_MEANING = {
     ("models", "--force-overwrite"): "replaces the models.toml --write names, not a run log",
     ("doctor", "--model"): "a model reference whose files doctor checks, not a served model's name",
 }
+
+
+# (the class declaring some fields, the other class declaring them too) -> why they are no twins
+ALLOWED = {
+    ("macprof.model.events.PhaseStart", "macprof.model.events.PhaseEnd"):
+        "a phase's two boundaries: each reads the same figures at its own moment",
+    ("macprof.model.phases.Failure", "macprof.model.events._RequestHead"):
+        "a failure names the request it cut by that request's own fields",
+    ("macprof.model.phases.Request", "macprof.model.events._RequestHead"):
+        "an item's head names any item a phase announces (a request, a task attempt, a turn's prompt: kind 'task' is "
+        "no request's), the key a resume matches; a log's request keeps its own among its figures",
+    ("macprof.model.phases.ColdTrial", "macprof.model.phases.ColdSummary"):
+        "the summary of each of the trials' spans, under the span's name",
+    ("macprof.model.phases.Request", "macprof.model.phases.Metrics"):
+        "the summary of each of the requests' figures, under the figure's name",
+    ("macprof.model.phases.Summary", "macprof.model.quality.KldSummary"):
+        "KLD's own statistics (a mean with its standard error and interval), not a Summary's percentiles",
+    ("macprof.model.phases.WarmPhase", "macprof.model.phases.PrefixPhase"):
+        "two phases' records, each with its own requests' layout and key order, sharing the parts every phase has",
+    ("macprof.model.phases.WarmPhase", "macprof.model.phases.Sweep"):
+        "two phases' records, each with its own requests' layout and key order, sharing the parts every phase has",
+    ("macprof.model.phases.PrefixPhase", "macprof.model.phases.Sweep"):
+        "two phases' records, each with its own requests' layout and key order, sharing the parts every phase has",
+    ("macprof.model.log.RunLog", "macprof.model.events.RunStart"):
+        "the run's start: its memory is the start's reading and its models the settings asked, where the log's are "
+        "the run's readings and results",
+    ("macprof.model.log.ModelResult", "macprof.model.events.ModelStart"):
+        "the model's start: its memory is the system's before the load, where the log's is the model's own",
+}
+BASE = {"model", "worker", "seq", "event"}  # every event's (model/event_base.py) and its tag
+
+
+def _records() -> list[type]:
+    for m in pkgutil.walk_packages(macprof.__path__, "macprof."):
+        if not m.name.endswith("__main__"):
+            importlib.import_module(m.name)
+    found, todo = [], [Record]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return sorted({c for c in found if c.__module__.startswith("macprof.")}, key=lambda c: (c.__module__, c.__qualname__))
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _twins(classes: list[type]) -> dict[tuple[str, str], list[str]]:
+    """(declaring class, the other declaring class) -> the fields both declare, for each pair of
+    records sharing five fields or more, most of the smaller's, declared apart."""
+    fields = {c: [f for f in c.__struct_fields__ if f not in BASE] for c in classes}
+    out: dict[tuple[str, str], list[str]] = {}
+    for a, b in itertools.combinations(classes, 2):
+        apart: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+        for name in set(fields[a]) & set(fields[b]):
+            x, y = derived_from(a, name), derived_from(b, name)
+            if x is not y:
+                apart[tuple(sorted((_name(x), _name(y))))].append(name)  # type: ignore[index]
+        smaller = min(len(fields[a]), len(fields[b]))
+        for key, names in apart.items():
+            if len(names) >= 5 and len(names) >= 0.6 * smaller:
+                out[key] = sorted(set(out.get(key, [])) | set(names))
+    return out
+
+
+def test_no_two_records_declare_the_same_fields_apart():
+    allowed = {tuple(sorted(k)) for k in ALLOWED}
+    found = {k: v for k, v in _twins(_records()).items() if k not in allowed}
+    assert found == {}, "\n".join(f"{a} and {b} both declare {', '.join(v)}" for (a, b), v in found.items())
+    stale = sorted(allowed - set(_twins(_records())))
+    assert stale == [], f"ALLOWED names pairs that are no longer alike: {stale}"
+
+
+def test_the_records_check_finds_a_twin():
+    """Not vacuous: an event that repeats its record's fields, as task_attempt once did, is named;
+    one made from it (Journals) is not."""
+    from macprof.model.event_base import Event
+    from macprof.model.records import Journals
+    from macprof.model.tasks import TaskAttempt
+
+    class Repeats(Event):
+        KIND = "test_repeats"
+        phase: str = ""
+        task: str = ""
+        attempt: int = 1
+        status: str = "ok"
+        error: str | None = None
+        t0: int | None = None
+
+    class Derived(Event, Journals[TaskAttempt]):
+        KIND = "test_derived"
+        phase: str = ""
+
+    found = _twins([TaskAttempt, Repeats, Derived])
+    assert list(found) == [("macprof.model.tasks.TaskAttempt", f"{__name__}.{Repeats.__qualname__}")]
+    assert found[next(iter(found))] == ["attempt", "error", "status", "t0", "task"]
+    assert Derived.of(TaskAttempt(task="t", attempt=2), phase="tasks").record() == TaskAttempt(task="t", attempt=2)
 
 
 # -- settings ------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
-from macprof.model.phases import DropCache, PlannedCase, Residency
+from macprof.model.phases import DropCache, Failure, PlannedCase, Residency
 from macprof.config import taskfile
 from macprof.run import chat, distributed, qualitytext, reference, resume, signals, watch
 from macprof.run.job import QualityJob, WorkerJob
@@ -162,7 +162,7 @@ class Runner:
             self.progress.note(f"{model.name}: checking the {s.distributed.backend} backend and {len(s.distributed.hosts)} hosts")
             refusal = distributed.preflight(self.python, model)
         if refusal:
-            journal.write(ev.Failure(model=model.name, phase=None, status="refused", reason=refusal))
+            journal.write(ev.Failure.of(Failure(phase=None, status="refused", reason=refusal), model=model.name))
             self.progress.note(f"{model.name}: skipped: {refusal}")
             journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
             return None
@@ -170,10 +170,10 @@ class Runner:
             for case in list(cases):
                 if context and macprof.cases.tokens_per_sequence(case) > context:  # this case only: the others run
                     cases.remove(case)
-                    journal.write(ev.Failure(
-                        model=model.name, phase=phase, case=case["id"], status="refused",
+                    journal.write(ev.Failure.of(Failure(
+                        phase=phase, case=case["id"], status="refused",
                         reason=f"{model.path}: case {case['id']} needs {macprof.cases.tokens_per_sequence(case)} tokens of "
-                               f"context per sequence; the model holds {context}"))
+                               f"context per sequence; the model holds {context}"), model=model.name))
         return plan
 
     def _cold(self, model: ModelSpec, journal: Journal, past: resume.ModelPast) -> None:
@@ -181,7 +181,7 @@ class Runner:
         if "cold" not in s.phases:
             return
         if model.endpoint is not None:
-            journal.write(ev.Failure(model=model.name, phase="cold", status="refused", reason=ENDPOINT_COLD))
+            journal.write(ev.Failure.of(Failure(phase="cold", status="refused", reason=ENDPOINT_COLD), model=model.name))
             return
         for trial in range(s.cold_trials):
             if trial in past.cold_done:
@@ -203,13 +203,14 @@ class Runner:
         remaining = [p for p in s.phases if p != "cold" and p not in past.phases_done and (p not in plan or plan[p])]
         if model.endpoint is not None and "depth" in remaining:
             remaining.remove("depth")
-            journal.write(ev.Failure(model=model.name, phase="depth", status="refused", reason=ENDPOINT_DEPTH))
+            journal.write(ev.Failure.of(Failure(phase="depth", status="refused", reason=ENDPOINT_DEPTH), model=model.name))
         if "speculative" in remaining:
             try:
                 _draft_job(model, 0)
             except MacprofError as exc:  # no draft, or one that resolves to nothing: the other phases go on
                 remaining.remove("speculative")
-                journal.write(ev.Failure(model=model.name, phase="speculative", status="refused", reason=str(exc)))
+                journal.write(ev.Failure.of(Failure(phase="speculative", status="refused", reason=str(exc)),
+                                            model=model.name))
         attempts, done = 0, past.requests
         # every worker after a failure settles a case, a phase, or a task (each cut task is recorded)
         bound = len(s.phases) + sum(len(c) for c in plan.values()) + self._tasks.get(s.tasks or "", 0)
@@ -264,10 +265,11 @@ class Runner:
                             sampler, rss_pid=_server_pid(model))
         rc = watch.wait(proc)
         self._proc = None
-        recorded = watch.failure_record(model, worker_id, state, rc, stderr)
+        journaled = watch.failure_record(model, worker_id, state, rc, stderr)
+        recorded = journaled.record() if journaled else None
         goes_on = False
-        if recorded:
-            journal.write(recorded)
+        if journaled and recorded:
+            journal.write(journaled)
             self.progress.note(f"{model.name}: FAILED in {recorded.phase}: {recorded.reason}")
             cut = _cut_record(s, recorded, state)
             if cut is not None:
@@ -312,7 +314,7 @@ ENDPOINT_COLD = ("cold: a server's model cannot be unloaded over its API; a cold
 ENDPOINT_DEPTH = "depth: a server's cache cannot be filled and cut back to a depth over its API"
 
 
-def _cut_record(s, failure: ev.Failure, state) -> ev.Event | None:
+def _cut_record(s, failure: Failure, state) -> ev.Event | None:
     """The parent's record of the request a timeout or a crash cut, where its phase goes on
     after one (macprof/phases.py Phase.cut); None where the phase ends there."""
     request = state.request
@@ -322,7 +324,7 @@ def _cut_record(s, failure: ev.Failure, state) -> ev.Event | None:
     return load(phase.cut)(s, failure, request, state.t_end)
 
 
-def _between_items(failure: ev.Failure, state) -> bool:
+def _between_items(failure: Failure, state) -> bool:
     """A worker killed or dead between two items of a phase that goes on after a cut (no item
     was announced and not yet recorded: nothing to cut, and none recorded to blame), after it
     recorded at least one of them: the phase goes on from the journal, as a resumed run would.
@@ -385,7 +387,7 @@ def _request_line(name: str, e: ev.Request, s) -> str:
     what = e.kind if e.kind in ("warmup", "first", "second") else f"{e.index + 1}/{total}"
     mode = f" {e.mode}" if e.mode else ""
     case = f" {e.case}" if e.case else ""
-    return f"{name}: {e.phase}{case}{mode} {what}: {e.status}"
+    return f"{name}: {e.phase}{case}{mode} {what}: {e.record().status}"
 
 
 def _draft_job(model: ModelSpec, n_ctx: int) -> dict:

@@ -197,17 +197,18 @@ def past(events: Sequence[ev.Event], name: str) -> ModelPast:
 def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
     cold = spawn is not None and tuple(spawn.phases) == ("cold",)
     if isinstance(e, ev.Failure):
+        failure = e.record()
         if spawn is None:  # the orchestrator's own: a refused case
-            if e.case:
-                out.skip_cases.setdefault(e.phase or "", set()).add(e.case)
+            if failure.case:
+                out.skip_cases.setdefault(failure.phase or "", set()).add(failure.case)
         elif cold:
             out.cold_done.add(spawn.trial)
-        elif e.phase is None:
+        elif failure.phase is None:
             out.load_failed = True
-        elif e.case:
-            out.failed_case[e.phase] = e.case
+        elif failure.case:
+            out.failed_case[failure.phase] = failure.case
         else:
-            out.phases_done.add(e.phase)
+            out.phases_done.add(failure.phase)
     elif cold and (isinstance(e, ev.Done) or isinstance(e, ev.Request) and e.kind == "second"):
         out.cold_done.add(spawn.trial)  # type: ignore[union-attr]
     elif spawn is None or cold:
@@ -218,21 +219,25 @@ def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
         out.skip_cases.setdefault(e.phase, set()).add(e.case)
     elif isinstance(e, ev.Request) and e.phase == "conversation" and e.kind == "measured" and e.case:
         # the replay needs the reply (the next turn's history) and the cache it left
+        r = e.record()
         out.turn_requests.setdefault((int(e.case.removeprefix("app")), e.index), []).append(
             {"phase": e.phase, "case": e.case, "mode": e.mode, "kind": e.kind, "index": e.index,
-             "tokens": list(e.tokens),
-             "cached_tokens_after": e.cached_tokens_after if isinstance(e.cached_tokens_after, int) else None})
+             "tokens": list(r.tokens),
+             "cached_tokens_after": r.cached_tokens_after if isinstance(r.cached_tokens_after, int) else None})
     elif isinstance(e, ConversationTurn) and e.phase == "conversation":
-        out.requests += out.turn_requests.pop((e.app, e.turn), [])
+        turn = e.record()
+        out.requests += out.turn_requests.pop((turn.app, turn.turn), [])
     elif isinstance(e, ev.Request):  # a prefix pair's, a batch's, a speculative prompt's tokens: their checks need them
         key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
-        tokens = list(e.tokens) if e.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one
+        r = e.record()
+        tokens = list(r.tokens) if r.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one
         out.requests.append({**key, "tokens": tokens} if e.phase in REPLAYED else key)
     elif isinstance(e, TasksStart):
-        out.task_attempts = e.attempts_allowed
+        out.task_attempts = e.record().attempts_allowed
     elif isinstance(e, TaskAttemptDone):
-        if e.status != "ok" or e.correct or (out.task_attempts is not None and e.attempt >= out.task_attempts):
-            out.requests.append({"phase": e.phase, "case": e.task, "mode": None, "kind": "task", "index": e.attempt - 1})
+        a = e.record()
+        if a.status != "ok" or a.correct or (out.task_attempts is not None and a.attempt >= out.task_attempts):
+            out.requests.append({"phase": e.phase, "case": a.task, "mode": None, "kind": "task", "index": a.attempt - 1})
     elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck, SpeculativeCheck)):  # a check: a request of mode "check"
         out.requests.append({"phase": e.phase, "case": getattr(e, "case", None), "mode": "check",
                              "kind": "measured" if isinstance(e, ev.BatchCheck) else e.kind, "index": e.index})

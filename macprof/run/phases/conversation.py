@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from macprof.engines.base import common_prefix, lacks, reusable_prefix
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
-from macprof.model.conversation import ConversationStart, ConversationTurn
-from macprof.model.phases import ServerReport
+from macprof.model.conversation import ConversationPhase, ConversationStart, ConversationTurn, Turn
+from macprof.model.phases import Request, ServerReport
 from macprof.run.chat import template_for
 from macprof.run.phases.common import PhaseContext, _pause, announced, compare_outputs, reply_end, request_key, \
     timed_request
@@ -228,7 +228,7 @@ class _Cache:
                 pass
         self.ids = list(ids)
 
-    def sent(self, ids: list[int], rec: ev.Request, prompt: Prompt) -> None:
+    def sent(self, ids: list[int], rec: Request, prompt: Prompt) -> None:
         self.ids = held_after(ids, rec)
 
     def empty(self) -> None:
@@ -266,7 +266,7 @@ class _ServerCache:
                                f"of a previous prompt again): {exc}") from None
         self.state, self.seen = list(prompts), self.engine.displacements
 
-    def sent(self, ids: list[int], rec: ev.Request, prompt: Prompt) -> None:
+    def sent(self, ids: list[int], rec: Request, prompt: Prompt) -> None:
         # a counting request after it (the same prompt, after a displacement) leaves it alone
         held = self.state or [] if self.engine.displacements == self.seen else []
         self.state, self.seen = after(held, prompt, self.slots), self.engine.displacements
@@ -279,11 +279,11 @@ class _ServerCache:
         self.state = None
 
 
-def held_after(ids: list[int], rec: ev.Request) -> list[int]:
+def held_after(ids: list[int], rec: Request) -> list[int]:
     """The ids an in-process engine's cache holds after the request ``rec`` of ``ids``: the prompt
     and reply, as far as the engine says it holds them (``cached_tokens_after``: llama.cpp has not
     fed the last id it yielded; MLX has queued it already where the reply ended at EOS)."""
-    whole = list(ids) + list(rec.tokens)
+    whole = list(ids) + list(cast(tuple[int, ...], rec.tokens))  # an in-process request's: ids
     return whole[:rec.cached_tokens_after] if isinstance(rec.cached_tokens_after, int) else whole[:-1]
 
 
@@ -331,12 +331,12 @@ def _conversation(ctx: PhaseContext) -> None:
     order = schedule(s.apps, s.turns, s.app_order)
     # an app's generation ends at the model's end-of-generation id (a server's: where the server ends it)
     eos = frozenset() if server else frozenset(engine.eos_ids)
-    ctx.emit(ConversationStart(phase=PHASE, template_source="server" if renders else template.source,
-                               template_path=None if renders else template.path,
-                               template_sha256=None if renders else hashlib.sha256(template.text.encode()).hexdigest(),
-                               apps=s.apps, turns=s.turns, order=tuple(order), holds=holds(engine, server, s.apps),
-                               generation=server_generation(s.gen_tokens) if server else
-                               generation_note(len(eos), s.gen_tokens)))
+    ctx.emit(ConversationStart.of(ConversationPhase(
+        template_source="server" if renders else template.source, template_path=None if renders else template.path,
+        template_sha256=None if renders else hashlib.sha256(template.text.encode()).hexdigest(), apps=s.apps,
+        holds=holds(engine, server, s.apps),
+        generation=server_generation(s.gen_tokens) if server else generation_note(len(eos), s.gen_tokens)),
+        phase=PHASE, turns=s.turns, order=tuple(order)))
     messages = {a: [{"role": "system", "content": builder.words_text(f"conversation:system:{a}", s.system_tokens)}]
                 for a in range(s.apps)}
     heads = {(a, t): {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
@@ -388,9 +388,10 @@ def _conversation(ctx: PhaseContext) -> None:
         ctx.emit(ev.RequestEnd(**head))
         prompt = Prompt(text, tuple(ids), chat=True, messages=tuple(dict(m) for m in messages[a]) if renders else None)
         if ctx.n_ctx and not renders and len(ids) + s.gen_tokens > ctx.n_ctx:
-            ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=len(ids), fits=False,
-                                      stop_kind="empty", stop_reason=f"{len(ids)} prompt + {s.gen_tokens} generated "
-                                      f"tokens exceed the context of {ctx.n_ctx}: app {a}'s conversation stops here"))
+            ctx.emit(ConversationTurn.of(Turn(
+                app=a, turn=t, prompt_tokens=len(ids), fits=False, stop_kind="empty", stop_reason=f"{len(ids)} prompt + "
+                f"{s.gen_tokens} generated tokens exceed the context of {ctx.n_ctx}: app {a}'s conversation stops here"),
+                phase=PHASE))
             stopped.add(a)
             continue
         pair = heads[(a, t)]
@@ -428,8 +429,8 @@ def _failed(ctx: PhaseContext, cache, stopped: set[int], a: int, t: int, exc: Ex
     conversation stops there, as at a full context, the turns before kept and the other apps
     going on; what the cache holds is no longer known, so it is put back before the next turn."""
     why = reason(exc)
-    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, error=why,
-                              stop_reason=f"app {a} turn {t} failed: {why}: app {a}'s conversation stops here"))
+    ctx.emit(ConversationTurn.of(Turn(app=a, turn=t, stop_reason=f"app {a} turn {t} failed: {why}: app {a}'s "
+                                                                 f"conversation stops here"), phase=PHASE, error=why))
     stopped.add(a)
     cache.forget()
 
@@ -468,7 +469,7 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
                 told = rec.server or ServerReport()
                 n_out, ended = told.completion_tokens, SERVER_ENDS.get(told.finish_reason or "")
             else:
-                n_out, ended = len(rec.tokens), reply_end(rec.tokens, eos)
+                n_out, ended = len(rec.tokens), reply_end(cast(tuple[int, ...], rec.tokens), eos)  # ids
         else:
             emptied_reused = rec.reused_tokens
         if rec.status != "ok":
@@ -512,11 +513,10 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
         content = prev.content  # the reply's ids that are its message (its end-of-generation id is the template's)
         equal = (ids[len(prev.ids):len(prev.ids) + len(content)] == content) if previous and \
             ids[:len(prev.ids)] == list(prev.ids) else None
-    ctx.emit(ConversationTurn(phase=PHASE, app=a, turn=t, prompt_tokens=counted,
-                              held_tokens=(held_n if renders else len(held)) + n_reply, held_by=held_by,
-                              common_prefix=d, expected_reuse=None if renders else reusable_prefix(held, ids),
-                              reused_tokens=reused, reuse_refused=refused, reuse_bound=bound,
-                              reuse_unreported=unreported, ideal_reuse=ideal, stop_kind=kind, stop_reason=reason,
-                              reply_text_ids_equal=equal, not_emptied=not_emptied, check=check,
-                              reply_tokens=n_out, reply_end=ended))
+    ctx.emit(ConversationTurn.of(Turn(
+        app=a, turn=t, prompt_tokens=counted, held_tokens=(held_n if renders else len(held)) + n_reply,
+        held_by=held_by, common_prefix=d, expected_reuse=None if renders else reusable_prefix(held, ids),
+        reused_tokens=reused, reuse_refused=refused, reuse_bound=bound, reuse_unreported=unreported, ideal_reuse=ideal,
+        stop_kind=kind, stop_reason=reason, reply_text_ids_equal=equal, not_emptied=not_emptied, check=check,
+        reply_tokens=n_out, reply_end=ended), phase=PHASE))
     return reply, counted, kept, n_out

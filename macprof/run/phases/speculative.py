@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 from macprof.engines.base import EngineSettings, lacks
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
@@ -313,7 +313,7 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
             if record:
                 ctx.emit(SpeculativeRounds(phase=PHASE, index=head["index"], kind=head["kind"], case=key, k=k,
                                            rounds=tuple(got[0] if got else ())))
-        outputs[key] = tuple(rec.tokens)
+        outputs[key] = cast(tuple[int, ...], tuple(rec.tokens))  # an in-process request's: ids
     if not record:
         return
     plain = outputs.get("plain", ())

@@ -24,8 +24,8 @@ from macprof.engines.base import lacks
 from macprof.errors import MacprofError, reason
 from macprof.measure import checkers
 from macprof.model import events as ev
-from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart,
-                                 ToolCall)
+from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo,
+                                 TasksPhase, TasksStart, ToolCall)
 from macprof.phases import TASKS_CONTEXT
 from macprof.run import chat, checking
 from macprof.run.phases.common import PhaseContext
@@ -91,11 +91,11 @@ def cut_attempt(s, failure, request: ev.RequestStart, t_end: int | None) -> Task
         return None
     task = next((t for t in taskfile.load(s.tasks).tasks if t.id == request.case), None)
     attempt = request.index + 1
-    return TaskAttemptDone(
-        phase=PHASE, category=task.category if task else None, checker=task.checker["type"] if task else "",
+    return TaskAttemptDone.of(TaskAttempt(
         task=request.case, attempt=attempt, status=failure.status, error=failure.reason, t0=request.t0,
         t_tokenized=None, token_times=(), tokens=(), stop=None, text="", correct=None, message=None, t_end=t_end,
-        **_sampling_fields(sampling_of(s.temperature, s.seed, request.case, attempt)))
+        **_sampling_fields(sampling_of(s.temperature, s.seed, request.case, attempt))),
+        phase=PHASE, category=task.category if task else None, checker=task.checker["type"] if task else "")
 
 
 def run_tasks(ctx: PhaseContext) -> None:
@@ -112,13 +112,13 @@ def run_tasks(ctx: PhaseContext) -> None:
     template = engine.chat_template()
     eos = set(engine.eos_ids)
     tool_formats = {chat.tool_format(template)} if any(t.tools for t in tf.tasks) else set()
-    ctx.emit(TasksStart(
-        phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
-                                          refused=len(tf.refused)),
+    ctx.emit(TasksStart.of(TasksPhase(
+        task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
+                             refused=len(tf.refused)),
         prompt_format=chat.prompt_format(template), tool_format=next(iter(tool_formats), None),
         generation=generation_note(len(eos), s.temperature, s.seed), attempts_allowed=s.attempts,
         temperature=s.temperature, seed=s.seed, context_tokens=TASKS_CONTEXT,
-        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
+        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
         for task in tf.tasks:
             if task.id not in settled:
@@ -146,10 +146,10 @@ def _attempts(ctx: PhaseContext, task: taskfile.Task, attempt_of) -> None:
         try:
             outcome = attempt_of(attempt, t0, messages)
         except Exception as exc:  # noqa: BLE001 - whatever one attempt raises fails that attempt alone
-            ctx.emit(TaskAttemptDone(
-                phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-                status="error", error=reason(exc), t0=t0, t_end=ctx.clock(),
-                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))))
+            ctx.emit(TaskAttemptDone.of(TaskAttempt(
+                task=task.id, attempt=attempt, status="error", error=reason(exc), t0=t0, t_end=ctx.clock(),
+                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))),
+                phase=PHASE, category=task.category, checker=task.checker["type"]))
             return
         if outcome is None:
             return
@@ -180,21 +180,21 @@ def _attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, mess
     reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
     verdict, checked = _checked(ctx, judge, task, attempt, reply, rendered.tool_format) \
         if got["status"] == "ok" else (None, {})
-    _emit_attempt(ctx, TaskAttemptDone(
-        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-        status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
-        prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
-        correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
+    _emit_attempt(ctx, task, TaskAttempt(
+        task=task.id, attempt=attempt, status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok,
+        token_times=tuple(got["times"]), prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"],
+        text=reply, correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
         **checked, **_sampling_fields(sampled)))
     return None if verdict is None or verdict.correct else (reply, verdict)
 
 
-def _emit_attempt(ctx: PhaseContext, attempt: TaskAttemptDone) -> None:
+def _emit_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: TaskAttempt) -> None:
     """An attempt's record, emitted once its fields are what its type holds: one the parent's
     reading refuses (a server's count that is no integer) would be dropped there, the attempt
     lost; here it raises, and the attempt is recorded as failed with the reason (``_attempts``)."""
-    TaskAttemptDone.from_json(attempt.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
-    ctx.emit(attempt)
+    event = TaskAttemptDone.of(attempt, phase=PHASE, category=task.category, checker=task.checker["type"])
+    TaskAttemptDone.from_json(event.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
+    ctx.emit(event)
 
 
 def _checked(ctx: PhaseContext, judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
@@ -242,13 +242,13 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
     server refuses that field, described in a system turn and read in the JSON form; said per
     attempt's message where it happened and in the phase's tool_format."""
     engine, s = ctx.engine, ctx.settings
-    ctx.emit(TasksStart(
-        phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
-                                          refused=len(tf.refused)),
+    ctx.emit(TasksStart.of(TasksPhase(
+        task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
+                             refused=len(tf.refused)),
         prompt_format=SERVER_FORMAT, tool_format=SERVER_TOOLS
         if any(t.tools for t in tf.tasks) else None, generation=server_generation(s.temperature, s.seed),
         attempts_allowed=s.attempts, temperature=s.temperature, seed=s.seed, context_tokens=None,
-        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
+        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
     settled = settled_tasks(ctx.done)
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
         for task in tf.tasks:
@@ -287,9 +287,8 @@ def _server_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: in
     if verdict is not None and got.get("tools_refused"):
         message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
     finish = got.get("finish_reason")
-    _emit_attempt(ctx, TaskAttemptDone(
-        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-        status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
+    _emit_attempt(ctx, task, TaskAttempt(
+        task=task.id, attempt=attempt, status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
             got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
         "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
         message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
