@@ -113,6 +113,7 @@ def _phase(tmp_path: Path, draft_path: Path, ks=(1, 3), step_ns: int = 1000):
     from macprof.engines.fake import FakeEngine
     from macprof.model.events import parse_event
     from macprof.model.log import Bandwidth, MeasuredBandwidth
+    from macprof.model.speculative import DraftSpec
     from macprof.run.phases.common import PhaseContext
     from macprof.run.phases.speculative import run_speculative
     from macprof.run.prompts import PromptBuilder
@@ -129,10 +130,10 @@ def _phase(tmp_path: Path, draft_path: Path, ks=(1, 3), step_ns: int = 1000):
         return now[0]
 
     events: list = []
-    spec = {"kind": "model", "ref": str(draft_path), "engine": "fake", "path": str(draft_path), "n_ctx": 512,
-            "target": "t", "shape": modelinfo.inspect(draft_path, "f16").to_dict()}
+    spec = DraftSpec(kind="model", ref=str(draft_path), engine="fake", path=str(draft_path), target="t",
+                     shape=modelinfo.inspect(draft_path, "f16").to_dict())
     run_speculative(PhaseContext(engine, PromptBuilder(engine), s, lambda e: events.append(
-        parse_event({**e.to_json(), "model": "t"})), clock=clock, draft=spec))
+        parse_event({**e.to_json(), "model": "t"})), clock=clock, n_ctx=512, prepared=spec))
     head = types.SimpleNamespace(settings=s, shape=modelinfo.inspect(target_path, "f16").to_dict())
     ctx = types.SimpleNamespace(events=events, head=head, failures=[],
                                 bw=Bandwidth(measured=MeasuredBandwidth(gbs=50.0)))
@@ -176,7 +177,7 @@ def test_a_draft_that_is_always_rejected_has_alpha_zero_and_one_token_per_round(
     from macprof.run.phases import speculative
 
     def load(ctx):
-        ctx.emit(DraftLoaded(phase="speculative", draft="rejected", engine="fake", shape=ctx.draft["shape"]))
+        ctx.emit(DraftLoaded(phase="speculative", draft="rejected", engine="fake", shape=ctx.prepared.shape))
         return _Rejected(), None
 
     monkeypatch.setattr(speculative, "load_draft", load)

@@ -23,9 +23,9 @@ from macprof.engines.base import lacks
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
-from macprof.model.quality import QualityText
+from macprof.model.phase_events import QualityChunkScored, QualityStart, QualityStored
+from macprof.model.quality import QualityJob, QualityText
 from macprof.model.records import ABSENT
-from macprof.run.job import QualityJob
 from macprof.run.phases.common import PhaseContext
 from macprof.run.qualitytext import head, read_text
 
@@ -50,7 +50,8 @@ def chunked_ids(ids: list[int], bos: list[int], n_ctx: int, max_tokens: int) -> 
 def run_quality(ctx: PhaseContext) -> None:
     import numpy as np
 
-    engine, s, job = ctx.engine, ctx.settings, ctx.quality
+    engine, s = ctx.engine, ctx.settings
+    job: QualityJob = ctx.prepared or QualityJob()  # the parent's (run/reference.py QualityParent)
     why = lacks(engine, "score")
     if why:
         raise MacprofError(f"the {engine.name} engine cannot give the logits of every position: {why}")
@@ -72,7 +73,7 @@ def run_quality(ctx: PhaseContext) -> None:
     store = Path(job.store) if job.store else None
     is_ref = job.is_reference
     base, reason = (None, None) if is_ref else _open_reference(job, sha, vocab)
-    ctx.emit(ev.QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
+    ctx.emit(QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
                              tokens_sha256=sha, vocab_size=vocab, reference=job.reference, is_reference=is_ref,
                              reference_reason=reason,
                              # ABSENT, not null, where the reference does not score again
@@ -94,7 +95,7 @@ def run_quality(ctx: PhaseContext) -> None:
         if writer is not None:
             writer[rows] = mine
         figures = q.score(scored, targets, mine if is_ref else (base[rows] if base is not None else None))
-        ctx.emit(ev.QualityChunkScored(phase=PHASE, index=k, t_start=t_start, t_end=t_end, tokens=len(chunk),
+        ctx.emit(QualityChunkScored(phase=PHASE, index=k, t_start=t_start, t_end=t_end, tokens=len(chunk),
                                        nll=tuple(figures["nll"]), kld=_tuple(figures.get("kld")),
                                        same_top=_tuple(figures.get("same_top"))))
     if writer is not None and store is not None:
@@ -105,7 +106,7 @@ def run_quality(ctx: PhaseContext) -> None:
         from macprof.run.reference import store_digest
 
         digest, size = store_digest(store)  # what a later model checks the files against (reference.store_changed)
-        ctx.emit(ev.QualityStored(phase=PHASE, sha256=digest, bytes=size))
+        ctx.emit(QualityStored(phase=PHASE, sha256=digest, bytes=size))
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
 
 
