@@ -295,7 +295,8 @@ def test_compare_of_logs_without_the_phase_keeps_its_columns_out():
 
 
 def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log, tmp_path):
-    from macprof.render.plot import _models, speculative_series
+    from macprof.render.plot import _models
+    from macprof.render.speculative import speculative_series
     from macprof.store import runlog
 
     log, _ = self_draft_log
@@ -311,7 +312,7 @@ def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from macprof.render.plot import _speculative
+    from macprof.render.speculative import _speculative
 
     fig, ax = plt.subplots()
     _speculative(ax, [series])  # the series drawn are the ones read above
@@ -338,7 +339,8 @@ def test_the_speculative_panel_spans_its_figure_and_its_legend_covers_nothing(se
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from macprof.render.plot import _models, _speculative, layout, speculative_series
+    from macprof.render.plot import _models, layout
+    from macprof.render.speculative import _speculative, speculative_series
     from macprof.store import runlog
 
     assert layout(1, 0) == (1, 1, 10) and layout(2, 8) == (1, 2, 1.6 * 8 + 4) and layout(5, 3) == (2, 3, 17)
