@@ -187,7 +187,7 @@ class Runner:
             self.progress.note(f"{model.name}: skipped: {refusal}")
             journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
             return None
-        for phase, why in refused.items():  # a phase its parent refused (no draft ...): the others go on
+        for phase, why in refused.items():  # a phase its parent refused (what it needs is missing): the others go on
             self._refuse(model, journal, phase, why)
         for phase, cases in plan.items():
             for case in list(cases):
