@@ -107,10 +107,10 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
     Phase("bench", "macprof.run.phases.bench:run_bench", "macprof.analyse.build:build_sweep_phase",
           "macprof.cases:bench_cases", _per_case, _longest_case, sweep=True),
     # scores chunks (quality_chunk events), no request; the reference model scores first and stores
-    # its distributions for the others (run/reference.py)
+    # its distributions for the others (run/reference.py, through the phase's parent)
     Phase("quality", "macprof.run.phases.quality:run_quality", "macprof.analyse.build:build_quality_phase",
           context=lambda s, cases: s.quality_ctx, figures="macprof.analyse.quality:quality_figures",
-          report="macprof.render.quality:REPORT", parent="macprof.run.reference:QualityParent",
+          report="macprof.render.quality:REPORT", parent="macprof.run.phases.quality:QualityParent",
           prepared="macprof.model.quality:QualityJob", events="macprof.model.phase_events:QUALITY_EVENTS",
           progress_event="quality_chunk"),
     # a plain request and one per draft length (and implementation: macprof's, the engine's own, or
@@ -138,7 +138,7 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
     Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
           context=lambda s, cases: TASKS_CONTEXT, figures="macprof.analyse.tasks:tasks_figures",
           report="macprof.render.tasks:REPORT", parent="macprof.run.phases.tasks:TasksParent",
-          prepared="macprof.config.taskfile:TaskFile", events="macprof.model.tasks:EVENTS",
+          prepared="macprof.run.taskfile:TaskFile", events="macprof.model.tasks:EVENTS",
           resume="macprof.run.phases.tasks:resumed"),
 )}
 NAMES = tuple(REGISTRY)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from macprof.config import taskfile
+from macprof.run import taskfile
 from macprof.model import events as ev
 from macprof.run.phases.common import announced
 from macprof.store import runlog

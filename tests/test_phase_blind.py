@@ -92,5 +92,5 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("name", BLIND + ("run/phases/common.py",))
 def test_the_run_s_machinery_imports_no_phase_s_module(name):
     named = _named_modules()
-    assert {"macprof.run.phases.tasks", "macprof.run.reference", "macprof.model.speculative"} <= named
+    assert {"macprof.run.phases.tasks", "macprof.run.phases.quality", "macprof.model.speculative"} <= named
     assert _imports(ROOT / name) & named == set()

@@ -21,7 +21,7 @@ import pytest
 
 from macprof import config, session
 from macprof.collect import resolve
-from macprof.config import taskfile
+from macprof.run import taskfile
 from macprof.run.orchestrator import Runner
 from macprof.store.runlog import read_journal
 
@@ -60,7 +60,7 @@ seen("worker " + name)
 if name in FAULTS:
     os.environ["MACPROF_TEST_FAULT"] = json.dumps({{**FAULTS[name], "model": name}})
 sys.stdin = io.TextIOWrapper(io.BytesIO(line))
-from macprof.config import taskfile
+from macprof.run import taskfile
 
 read = taskfile.read_bytes
 taskfile.read_bytes = lambda *a, **k: (seen("read the task file"), read(*a, **k))[1]

@@ -1,13 +1,12 @@
-"""The quality phase's parent side (``QualityParent``): which model it compares the others
-against, and the order that puts it first: the one named by ``reference`` (--reference), else the
-run's highest-precision model (most file bytes per parameter, from the model files' metadata; the
-first such in run order); where that model stores its distributions, whether they are still the
-bytes it stored, and each worker's part of the job."""
+"""Which model the quality phase compares the others against, and the order that puts it
+first: the one named by ``reference`` (--reference), else the run's highest-precision model
+(most file bytes per parameter, from the model files' metadata; the first such in run order);
+where that model stores its distributions, whether they are still the bytes it stored, and a
+worker's part of the job (run/phases/quality.py QualityParent uses these)."""
 
 from __future__ import annotations
 
 import hashlib
-from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
@@ -16,53 +15,8 @@ from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phase_events import QualityStored
 from macprof.model.quality import QualityJob
-from macprof.run import qualitytext
-from macprof.run.phases.api import Host, Parent, file_input
 
 PHASE = "quality"
-QUALITY_TEXT = "the quality text"  # its role among a model's inputs (model_start identity.inputs)
-
-
-class QualityParent(Parent[None, QualityJob]):
-    """Chooses the reference (a bad --reference stops the run here) and checks each --text
-    before any worker waits on it (a FIFO, a device, too large); the reference runs first, and
-    its stored distributions are removed when the run completes (they served this run only)."""
-
-    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
-        super().__init__(models, journal_path)
-        self.reference = choose(models)
-        for text in sorted({m.settings.text for m in models if PHASE in m.settings.phases and m.settings.text}):
-            qualitytext.check(text)
-        self.store = store_path(journal_path, self.reference) if self.reference else None
-        self._rescore: str | None = None  # why the reference scores again, for its next worker's job
-
-    def order(self, models: list[ModelSpec]) -> list[ModelSpec]:
-        return ordered(models, self.reference)  # the others read what it stores
-
-    def inputs(self, model: ModelSpec, prepared: None) -> list[dict]:
-        text = model.settings.text
-        return [file_input(QUALITY_TEXT, Path(text) if text else Path(str(resources.files("macprof") / "data" /
-                                                                             "quality.txt")))]
-
-    def job(self, model: ModelSpec, prepared: None, host: Host) -> QualityJob:
-        """Before a model is held to the reference's stored log-probabilities, they must be the
-        bytes the reference journaled (store_changed); else the reference scores again first, and
-        its quality phase records why."""
-        if model.name == self.reference:
-            why, self._rescore = self._rescore, None
-            return job(model, self.reference, self.store, host.events, why)
-        why = store_changed(self.store, host.events, self.reference)
-        ref = next((m for m in self.models if m.name == self.reference), None)
-        if why is not None and ref is not None and self.store is not None:
-            host.note(f"{ref.name}: {why}; scoring it again before {model.name}")
-            remove_store(self.store)
-            self._rescore = why
-            host.run_worker(ref, [PHASE])
-        return job(model, self.reference, self.store, host.events)
-
-    def close(self, complete: bool) -> None:
-        if complete and self.store:  # the reference's distributions served this run only
-            remove_store(self.store)
 
 
 def choose(models: Sequence[ModelSpec]) -> str | None:
@@ -127,7 +81,7 @@ STORE_SUFFIXES = (".npy", ".json")
 def store_digest(store: Path) -> tuple[str, int]:
     """(sha256, bytes) of the stored distributions and their sidecar, read as regular files
     only (a FIFO put in their place is refused, not waited on)."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     digest, total = hashlib.sha256(), 0
     for suffix in STORE_SUFFIXES:

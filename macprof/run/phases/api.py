@@ -91,8 +91,8 @@ class Parent(Generic[P, J]):
 def file_input(role: str, path: Path) -> dict:
     """One of ``inputs``' entries: the file's role, path, size and sha256 (cached as a model
     file's is); OSError or MacprofError where it cannot be read."""
-    from macprof.collect.fileid import cached_sha256
-    from macprof.collect.filekind import regular_stat
+    from macprof.files.fileid import cached_sha256
+    from macprof.files.filekind import regular_stat
 
     return {"role": role, "path": str(path), "bytes": regular_stat(path).st_size, "sha256": cached_sha256(path)}
 

@@ -193,7 +193,7 @@ class DraftParent(Parent[DraftSpec, DraftSpec]):
 
     def inputs(self, model: ModelSpec, prepared: DraftSpec | None) -> list[dict]:
         """The draft model's files (none for prompt lookup, or a draft refused)."""
-        from macprof.collect import filekind
+        from macprof.files import filekind
 
         if prepared is None or not prepared.path:
             return []

@@ -1,8 +1,8 @@
 """The tasks phase: does the model answer right, as an app would ask it? Each task of the task
-file (config/taskfile.py; the shipped set by default) is rendered through the model's chat
+file (run/taskfile.py; the shipped set by default) is rendered through the model's chat
 template, or the plain form where it has none (run/chat.py), and generated as apps generate:
 the reply ends at an end-of-generation id (unlike the speed phases, which hold EOS off so that
-lengths are exact) or at the task's max_tokens. Its checker (measure/checkers.py) judges the
+lengths are exact) or at the task's max_tokens. Its checker (run/checkers.py) judges the
 reply; with --attempts N a failed task is asked again with the checker's message as the next
 user turn, as an agent loop does. The first attempt is greedy; with --temperature T the retries
 are sampled at T, each from its own seed (``attempt_seed``: --seed, the task, the attempt).
@@ -26,15 +26,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from macprof.config import taskfile
 from macprof.engines.base import lacks
 from macprof.errors import MacprofError, reason
-from macprof.measure import checkers
 from macprof.model import events as ev
 from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart,
                                  ToolCall)
 from macprof.phases import TASKS_CONTEXT
-from macprof.run import chat, checking
+from macprof.run import chat, checkers, checking, taskfile
 from macprof.run.phases.api import Parent
 from macprof.run.phases.common import PhaseContext
 
