@@ -386,9 +386,14 @@ def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
     if past.finished:
         return 0
     s = model.settings
-    trials = sum(len(done) * REGISTRY[p].requests(s, []) // max(1, REGISTRY[p].trials(s))  # type: ignore[misc]
-                 for p, done in past.trials_done.items() if p in s.phases and REGISTRY[p].trials)
+    trials = sum(_trial_units(s, p, len(done)) for p, done in past.trials_done.items() if p in s.phases)
     return max(0, planned_requests(s) - past.units - trials)
+
+
+def _trial_units(s, phase: str, done: int) -> int:
+    """The request events ``done`` trials of ``phase`` emitted (its count over its trials, each alike)."""
+    count = REGISTRY[phase].trials
+    return done * REGISTRY[phase].requests(s, []) // max(1, count(s)) if count is not None else 0
 
 
 def _request_line(name: str, e: ev.Request, s) -> str:
