@@ -132,7 +132,7 @@ def panel(charted):
 REPORT = PhaseReport(present="has_probe", columns=(Column("probe requests", cell("probe_requests")),),
                      fields=("probe_requests",), note="probe: a phase added by its own modules",
                      section=section, detail=lambda record: [f"   probe: {len(record.requests)} requests"],
-                     panel=panel)
+                     panel=panel, parameters=lambda s: f"{s.reps} probes after a warm-up")
 ''',
 }
 REGISTRY_LINE = (
@@ -232,7 +232,7 @@ def test_a_phase_is_its_own_modules_and_one_registry_line(tmp_path, fake_dir):
     assert "probe requests" in _run(root, tmp_path, "-m", "macprof", "compare", str(log)).stdout
     show = _run(root, tmp_path, "-m", "macprof", "show", str(log)).stdout
     assert "Probe:" in show and "workers were handed: prepared for fake-b" in show and "probe: 3 requests" in show
-    assert "Probe requests per model" in checked["svg"]
+    assert "Probe requests per model" in checked["svg"] and "probe 2 probes after a warm-up" in checked["svg"]
 
     changed = _changed(root)
     assert changed == {**dict.fromkeys(NEW_FILES, "new"), "phases.py": "changed", SCHEMA: "changed"}

@@ -7,7 +7,7 @@ from macprof.analyse.conversation import FIGURES
 from macprof.model.conversation import ConversationPhase
 from macprof.model.log import ModelResult, RunLog
 from macprof.render.exporters import Column, Table, cell
-from macprof.render.report import Charted, PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 from macprof.render.text import fmt_of, fmt_s, fmt_share
 from macprof.sanitise import clean
 
@@ -194,6 +194,13 @@ def conversation_panel(charted: Charted):
     return lambda ax: _conversation(ax, charted.models)
 
 
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    tool = f" / tool {setting(s, 'tool_tokens')}" if getattr(s, "tool_tokens", None) else ""
+    return (f"{setting(s, 'apps')} app(s) x {setting(s, 'turns')} turns, system {setting(s, 'system_tokens')} / user "
+            f"{setting(s, 'turn_tokens')}{tool} tokens, replies to EOS or {setting(s, 'gen_tokens')} tokens")
+
+
 REPORT = PhaseReport(present="has_conversation", columns=COLUMNS, fields=FIGURES, note=NOTE, section=conversation_table,
                      detail=conversation_lines, tables=turns_tables,
-                     panel=conversation_panel)
+                     panel=conversation_panel, parameters=parameters)

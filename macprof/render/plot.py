@@ -14,8 +14,7 @@ from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Ceiling, SweepCase
-from macprof.model.records import ABSENT
-from macprof.render.report import Charted, panels as phase_panels
+from macprof.render.report import Charted, parameters_of, panels as phase_panels, setting
 from macprof.render.text import clean
 
 FORMATS = (".png", ".svg", ".html")
@@ -302,13 +301,12 @@ def _describe(log: RunLog) -> str:
 
 def phase_parameters(s, phase: str) -> str:
     """What shaped one phase's figures, in words: its lengths and repetitions (a speed phase's
-    prompt / gen and reps; a conversation's apps, turns and message lengths; the tasks' set and
-    attempts...). A setting a log lacks (older logs) reads "?"."""
+    prompt / gen and reps, a sweep's grid...; a phase with a report says its own, its
+    ``parameters``). A setting a log lacks (older logs) reads "?"."""
     def v(name: str):
-        value = getattr(s, name, None)
-        return "?" if value is None or value is ABSENT else list(value) if isinstance(value, tuple) else value
+        return setting(s, name)
 
-    speed = f"prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens, reps {v('reps')}"
+    speed = speed_parameters(s)
     words = {
         "cold": f"{v('cold_trials')} trials of prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens",
         "warm": speed,
@@ -317,14 +315,13 @@ def phase_parameters(s, phase: str) -> str:
         + f", reps {v('reps')}",
         "depth": f"depths {v('depths')}, gen {v('gen_tokens')} tokens, reps {v('reps')}",
         "batch": f"batches {v('batches')} of {speed}",
-        "quality": f"{v('quality_tokens')} tokens in chunks of {v('quality_ctx')}",
-        "speculative": f"draft {v('draft')}, k {v('draft_tokens')}, {speed}",
         "concurrency": ", ".join(f"{name} {v(name)}" for name in ("concurrency", "rates") if getattr(s, name, None))
         + f", {v('load_requests')} requests",
-        "conversation": f"{v('apps')} app(s) x {v('turns')} turns, system {v('system_tokens')} / user "
-        f"{v('turn_tokens')}" + (f" / tool {v('tool_tokens')}" if getattr(s, "tool_tokens", None) else "")
-        + f" tokens, replies to EOS or {v('gen_tokens')} tokens",
-        "tasks": f"{'the shipped set' if not getattr(s, 'tasks', None) else v('tasks')}, {v('attempts')} attempt(s)"
-        + (f", retries at temperature {v('temperature')}" if getattr(s, "temperature", None) else ""),
     }
-    return f"{phase} {words[phase]}" if phase in words else phase
+    said = words.get(phase) or parameters_of(s, phase)
+    return f"{phase} {said}" if said else phase
+
+
+def speed_parameters(s) -> str:
+    """A speed phase's lengths and repetitions, as the caption says them."""
+    return f"prompt {setting(s, 'prompt_tokens')} / gen {setting(s, 'gen_tokens')} tokens, reps {setting(s, 'reps')}"

@@ -7,7 +7,7 @@ from macprof.model.bounds import INVALID, share_ok
 from macprof.model.log import RunLog
 from macprof.model.quality import QualityPhase
 from macprof.render.exporters import Column, Table
-from macprof.render.report import Charted, PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 from macprof.render.text import fmt_bytes, fmt_rate
 from macprof.sanitise import clean
 
@@ -100,5 +100,11 @@ def frontier(charted: Charted):
     return draw
 
 
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    return f"{setting(s, 'quality_tokens')} tokens in chunks of {setting(s, 'quality_ctx')}"
+
+
 REPORT = PhaseReport(present="has_quality", columns=QUALITY_COLUMNS, fields=QUALITY_FIELDS, note=QUALITY_NOTE,
-                     section=quality_table, detail=quality_lines, panel=frontier)
+                     section=quality_table, detail=quality_lines, panel=frontier,
+                     parameters=parameters)

@@ -64,6 +64,8 @@ class PhaseReport:
     # (the lines `detail` gives the text), too long for the end-of-run summary
     tables: Callable[[Any], list[Section]] | None = None
     panel: Panel | None = None  # its panel in `macprof plot`, after the plot's own
+    # (a model's settings) -> what shaped its figures, in words, for the plot's caption ("draft X, k [1, 4]")
+    parameters: Callable[[Any], str] | None = None
 
 
 def reports() -> list[tuple[str, PhaseReport]]:
@@ -97,6 +99,21 @@ def detail_lines(phases) -> list[str]:
         if rep.detail and record:
             out += rep.detail(record)
     return out
+
+
+def setting(s, name: str):
+    """A setting as a caption says it: a tuple as a list, one a log lacks (older logs) "?"."""
+    value = getattr(s, name, None)
+    return "?" if value is None else list(value) if isinstance(value, tuple) else value
+
+
+def parameters_of(s, phase: str) -> str | None:
+    """What phase ``phase``'s report says shaped its figures, or None where it says nothing."""
+    from macprof.phases import REGISTRY, load
+
+    entry = REGISTRY.get(phase)
+    report = load(entry.report) if entry is not None and entry.report else None
+    return report.parameters(s) if report is not None and report.parameters else None
 
 
 def panels(charted: Charted) -> list[Callable[[Any], None]]:

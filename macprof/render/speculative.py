@@ -7,7 +7,7 @@ from macprof.analyse.speculative import FIGURES, per_round
 from macprof.model.log import ModelResult, RunLog
 from macprof.model.speculative import SpeculativeCase, SpeculativePhase
 from macprof.render.exporters import Column, Table, cell
-from macprof.render.report import Charted, PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 from macprof.model.bounds import INVALID, share_ok
 from macprof.render.text import fmt_bytes, fmt_of, fmt_rate, fmt_s, fmt_x
 
@@ -236,5 +236,13 @@ def speculative_panel(charted: Charted):
     return (lambda ax: _speculative(ax, series)) if series else None
 
 
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    from macprof.render.plot import speed_parameters
+
+    return f"draft {setting(s, 'draft')}, k {setting(s, 'draft_tokens')}, {speed_parameters(s)}"
+
+
 REPORT = PhaseReport(present="has_speculative", columns=COLUMNS, fields=FIGURES, note=NOTE, section=speculative_table,
-                     detail=speculative_lines, panel=speculative_panel)
+                     detail=speculative_lines, panel=speculative_panel,
+                     parameters=parameters)

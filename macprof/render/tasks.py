@@ -9,7 +9,7 @@ from macprof.render.exporters import Column, Table
 from macprof.model.bounds import INVALID, count_ok, share_ok
 from macprof.render.text import fmt_bytes, fmt_s
 from macprof.sanitise import clean
-from macprof.render.report import Charted, PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 
 TASKS_FIELDS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "accuracy_first", "tool_valid",
                 "time_per_correct_s", "tokens_per_correct", "energy_per_correct_j", "mean_attempts", "tasks_n",
@@ -144,5 +144,13 @@ def tasks_panel(charted: Charted):
     return lambda ax: _time_per_correct(ax, charted.rows, charted.many)
 
 
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    which = "the shipped set" if not getattr(s, "tasks", None) else setting(s, "tasks")
+    retries = f", retries at temperature {setting(s, 'temperature')}" if getattr(s, "temperature", None) else ""
+    return f"{which}, {setting(s, 'attempts')} attempt(s){retries}"
+
+
 REPORT = PhaseReport(present="has_tasks", columns=TASKS_COLUMNS, fields=TASKS_FIELDS, note=TASKS_NOTE,
-                     section=tasks_table, detail=tasks_lines, panel=tasks_panel)
+                     section=tasks_table, detail=tasks_lines, panel=tasks_panel,
+                     parameters=parameters)
