@@ -18,7 +18,8 @@ import pytest
 
 from macprof.config.dist import MAX_HOSTS, Distributed, check_hosts, host_refusal
 from macprof.errors import MacprofError
-from macprof.run.job import QualityJob, WorkerJob, decode, encode
+from macprof.model.quality import QualityJob
+from macprof.run.job import WorkerJob, decode, encode
 
 HOSTILE_HOSTS = ["-oProxyCommand=touch /tmp/macprof-pwned", "-F/etc/passwd", "--", "a;id", "$(id)", "`id`", "a b",
                  "host\n", "a|b", "user@-oProxyCommand=x", "-user@host", "a/b", "", "..", "fe80::1%eth0", "h" * 254,
@@ -149,12 +150,12 @@ def test_the_llama_server_version_takes_no_value(monkeypatch):
 
 
 def test_the_lifeline_watcher_gets_a_number(monkeypatch):
-    from macprof.run import lifeline
+    from macprof.collect import lifeline
 
     seen = []
     monkeypatch.setattr(lifeline.subprocess, "Popen", lambda cmd, **k: seen.append(cmd))
     lifeline.watch_group(4242)
-    assert seen == [[sys.executable, "-m", "macprof.run.lifeline", "4242"]]
+    assert seen == [[sys.executable, "-m", "macprof.collect.lifeline", "4242"]]
 
 
 def test_the_worker_takes_its_job_on_stdin(fake_dir, monkeypatch):
@@ -247,7 +248,7 @@ SITES = {  # (module, function) -> the test(s) above, or CONSTANT (checked below
     ("run/checking.py", "_start"): CONSTANT,
     ("run/distributed.py", "preflight"): "test_the_preflight_refuses_a_hostile_host_before_ssh_sees_it",
     ("run/distributed.py", "_ssh_refusal"): "test_ssh_reads_the_host_after_dashdash",
-    ("run/lifeline.py", "watch_group"): "test_the_lifeline_watcher_gets_a_number",
+    ("collect/lifeline.py", "watch_group"): "test_the_lifeline_watcher_gets_a_number",
     ("run/serve.py", "_version"): "test_the_llama_server_version_takes_no_value",
     ("run/serve.py", "start"): "test_a_served_model_path_is_never_an_option",
     ("run/watch.py", "spawn"): "test_the_worker_takes_its_job_on_stdin",
@@ -315,13 +316,23 @@ if os.name != "posix":  # pragma: no cover
 
 # -- the worker's job ---------------------------------------------------------------------------
 def test_the_worker_job_is_typed_both_ways():
+    """The job, and each phase's part of it (its parent's, decoded with the type its registry line
+    names: run/phases prepared_of), typed both ways: a mistyped key names its place."""
     import msgspec
 
+    from macprof.run.phases import prepared_of
+
+    part = QualityJob(reference="r", store="/s", missing="r failed")
     job = WorkerJob(name="m", engine="fake", path="/m.gguf", phases=["warm", "batch"], settings={"reps": 2}, n_ctx=640,
-                    cases={"batch": [{"id": "b2"}]}, quality=QualityJob(reference="r", store="/s", missing="r failed"))
-    assert decode(encode(job)) == job
-    assert decode(b'{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},"n_ctx":8}').quality == QualityJob()
-    for bad, where in (('"n_ctx":"8"', "$.n_ctx"), ('"n_ctx":8,"seed":1', "seed"), ('"n_ctx":8,"quality":{"store":3}',
-                                                                                   "$.quality.store")):
+                    cases={"batch": [{"id": "b2"}]}, prepared={"quality": msgspec.Raw(msgspec.json.encode(part))})
+    assert decode(encode(job)) == job and prepared_of(decode(encode(job)), "quality") == part
+    bare = decode(b'{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},"n_ctx":8}')
+    assert bare.prepared == {} and prepared_of(bare, "quality") is None
+    for bad, where in (('"n_ctx":"8"', "$.n_ctx"), ('"n_ctx":8,"seed":1', "seed"), ('"n_ctx":8,"prepared":[]',
+                                                                                   "$.prepared")):
         with pytest.raises(msgspec.ValidationError, match=re.escape(where)):
             decode(('{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},' + bad + "}").encode())
+    mistyped = decode(b'{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},"n_ctx":8,'
+                      b'"prepared":{"quality":{"store":3}}}')
+    with pytest.raises(msgspec.ValidationError, match=re.escape("$.store")):
+        prepared_of(mistyped, "quality")

@@ -374,7 +374,7 @@ class OpenAIEngine:
         return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama", given_s=self.timeout_given)
 
     def propose(self, ids: Sequence[int], n: int) -> list[int]:
-        """A draft is a GGUF or MLX model loaded in process (run/orchestrator.py _draft_job); a
+        """A draft is a GGUF or MLX model loaded in process (run/phases/speculative.py draft_spec, in the parent); a
         server's stream tells text, not the token ids a draft must propose."""
         raise MacprofError("a server streams text, not token ids: it cannot draft for the speculative loop")
 

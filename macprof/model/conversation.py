@@ -123,3 +123,7 @@ class ConversationTurn(Event, Journals[Turn]):
     # the turn failed (its template or tokenizer raised, a request failed): why; the app's
     # conversation stopped here (stop_reason says so), the other apps went on
     error: str | None = ABSENT
+
+
+# the phase's journal events (macprof/phases.py ``events``: model/events.py EVENTS has them)
+EVENTS = (ConversationStart, ConversationTurn)

@@ -146,7 +146,7 @@ class TasksPhase(Record):
     BUILT = ("summary", "results", "failures", "memory")
     task_set: TaskSetInfo | None = None
     prompt_format: str | None = None  # the model's chat template, or the plain fallback
-    tool_format: str | None = None  # how tool calls were read (measure/checkers.py TOOL_FORMATS)
+    tool_format: str | None = None  # how tool calls were read (run/checkers.py TOOL_FORMATS)
     generation: str | None = None  # how replies end (EOS, unlike the speed phases), greedy or sampled
     attempts_allowed: Positive = 1
     temperature: NonNegative = 0.0
@@ -199,3 +199,7 @@ class TaskRefused(Event):
     line: int | None = None
     task: str | None = None
     reason: str = ""
+
+
+# the phase's journal events (macprof/phases.py ``events``: model/events.py EVENTS has them)
+EVENTS = (TasksStart, TaskAttemptDone, TaskCheckStart, TaskRefused)

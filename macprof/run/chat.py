@@ -41,7 +41,7 @@ RETRY = "That is not right: {message}. Try again."  # the next user turn after a
 @dataclass(frozen=True)
 class Rendered:
     text: str
-    tool_format: str  # how the reply's tool call is read (measure/checkers.py TOOL_FORMATS)
+    tool_format: str  # how the reply's tool call is read (run/checkers.py TOOL_FORMATS)
 
 
 def prompt_format(template: ChatTemplate | None) -> str:
@@ -163,9 +163,9 @@ class Template:
 
 def read_template(path: str) -> str:
     """A --chat-template file's text, compiled once to refuse one that does not compile; one line
-    where it cannot be read: through the one reader (collect/filekind.py), so a FIFO, /dev/zero
+    where it cannot be read: through the one reader (files/filekind.py), so a FIFO, /dev/zero
     or /proc/self/environ is refused, never read into a prompt."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     try:
         text = filekind.read_text(Path(path), MAX_TEMPLATE_BYTES, "a chat template")

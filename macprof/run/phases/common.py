@@ -1,5 +1,6 @@
-"""What every measurement protocol shares: the phase's context, a timestamped request (single
-or batched), the request_start/request pair, and the token-by-token output check.
+"""What every measurement protocol shares: a timestamped request (single or batched), the
+request_start/request pair, and the token-by-token output check (the phase's context is
+run/phases/context.py's, imported here too).
 
 Each protocol emits events (macprof.model.events) as it goes; the worker streams them to the
 parent, which journals them at once, so nothing measured waits in memory for the end of a phase.
@@ -8,8 +9,7 @@ parent, which journals them at once, so nothing measured waits in memory for the
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 from macprof.config import Settings
 from macprof.engines.base import lacks
@@ -17,34 +17,8 @@ from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.phases import OutputCheck, Request
-from macprof.run.job import QualityJob
+from macprof.run.phases.context import Clock, Emit, PhaseContext
 from macprof.run.prompts import Prompt, PromptBuilder
-
-Emit = Callable[[ev.Event], None]
-Clock = Callable[[], int]
-
-
-@dataclass
-class PhaseContext:
-    """Everything a protocol needs: the loaded engine, prompts, settings, where events go, the
-    sweep cases (for grid / depth / batch), the cold trial's number, the clock, and the requests
-    a resumed run recorded before (``request_key`` -> their tokens), which are not measured again."""
-
-    engine: Any
-    builder: PromptBuilder
-    settings: Settings
-    emit: Emit
-    cases: list[dict] = field(default_factory=list)
-    trial: int = 0
-    clock: Clock = time.perf_counter_ns
-    done: dict[tuple, tuple] = field(default_factory=dict)
-    # what each recorded request left in the engine's cache, where the journal kept it (a resumed
-    # conversation puts the cache back as the interrupted run had it)
-    done_cached: dict[tuple, int] = field(default_factory=dict)
-    quality: QualityJob = field(default_factory=QualityJob)  # the quality phase's reference and store (run/phases/quality.py)
-    n_ctx: int = 0  # the context the worker's engine holds, per sequence (0: not known)
-    draft: dict = field(default_factory=dict)  # the speculative phase's draft, resolved by the parent (orchestrator)
-
 
 def request_key(head: dict) -> tuple:
     """What names a request within a model's run: phase, case, mode, kind, index."""

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import NamedTuple, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from macprof.engines.base import common_prefix, lacks, reusable_prefix
 from macprof.errors import MacprofError, reason
@@ -51,9 +52,13 @@ from macprof.model import events as ev
 from macprof.model.conversation import ConversationPhase, ConversationStart, ConversationTurn, Turn
 from macprof.model.phases import Request, ServerReport
 from macprof.run.chat import template_for
+from macprof.run.phases.api import Parent, file_input
 from macprof.run.phases.common import PhaseContext, _pause, announced, compare_outputs, reply_end, request_key, \
     timed_request
 from macprof.run.prompts import Prompt
+
+if TYPE_CHECKING:
+    from macprof.run.resume import ModelPast
 
 PHASE = "conversation"
 
@@ -520,3 +525,45 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
         stop_kind=kind, stop_reason=reason, reply_text_ids_equal=equal, not_emptied=not_emptied, check=check,
         reply_tokens=n_out, reply_end=ended), phase=PHASE))
     return reply, counted, kept, n_out
+
+
+# -- the parent's side (run/phases/api.py) ---------------------------------------------------
+CHAT_TEMPLATE = "the chat template"  # its role among a model's inputs (model_start identity.inputs)
+
+
+class ConversationParent(Parent[None, None]):
+    """Each --chat-template given checked once, before any worker: one that cannot be read or
+    compiled is one line (run/chat.py read_template); the file is one of the model's inputs."""
+
+    def __init__(self, models, journal_path) -> None:
+        super().__init__(models, journal_path)
+        from macprof.run.chat import read_template
+
+        for path in sorted({m.settings.chat_template for m in models
+                            if PHASE in m.settings.phases and m.settings.chat_template}):
+            read_template(path)
+
+    def inputs(self, model, prepared: None) -> list[dict]:
+        path = model.settings.chat_template
+        return [file_input(CHAT_TEMPLATE, Path(path))] if path else []
+
+
+def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
+    """--resume: a turn whose conversation_turn was recorded is done, its two requests with the
+    natural reply's ids and what it left in the cache, so that the resumed conversation's
+    history and cache are the interrupted run's (the replay needs both); a turn interrupted
+    between its halves is measured again, both halves, its new requests superseding the old."""
+    held: dict[tuple[int, int], list[dict]] = past.state.setdefault(PHASE, {})
+    if isinstance(event, ev.Request) and event.kind == "measured" and event.case:
+        r = event.record()
+        held.setdefault((int(event.case.removeprefix("app")), event.index), []).append(
+            {"phase": event.phase, "case": event.case, "mode": event.mode, "kind": event.kind, "index": event.index,
+             "tokens": list(r.tokens),
+             "cached_tokens_after": r.cached_tokens_after if isinstance(r.cached_tokens_after, int) else None})
+        return True
+    if isinstance(event, ConversationTurn):
+        turn = event.record()
+        for request in held.pop((turn.app, turn.turn), []):
+            past.request_done(request)
+        return True
+    return False

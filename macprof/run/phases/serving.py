@@ -16,6 +16,7 @@ import time
 from macprof.engines.base import lacks
 from macprof.errors import reason
 from macprof.model import events as ev
+from macprof.model.phase_events import LoadLevel
 from macprof.model.serving import LoadLevelResult
 from macprof.run.phases.common import Clock, PhaseContext
 from macprof.run.phases.server_request import finish, stream_request
@@ -57,7 +58,7 @@ def run_concurrency(ctx: PhaseContext) -> None:
             _emit_request(emit, case, i, result)
         level = LoadLevelResult(id=case["id"], mode=case["mode"], concurrency=case.get("concurrency"), rate=case.get("rate"),
                                 planned=case["requests"], sent=sent, seed=case.get("seed"), time_limit_s=case["seconds"])
-        emit(ev.LoadLevel.of(level, phase="concurrency", case=case["id"], t_start=t_start, t_end=t_end))
+        emit(LoadLevel.of(level, phase="concurrency", case=case["id"], t_start=t_start, t_end=t_end))
 
 
 def _emit_request(emit, case: dict, index: int, result: dict) -> None:
