@@ -4,11 +4,12 @@ trial and records the page-cache residency before it)."""
 
 from __future__ import annotations
 
+from macprof.engines.base import AnyEngine
 from macprof.model import events as ev
 from macprof.run.phases.common import PhaseContext, announced, timed_request
 
 
-def run_cold(ctx: PhaseContext) -> None:
+def run_cold(ctx: PhaseContext[AnyEngine]) -> None:
     """The first request of this fresh process, then a warm one of the same shape."""
     engine, builder, s, emit, trial = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.trial
     for kind in ("first", "second"):

@@ -257,9 +257,7 @@ class _ServerCache:
         self.engine.reset()
         try:
             for prompt in prompts:
-                sent = self.engine.generate(list(prompt.ids), self.n, prompt.messages, prompt.text) \
-                    if prompt.messages else self.engine.generate(list(prompt.ids), self.n)
-                for _ in sent:
+                for _ in self.engine.request(prompt.text, self.n, prompt.messages):
                     pass
         except wire.ServerError as exc:
             raise MacprofError(f"conversation: the natural cache could not be put back (an untimed request "
@@ -311,7 +309,7 @@ def holds(engine, server: bool, apps: int) -> str | None:
 def run_conversation(ctx: PhaseContext) -> None:
     """The phase; through a server, every request of it (timed, counting, a state put back) ends
     where the server ends it, as an app's (engines/openai.py ``replies_end_at_eos``)."""
-    if lacks(ctx.engine, "stream"):
+    if ctx.engine.kind != "server":
         _conversation(ctx)
         return
     with ctx.engine.replies_end_at_eos():
@@ -320,7 +318,7 @@ def run_conversation(ctx: PhaseContext) -> None:
 
 def _conversation(ctx: PhaseContext) -> None:
     engine, s, builder = ctx.engine, ctx.settings, ctx.builder
-    server = not lacks(engine, "stream")  # requests go to a server (engines/openai.py)
+    server = engine.kind == "server"  # requests go to a server (engines/openai.py)
     # --api chat: the messages go as they are and the server applies its own template; their text
     # and ids are the server's (the text rendered here only names the request)
     renders = server and engine.renders_messages
@@ -461,7 +459,7 @@ def _turn(ctx: PhaseContext, cache, pair: dict, i: int, a: int, t: int, prompt: 
         out[mode] = rec.tokens
         cache.sent(ids, rec, prompt)
         if mode == "natural":
-            reused, refused = rec.reused_tokens, engine.reuse_refused
+            reused, refused = rec.reused_tokens, None if server else engine.reuse_refused
             kept = [] if server else held_after(ids, rec)
             if server:
                 unreported = engine.reuse_unreported

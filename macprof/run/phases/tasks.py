@@ -100,15 +100,15 @@ def cut_attempt(s, failure, request: ev.RequestStart, t_end: int | None) -> Task
 
 def run_tasks(ctx: PhaseContext) -> None:
     engine, s = ctx.engine, ctx.settings
+    tf = taskfile.load(s.tasks)
+    settled = settled_tasks(ctx.done)
+    if engine.kind == "server":  # it applies its model's template and ends at its EOS, and samples in chat()
+        _run_on_server(ctx, tf)
+        return
     if s.temperature > 0:
         why = lacks(engine, "sample")
         if why:
             raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {why}")
-    tf = taskfile.load(s.tasks)
-    settled = settled_tasks(ctx.done)
-    if not lacks(engine, "chat"):  # a server: it applies its model's template and ends at its EOS
-        _run_on_server(ctx, tf)
-        return
     template = engine.chat_template()
     eos = set(engine.eos_ids)
     tool_formats = {chat.tool_format(template)} if any(t.tools for t in tf.tasks) else set()
