@@ -24,6 +24,7 @@ from macprof.phases import REGISTRY, load
 from macprof.collect import facts, residency, resolve, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
+from macprof.config.settings import SPECS
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.measure import fit
@@ -57,8 +58,8 @@ class Runner:
         self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
         for text in sorted({m.settings.text for m in models if "quality" in m.settings.phases and m.settings.text}):
             qualitytext.check(text)  # and a --text that is a FIFO, a device or too large: before any worker waits on it
-        for path in sorted({m.settings.chat_template for m in models
-                            if "conversation" in m.settings.phases and m.settings.chat_template}):
+        for path in sorted({m.settings.chat_template for m in models  # read by every phase that renders
+                            if set(SPECS["chat_template"].phases) & set(m.settings.phases) and m.settings.chat_template}):
             chat.read_template(path)  # a --chat-template that cannot be read or compiled: one line, before any worker
         # a task file that cannot run at all: one line, before any worker
         self._tasks = {tasks: len(taskfile.load(tasks or None).tasks)
