@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Callable
 
 from macprof.config import Settings
+from macprof.engines.base import AnyEngine
 from macprof.phases import REGISTRY, cases_of, load
 from macprof.run.phases.common import PhaseContext
 
-PHASES: dict[str, Callable[[PhaseContext], None]] = {name: load(p.protocol) for name, p in REGISTRY.items()}
+PHASES: dict[str, Callable[[PhaseContext[AnyEngine]], None]] = {name: load(p.protocol) for name, p in REGISTRY.items()}
 
 
 def planned_requests(s: Settings) -> int:
