@@ -10,7 +10,7 @@ import gguf
 import pytest
 
 from macprof.analyse.ceilings import roofline_for
-from macprof.analyse.estimate import estimate
+from macprof.analyse.estimate import ModelFile, estimate
 from macprof.collect.modelinfo import inspect
 from macprof.errors import MacprofError
 from macprof.model.log import Bandwidth, MeasuredBandwidth, SpecBandwidth
@@ -321,8 +321,8 @@ def test_unknown_architecture_gives_an_unknown_ceiling_with_the_reason(tmp_path)
     ceiling = roofline_for(Metrics(), info.to_dict(), C, _bandwidth(), info.file_bytes)
     assert ceiling.reason and "t5" in ceiling.reason and not ceiling.has("spec")
     with pytest.raises(MacprofError, match="unknown"):
-        estimate(model=tmp_path / "x.gguf", bandwidth_gbs=100, context=C)
-    assert estimate(model=tmp_path / "x.gguf", bandwidth_gbs=100, context=0)["ceiling_tok_s"] > 0
+        estimate(model=ModelFile(tmp_path / "x.gguf", info), bandwidth_gbs=100, context=C)
+    assert estimate(model=ModelFile(tmp_path / "x.gguf", info), bandwidth_gbs=100, context=0)["ceiling_tok_s"] > 0
 
 
 def test_ceilings_and_estimate_use_the_layout(tmp_path):
@@ -332,7 +332,7 @@ def test_ceilings_and_estimate_use_the_layout(tmp_path):
     ceiling = roofline_for(Metrics(), shape, C, _bandwidth(), info.file_bytes)
     assert ceiling.kv_bytes_read == 5 * C * 4096 + 29 * 1024 * 4096 and ceiling.kv_type == "f16"
     assert ceiling.spec.ceiling_tok_s == pytest.approx(100e9 / (info.weight_bytes_per_token + ceiling.kv_bytes_read))
-    e = estimate(model=path, bandwidth_gbs=100, context=C)
+    e = estimate(model=ModelFile(path, info), bandwidth_gbs=100, context=C)
     assert e["kv_bytes_at_context"] == ceiling.kv_bytes_read
     assert e["ceiling_tok_s"] == pytest.approx(ceiling.spec.ceiling_tok_s)
 

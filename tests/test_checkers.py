@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from macprof.config import taskfile
 from macprof.errors import MacprofError
-from macprof.measure import checkers as c
+from macprof.run import checkers as c
+from macprof.run import taskfile
 
 WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "weather in a city", "parameters": {
     "type": "object", "required": ["city", "days"], "additionalProperties": False,

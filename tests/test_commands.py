@@ -149,12 +149,12 @@ def test_the_llama_server_version_takes_no_value(monkeypatch):
 
 
 def test_the_lifeline_watcher_gets_a_number(monkeypatch):
-    from macprof.run import lifeline
+    from macprof.collect import lifeline
 
     seen = []
     monkeypatch.setattr(lifeline.subprocess, "Popen", lambda cmd, **k: seen.append(cmd))
     lifeline.watch_group(4242)
-    assert seen == [[sys.executable, "-m", "macprof.run.lifeline", "4242"]]
+    assert seen == [[sys.executable, "-m", "macprof.collect.lifeline", "4242"]]
 
 
 def test_the_worker_takes_its_job_on_stdin(fake_dir, monkeypatch):
@@ -247,7 +247,7 @@ SITES = {  # (module, function) -> the test(s) above, or CONSTANT (checked below
     ("run/checking.py", "_start"): CONSTANT,
     ("run/distributed.py", "preflight"): "test_the_preflight_refuses_a_hostile_host_before_ssh_sees_it",
     ("run/distributed.py", "_ssh_refusal"): "test_ssh_reads_the_host_after_dashdash",
-    ("run/lifeline.py", "watch_group"): "test_the_lifeline_watcher_gets_a_number",
+    ("collect/lifeline.py", "watch_group"): "test_the_lifeline_watcher_gets_a_number",
     ("run/serve.py", "_version"): "test_the_llama_server_version_takes_no_value",
     ("run/serve.py", "start"): "test_a_served_model_path_is_never_an_option",
     ("run/watch.py", "spawn"): "test_the_worker_takes_its_job_on_stdin",

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from macprof.cli import main
 from macprof.demo.build import SPECS, VARIANTS, build, is_intact, parameter_count
-from macprof.collect.fileid import sha256_file
 from macprof.collect.modelinfo import inspect
+from macprof.files.fileid import sha256_file
 from macprof.store import runlog
 from tests.conftest import ALL_VARIANTS, FIXTURES
 

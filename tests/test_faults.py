@@ -262,7 +262,7 @@ def test_permission_denied_on_the_config(tmp_path, monkeypatch):
     p = tmp_path / "models.toml"
     p.write_text("[[models]]\n")
 
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     def denied(path, *a, **k):  # root ignores file modes, so the OS's answer is simulated (at the one reader)
         raise PermissionError(13, "Permission denied", str(path))

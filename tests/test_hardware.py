@@ -4,6 +4,7 @@ sources in its SOURCES.md): no Mac runs here."""
 import pytest
 
 from macprof.collect import chips, machine, macos
+from macprof.model.chips import spec_bandwidth
 from tests.conftest import FIXTURES
 
 MAC = FIXTURES / "macos"
@@ -99,22 +100,22 @@ def test_hardware_overview(fixture, chip, memory):
     ("M5", 10, 153.0), ("Apple M4", None, 120.0),
 ])
 def test_published_bandwidth(chip, cores, gbs):
-    assert chips.spec_bandwidth(chip, cores)["gbs"] == gbs
+    assert spec_bandwidth(chip, cores)["gbs"] == gbs
 
 
 @pytest.mark.parametrize("chip,cores", [("M4 Max", None), ("M3 Max", 36), ("M5 Max", 32), ("M7", 10), (None, None),
                                          ("Apple processor", None)])
 def test_unknown_is_unknown(chip, cores):
-    r = chips.spec_bandwidth(chip, cores)
+    r = spec_bandwidth(chip, cores)
     assert r["gbs"] is None and r["reason"]
 
 
 def test_fixture_chips_resolve_end_to_end():
     """sysctl (chip) + system_profiler (GPU cores) recorded on the same kind of Mac -> bandwidth."""
     chip = chips.parse_displays(read("m5-max-40c.system_profiler_displays.txt"))
-    assert chips.spec_bandwidth(chip["chip"], chip["gpu_cores"])["gbs"] == 614.0
+    assert spec_bandwidth(chip["chip"], chip["gpu_cores"])["gbs"] == 614.0
     m2max = chips.parse_displays(read("m2-max-38c.system_profiler_displays.txt"))
-    assert chips.spec_bandwidth(m2max["chip"], m2max["gpu_cores"])["gbs"] == 400.0
+    assert spec_bandwidth(m2max["chip"], m2max["gpu_cores"])["gbs"] == 400.0
 
 
 def test_pmset():

@@ -375,7 +375,8 @@ def test_a_sigterm_while_a_header_is_read_is_not_a_corrupt_model(fake_dir, monke
     reader's `except Exception` was recorded as "truncated or corrupt" and the run went on. It is
     a BaseException now: it leaves the reader and the model's facts untouched, to the runner."""
     from macprof import config
-    from macprof.collect import facts, ggufheader
+    from macprof.collect import facts
+    from macprof.files import ggufheader
     from macprof.run.signals import Interrupted
 
     def interrupted(*args, **kwargs):

@@ -13,6 +13,7 @@ import pytest
 
 from macprof.collect import footprint, machine, macos
 from macprof.collect.system import parse_sysctl
+from macprof.engines import ggml
 from macprof.model.log import Machine
 from tests.conftest import FIXTURES
 
@@ -93,8 +94,8 @@ def test_ggml_device_types_are_the_installed_headers():
     body = re.sub(r"//[^\n]*", "", body)
     names = re.findall(r"GGML_BACKEND_DEVICE_TYPE_(\w+)\s*(?:=\s*(\d+))?", body)
     assert all(not value or int(value) == i for i, (_, value) in enumerate(names))  # in order, from 0
-    assert macos.GGML_DEVICE_TYPES == tuple(name for name, _ in names)
-    assert macos.GGML_DEVICE_TYPES[macos.GGML_DEVICE_GPU] == "GPU"
+    assert ggml.GGML_DEVICE_TYPES == tuple(name for name, _ in names)
+    assert ggml.GGML_DEVICE_TYPES[ggml.GGML_DEVICE_GPU] == "GPU"
 
 
 def test_gpu_working_set_query_runs_on_linux():
@@ -207,7 +208,7 @@ def test_llama_load_facts(monkeypatch):
     assert facts["flash_attn"] == "auto" and facts["devices"] == metal
     cpu = adapter.load_facts(None, mparams, cparams, devices=[{"name": "CPU", "type": 0, "total_bytes": 1}])
     assert cpu["offloaded_layers"] == 0 and not cpu["gpu_offload"]
-    blas = [{"name": "CPU", "type": 0, "total_bytes": 1}, {"name": "BLAS", "type": macos.GGML_DEVICE_TYPES.index("ACCEL"),
+    blas = [{"name": "CPU", "type": 0, "total_bytes": 1}, {"name": "BLAS", "type": ggml.GGML_DEVICE_TYPES.index("ACCEL"),
                                                           "total_bytes": 1}]
     assert not adapter.load_facts(None, mparams, cparams, devices=blas)["gpu_offload"]  # an accelerator is no GPU
     now = types.SimpleNamespace(n_gpu_layers=10, load_mode=adapter.lc.LLAMA_LOAD_MODE_MMAP)  # llama.cpp with load_mode

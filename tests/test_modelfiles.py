@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from macprof import config
-from macprof.collect import facts, fileid, filekind, ggufheader, modelinfo
+from macprof.collect import facts, modelinfo
+from macprof.files import fileid, filekind, ggufheader
 from macprof.errors import MacprofError
 
 

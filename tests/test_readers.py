@@ -1,4 +1,4 @@
-"""Every file macprof reads whole on a user's word goes through one reader (collect/filekind.py
+"""Every file macprof reads whole on a user's word goes through one reader (files/filekind.py
 ``read_regular``): a FIFO, a device, a socket, a directory or a kernel pseudo-file in its place
 is refused in one line naming it, before anything blocks, and no more than its cap and one byte
 is ever read, whatever size the file system reports (issue #37, class 1).
@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from macprof import config
-from macprof.collect import filekind, modelinfo
-from macprof.config import taskfile
 from macprof.errors import MacprofError
-from macprof.run import chat, qualitytext
+from macprof.files import filekind, modelconfig
+from macprof.run import chat, qualitytext, taskfile
 from macprof.run.journal import Journal
 from macprof.store import runlog
 
@@ -44,7 +43,7 @@ READERS = [
     ("--chat-template", "t.jinja", lambda p: chat.template_for(_NoTemplate(), str(p)), chat.MAX_TEMPLATE_BYTES),
     ("MLX chat_template.jinja", "chat_template.jinja", _mlx_template, chat.MAX_TEMPLATE_BYTES),
     ("MLX tokenizer_config.json", "tokenizer_config.json", _mlx_template, 16 << 20),
-    ("MLX config.json", "config.json", modelinfo.json_object, modelinfo.MAX_CONFIG),
+    ("MLX config.json", "config.json", modelconfig.json_object, modelconfig.MAX_CONFIG),
     ("models.toml", "models.toml", lambda p: config.load(p, check_engines=False), config.MAX_CONFIG_BYTES),
     ("quality text", "notes.txt", lambda p: qualitytext.read_text(str(p)), qualitytext.MAX_TEXT_BYTES),
     ("run log", "run.json", runlog.load, runlog.MAX_LOG_BYTES),

@@ -356,12 +356,13 @@ def test_the_speculative_panel_spans_its_figure_and_its_legend_covers_nothing(se
 # -- estimate --draft ---------------------------------------------------------------------------------
 def test_estimate_with_a_draft_uses_the_runs_formula(tmp_path):
     from macprof.analyse.ceilings import speculative_prediction
-    from macprof.analyse.estimate import estimate
+    from macprof.analyse.estimate import ModelFile, estimate
     from macprof.collect import modelinfo
     from macprof.model.log import Bandwidth, MeasuredBandwidth
 
     target, draft = _fake_models(tmp_path)
-    e = estimate(model=target, bandwidth_gbs=50.0, context=30, draft=draft, acceptance=0.7, draft_tokens=[1, 2, 4])
+    target_file, draft_file = (ModelFile(p, modelinfo.inspect(p, "f16")) for p in (target, draft))
+    e = estimate(model=target_file, bandwidth_gbs=50.0, context=30, draft=draft_file, acceptance=0.7, draft_tokens=[1, 2, 4])
     rows = e["speculative"]["rounds"]
     assert [r["k"] for r in rows] == [1, 2, 4]
     shapes = [modelinfo.inspect(p, "f16").to_dict() for p in (target, draft)]
@@ -372,7 +373,7 @@ def test_estimate_with_a_draft_uses_the_runs_formula(tmp_path):
             assert r[key] == pytest.approx(run[key]), key
         assert r["tokens_per_round"] == pytest.approx(tokens_per_round(0.7, r["k"]))
     assert e["speculative"]["rounds"][0]["plain_tok_s"] == pytest.approx(e["ceiling_tok_s"])
-    ngram = estimate(model=target, bandwidth_gbs=50.0, draft="ngram", acceptance=1.0)
+    ngram = estimate(model=target_file, bandwidth_gbs=50.0, draft="ngram", acceptance=1.0)
     assert [r["k"] for r in ngram["speculative"]["rounds"]] == [1, 2, 4, 8]  # run's --draft-tokens default
     assert all(r["draft_s"] == 0 and r["speedup"] == pytest.approx(r["k"] + 1) for r in ngram["speculative"]["rounds"])
 

@@ -9,6 +9,7 @@ import pytest
 from macprof import cases, config
 from macprof.engines.base import CAPABILITIES
 from macprof.analyse import build, ceilings, estimate
+from macprof.collect import modelinfo
 from macprof.measure import stats
 from macprof.model.events import parse_event
 from macprof.model.log import RunLog
@@ -197,17 +198,23 @@ def test_depth_cases_start_with_d_tokens_cached(sweep_log):
         assert too_deep["status"] == "refused" and "holds 1024" in too_deep["reason"] and not too_deep["requests"]
 
 
+def _model_file(m: dict) -> estimate.ModelFile:
+    """A logged model's file as `macprof estimate` reads it (its shape at f16 K/V)."""
+    path = Path(m["identity"]["path"])
+    return estimate.ModelFile(path, modelinfo.inspect(path))
+
+
 def test_depth_ceilings_fall_with_depth_and_match_estimate(sweep_log):
     data = sweep_log[0]
     gbs, tflops = data["bandwidth"]["measured"]["gbs"], data["bandwidth"]["measured"]["tflops"]
     assert tflops > 0  # the matmul probe's figure: the compute side of the measured roofline
     for m in data["models"]:
+        model = _model_file(m)
         ok = [c for c in m["phases"]["depth"]["cases"] if c["status"] == "ok"]
         ceilings = [c["roofline"]["measured"]["ceiling_tok_s"] for c in ok]
         assert ceilings == sorted(ceilings, reverse=True) and ceilings[0] > ceilings[-1]
         for c in ok:
-            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, tflops=tflops,
-                                  context=c["context_tokens"])
+            e = estimate.estimate(model=model, bandwidth_gbs=gbs, tflops=tflops, context=c["context_tokens"])
             assert c["roofline"]["measured"]["ceiling_tok_s"] == pytest.approx(e["ceiling_tok_s"], rel=1e-12)
             assert c["roofline"]["measured"]["efficiency"] == pytest.approx(
                 c["summary"]["decode_tok_s"]["median"] / e["ceiling_tok_s"])
@@ -252,10 +259,10 @@ def test_batch_predictions_match_estimate(sweep_log):
     data = sweep_log[0]
     gbs, tflops = data["bandwidth"]["measured"]["gbs"], data["bandwidth"]["measured"]["tflops"]
     for m in data["models"]:
-        phase = m["phases"]["batch"]
+        model, phase = _model_file(m), m["phases"]["batch"]
         for c, row in zip(phase["cases"], phase["tradeoff"]):
-            e = estimate.estimate(model=Path(m["identity"]["path"]), bandwidth_gbs=gbs, tflops=tflops,
-                                  context=c["context_tokens"], batches=[c["batch"]])
+            e = estimate.estimate(model=model, bandwidth_gbs=gbs, tflops=tflops, context=c["context_tokens"],
+                                  batches=[c["batch"]])
             pred = c["prediction"]["measured"]
             assert pred["bound"] == e["batch"][0]["bound"]
             assert pred["itl_s"] == pytest.approx(e["batch"][0]["itl_s"], rel=1e-12)

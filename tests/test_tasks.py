@@ -8,9 +8,7 @@ import json
 import pytest
 
 from macprof.analyse import tasks as at
-from macprof.config import taskfile
-from macprof.measure import checkers
-from macprof.run import chat
+from macprof.run import chat, checkers, taskfile
 from macprof.store import runlog
 from tests.test_published_model import smollm2  # noqa: F401,F811 - the fixture: the GGUF the test extra ships
 from tests.test_run import macprof

@@ -18,7 +18,6 @@ from macprof.analyse.quality import build_quality
 from macprof.analyse.serving import build_concurrency
 from macprof.analyse.tasks import build_tasks
 from macprof.analyse.ceilings import ROOFLINE_DEFINITIONS, batch_prediction, batch_tradeoff, roofline_for
-from macprof.collect.macos import THERMAL_STATES
 from macprof.cases import SWEEP_PHASES, mean_context, plan
 from macprof.errors import MacprofError
 from macprof.measure import stats
@@ -33,6 +32,7 @@ from macprof.model.quality import QualityPhase
 from macprof.model.records import ABSENT
 from macprof.model.serving import ConcurrencyPhase
 from macprof.model.tasks import TasksPhase
+from macprof.model.vocab import THERMAL_STATES
 from macprof.phases import REGISTRY, load
 
 Roof = Callable[[Metrics], Ceiling]  # a phase's summary -> its ceiling at the phase's context

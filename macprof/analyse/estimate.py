@@ -1,13 +1,20 @@
-"""`macprof estimate`: the roofline from a model file or from numbers, no model run."""
+"""`macprof estimate`: the roofline from a model file's shape or from numbers, no model run.
+Pure: the caller reads the model file (collect/modelinfo.py inspect) and hands its shape in as a
+``ModelFile``; the chip's published figures are model/chips.py's table."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import KV_TYPES, KvLayout, kv_bytes_read
 from macprof.measure.roofline import Roofline, kv_bytes_per_token
+from macprof.model.chips import chip_from_cli
+
+if TYPE_CHECKING:
+    from macprof.collect.modelinfo import ModelInfo
 
 # input -> (its option, integer?, lowest, highest). Numbers must be finite; the bounds lie far
 # outside any real model or machine (1 MB/s to 1 PB/s...) and keep every figure finite and readable.
@@ -23,6 +30,14 @@ LIMITS: dict[str, tuple[str, bool, float, float]] = {
     "acceptance": ("--acceptance", False, 0, 1), "draft_tokens": ("--draft-tokens", True, 1, 1024),
 }
 NGRAM = "ngram"  # --draft ngram: prompt lookup, a draft that reads no weights
+
+
+class ModelFile(NamedTuple):
+    """A model file as its caller read it: where it is (the result's input) and its shape, read
+    from its metadata at the estimate's K/V cache type (collect/modelinfo.py ``inspect(path, kv_type)``)."""
+
+    path: Path
+    info: ModelInfo
 
 
 def check_inputs(**values) -> None:
@@ -47,14 +62,12 @@ def _all_finite(result: dict) -> bool:
     return all(math.isfinite(v) for v in numbers)
 
 
-def _weights(model: Path | None, params: float | None, active_params: float | None, bits: float | None,
-             bytes_per_param: float | None, file_size_gb: float | None, kv_type: str) -> tuple[float, str, dict]:
+def _weights(model: ModelFile | None, params: float | None, active_params: float | None, bits: float | None,
+             bytes_per_param: float | None, file_size_gb: float | None) -> tuple[float, str, dict]:
     """Weight bytes read per token, how they were found, and what a model file told (its
     shape fills the inputs the user left out)."""
     if model is not None:
-        from macprof.collect import modelinfo
-
-        info = modelinfo.inspect(model, kv_type)
+        info = model.info
         shape = {"file_bytes": info.file_bytes, "params": info.n_params, "active_params": info.active_params,
                  "layers": info.n_layers, "kv_heads": info.n_kv_heads, "head_dim": info.head_dim,
                  "kv_layout": info.kv_layout, "hidden": info.hidden}
@@ -70,13 +83,11 @@ def _weights(model: Path | None, params: float | None, active_params: float | No
 def _bandwidth(bandwidth_gbs: float | None, chip: str | None, gpu_cores: int | None,
                tflops: float | None) -> tuple[float, str, float | None]:
     """GB/s, where it comes from, and TFLOP/s (the chip's published figure unless given)."""
-    from macprof.collect import chips
-
     source = "--bandwidth"
     if bandwidth_gbs is None:
         if chip is None:
             raise MacprofError("estimate: give --bandwidth GB/s or --chip (e.g. --chip 'M5 Pro')")
-        spec = chips.chip_from_cli(chip, gpu_cores)
+        spec = chip_from_cli(chip, gpu_cores)
         bandwidth_gbs, source = spec["bandwidth_gbs"], spec["source"]
         tflops = tflops or spec["tflops"]
     if bandwidth_gbs <= 0:
@@ -84,12 +95,12 @@ def _bandwidth(bandwidth_gbs: float | None, chip: str | None, gpu_cores: int | N
     return bandwidth_gbs, source, tflops
 
 
-def estimate(model: Path | None = None, params: float | None = None, active_params: float | None = None,
+def estimate(model: ModelFile | None = None, params: float | None = None, active_params: float | None = None,
              bits: float | None = None, bytes_per_param: float | None = None, file_size_gb: float | None = None,
              bandwidth_gbs: float | None = None, chip: str | None = None, gpu_cores: int | None = None,
              tflops: float | None = None, layers: int | None = None, kv_heads: int | None = None,
              head_dim: int | None = None, kv_bits: float = 16, context: int = 0, batches: list[int] | None = None,
-             kv_type: str = "f16", draft: Path | str | None = None, acceptance: float | None = None,
+             kv_type: str = "f16", draft: ModelFile | str | None = None, acceptance: float | None = None,
              draft_tokens: list[int] | None = None) -> dict:
     check_inputs(params=params, active_params=active_params, bits=bits, bytes_per_param=bytes_per_param,
                  file_size_gb=file_size_gb, bandwidth_gbs=bandwidth_gbs, tflops=tflops, kv_bits=kv_bits,
@@ -101,7 +112,7 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
         raise MacprofError("estimate: --draft-tokens needs --draft MODEL|ngram and --acceptance A")
     if kv_type not in KV_TYPES:
         raise MacprofError(f"estimate: --kv-type must be one of {', '.join(KV_TYPES)}, not {kv_type!r}")
-    weights, weights_how, shape = _weights(model, params, active_params, bits, bytes_per_param, file_size_gb, kv_type)
+    weights, weights_how, shape = _weights(model, params, active_params, bits, bytes_per_param, file_size_gb)
     file_bytes = shape.get("file_bytes")
     params = params or shape.get("params")
     active_params = active_params or shape.get("active_params")
@@ -119,7 +130,7 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
     for row in rows:
         row["aggregate_vs_batch1"] = row["aggregate_tok_s"] / base
     result = {
-        "inputs": {"model": str(model) if model else None, "params": params, "active_params": active_params,
+        "inputs": {"model": str(model.path) if model else None, "params": params, "active_params": active_params,
                    "bits": bits, "bytes_per_param": bytes_per_param, "file_size_gb": file_size_gb, "chip": chip,
                    "gpu_cores": gpu_cores, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
                    "kv_bits": kv_bits, "kv_type": kv_type, "context": context, "hidden": shape.get("hidden")},
@@ -142,7 +153,7 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
         from macprof.config.settings import DEFAULTS  # --draft-tokens' default: `run`'s
 
         result["speculative"] = speculative(r, draft, acceptance, list(draft_tokens or DEFAULTS["draft_tokens"]), context,
-                                            kv_type, bandwidth_gbs, tflops)
+                                            bandwidth_gbs, tflops)
     if not _all_finite(result):  # every input in range, yet extremes together overflow
         raise MacprofError("estimate: these inputs give an infinite or undefined result; check their magnitudes "
                            f"(weights {weights:g} bytes per token at {bandwidth_gbs:g} GB/s)")
@@ -150,25 +161,27 @@ def estimate(model: Path | None = None, params: float | None = None, active_para
 
 
 
-def speculative(target: Roofline, draft: Path | str, acceptance: float, ks: list[int], context: float, kv_type: str,
+def speculative(target: Roofline, draft: ModelFile | str, acceptance: float, ks: list[int], context: float,
                 bandwidth_gbs: float, tflops: float | None) -> dict:
     """The roofline's speculative rounds (measure/speculative.py ``predicted_round``, the one a
-    run's prediction uses) for each k: the draft read from its model file at the target's
-    bandwidth and FLOP/s (``ngram``: no draft read), tokens per round at ``acceptance``."""
+    run's prediction uses) for each k: the draft's weights as its model file's shape says, read at
+    the target's bandwidth and FLOP/s (``ngram``: no draft read), tokens per round at ``acceptance``."""
     from macprof.measure.speculative import predicted_round
 
     d_roof, how = None, "prompt lookup: no weights read"
     shape: dict = {}
-    if str(draft) != NGRAM:
-        weights, how, shape = _weights(Path(draft), None, None, None, None, None, kv_type)
+    if isinstance(draft, str) and draft != NGRAM:
+        raise ValueError(f"a draft is a ModelFile or {NGRAM!r}, not {draft!r}")  # the caller reads the file
+    if not isinstance(draft, str):
+        weights, how, shape = _weights(draft, None, None, None, None, None)
         layout = shape.get("kv_layout")
         if layout is not None and not layout.known and context:
-            raise MacprofError(f"estimate: --draft {draft}: its K/V bytes are unknown ({layout.reason}); "
+            raise MacprofError(f"estimate: --draft {draft.path}: its K/V bytes are unknown ({layout.reason}); "
                                "give --context 0")
         d_roof = Roofline(weights, bandwidth_gbs * 1e9, shape.get("active_params") or shape.get("params"),
                           tflops * 1e12 if tflops else None, kv=layout if layout is not None and layout.known else None)
     rows = [predicted_round(target, d_roof, k, acceptance, context) for k in ks]
-    return {"draft": str(draft), "draft_weight_bytes_per_token": d_roof.weight_bytes if d_roof else 0.0,
+    return {"draft": draft if isinstance(draft, str) else str(draft.path), "draft_weight_bytes_per_token": d_roof.weight_bytes if d_roof else 0.0,
             "draft_weights_from": how, "draft_file_bytes": shape.get("file_bytes"), "acceptance": acceptance,
             "context": context, "rounds": rows}
 

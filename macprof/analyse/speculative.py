@@ -7,8 +7,6 @@ per-token acceptance; and the phase's memory with what the draft adds to it."""
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from macprof.analyse.build import _counts, _phase_memory
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.analyse.requests import phase_failures, request_record
@@ -16,7 +14,7 @@ from macprof.cases import mean_context
 from macprof.measure import stats
 from macprof.measure.kvmodel import kv_bytes_read, layout_from_shape
 from macprof.measure.significance import median_ratio_intervals
-from macprof.measure.speculative import acceptance_per_token, draft_budget
+from macprof.measure.speculative import acceptance_per_token, draft_budget, rounds_of
 from macprof.model import events as ev
 from macprof.model.phases import Checks, OutputCheck, PhaseMemory, Request
 from macprof.model.records import ABSENT
@@ -126,17 +124,6 @@ def free_rounds(b: SpeculativeRequest, k: int) -> list[Round]:
             out.append(x)
         emitted += len(x.tokens)
     return out
-
-
-def rounds_of(rounds: Sequence[tuple[int | None, int]]) -> tuple[float | None, float | None]:
-    """(tokens per round, drafts per round) over the rounds given as (drafted, accepted): a round
-    emits its accepted drafts and the target's own token; drafts per round is None where a
-    round's drafted count is not told."""
-    if not rounds:
-        return None, None
-    drafted = [d for d, _ in rounds]
-    return (sum(a + 1 for _, a in rounds) / len(rounds),
-            None if any(d is None for d in drafted) else sum(d or 0 for d in drafted) / len(rounds))
 
 
 def per_round(c: SpeculativeCase) -> tuple[float | None, float | None]:

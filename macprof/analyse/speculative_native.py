@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from macprof.analyse.build import _counts
 from macprof.analyse.ceilings import speculative_prediction
-from macprof.analyse.speculative import rounds_of
 from macprof.measure import stats
 from macprof.measure.significance import median_ratio_intervals
-from macprof.measure.speculative import acceptance_per_token, decode_rate, flag_rounds
+from macprof.measure.speculative import acceptance_per_token, decode_rate, flag_rounds, rounds_of
 from macprof.model.phases import Checks, OutputCheck, Request
 from macprof.model.speculative import Interval, SpeculativeCase, SpeculativeNative, SpeculativeRequest
 

@@ -340,14 +340,14 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
     import json as _json
 
     from macprof.analyse import estimate as est
-    from macprof.cli.models import model_path
+    from macprof.cli.models import model_file
     from macprof.render.estimate import render as render_estimate
 
-    result = est.estimate(model=model_path(model) if model is not None else None, params=params, active_params=active_params, bits=bits,
+    result = est.estimate(model=model_file(model, kv_type) if model is not None else None, params=params, active_params=active_params, bits=bits,
                           bytes_per_param=bytes_per_param, file_size_gb=file_size, bandwidth_gbs=bandwidth,
                           chip=chip, gpu_cores=gpu_cores, tflops=tflops, layers=layers, kv_heads=kv_heads,
                           head_dim=head_dim, kv_bits=kv_bits, context=context, batches=batches, kv_type=kv_type,
-                          **draft_arguments(spec_draft, spec_acceptance, spec_draft_tokens))
+                          **draft_arguments(spec_draft, spec_acceptance, spec_draft_tokens, kv_type))
     result = with_group(result, **group)  # --hosts N: the group's two layouts beside it
     click.echo(_json.dumps(result, indent=1) if as_json else render_estimate(result))
 

@@ -14,6 +14,7 @@ from macprof.errors import MacprofError
 from macprof.sanitise import clean
 
 if TYPE_CHECKING:
+    from macprof.analyse.estimate import ModelFile
     from macprof.config.settings import ServerArgs
 
 
@@ -133,6 +134,16 @@ def model_path(ref: str) -> Path:
     return resolve.resolve(ref).path
 
 
+def model_file(ref: str, kv_type: str) -> ModelFile:
+    """A reference's model file, its shape read from its metadata at ``kv_type``: what `estimate`
+    computes from (analyse/estimate.py reads no file)."""
+    from macprof.analyse.estimate import ModelFile
+    from macprof.collect import modelinfo
+
+    path = model_path(ref)
+    return ModelFile(path, modelinfo.inspect(path, kv_type))
+
+
 @click.command(name="models")
 @click.argument("folders", nargs=-1, type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--select", "patterns", multiple=True,
@@ -146,7 +157,7 @@ def models(folders, patterns, fmt, write, force_overwrite) -> None:
     """List the GGUF files and MLX models of the local stores (Hugging Face hub cache, llama.cpp's
     cache, Ollama, LM Studio) and of FOLDERS: the reference `macprof run` takes, engine, declared
     quantization, parameters, size, decode ceiling on this machine and whether it fits in memory."""
-    from macprof.analyse import catalog as cat
+    from macprof import catalog as cat
     from macprof.collect import stores
     from macprof.render.models import render_models
 

@@ -23,17 +23,17 @@ def draft_options(f):
     return f
 
 
-def draft_arguments(spec_draft=None, spec_acceptance=None, spec_draft_tokens=None) -> dict:
+def draft_arguments(spec_draft=None, spec_acceptance=None, spec_draft_tokens=None, kv_type: str = "f16") -> dict:
     """The options as analyse.estimate.estimate's arguments, the draft's reference resolved as
-    MODEL's is (one line where it resolves to nothing)."""
+    MODEL's is (one line where it resolves to nothing) and its file read at ``kv_type``."""
     from macprof.analyse.estimate import NGRAM
-    from macprof.cli.models import model_path
+    from macprof.cli.models import model_file
     from macprof.errors import MacprofError
 
     draft = spec_draft
     if draft is not None and draft.strip() != NGRAM:
         try:
-            draft = model_path(draft)
+            draft = model_file(draft, kv_type)
         except MacprofError as exc:
             raise MacprofError(f"estimate --draft: {exc}") from None
     elif draft is not None:

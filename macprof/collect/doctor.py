@@ -29,22 +29,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from macprof.model.doctor import STATUSES, Check
+
 MIB = 1 << 20
 ALLOC_BYTES = 64 * MIB  # the test allocation
 MAPPED_BYTES = 32 * MIB  # the test file, mapped and read
 TOLERANCE = 0.10  # the allocation and mapped-file checks: the expected delta ± 10 %
 BANDWIDTH_RANGE = (0.3, 1.1)  # measured over published: below, the probe or the table is wrong; above, the table is
-STATUSES = ("pass", "fail", "ok", "unavailable", "error")
-
-
-@dataclass(frozen=True)
-class Check:
-    figure: str  # what is read: "phys_footprint of a 64 MiB allocation"
-    source: str  # where from: the API, command or file
-    status: str  # one of STATUSES
-    value: Any = None  # the figure itself (JSON), None where there is none
-    detail: str = ""  # the expectation, or the reason it is unavailable or failed
-    unit: str = ""  # of a numeric value: "bytes", "GB/s", "W", "s", "MB"
 
 
 @dataclass
@@ -236,11 +227,12 @@ def _int(text) -> int | None:
 def bandwidth_checks(env: Env, facts: dict) -> list[Check]:
     """The published bandwidth for this chip and a short measurement beside it: the measured one
     must land between 30 % and 110 % of the published one."""
-    from macprof.collect import chips, probes
+    from macprof.collect import probes
+    from macprof.model.chips import spec_bandwidth
 
-    spec = chips.spec_bandwidth(facts.get("chip"), facts.get("gpu_cores")) if facts.get("chip") else {}
+    spec = spec_bandwidth(facts.get("chip"), facts.get("gpu_cores")) if facts.get("chip") else {}
     published = spec.get("gbs")
-    out = [Check("published bandwidth", "macprof's chip table (collect/chips.py)", "ok" if published else "unavailable",
+    out = [Check("published bandwidth", "macprof's chip table (model/chips.py)", "ok" if published else "unavailable",
                  published, spec.get("source") or spec.get("reason") or "not an Apple chip: no published figure", "GB/s")]
     device = "gpu" if env.platform == "darwin" else "cpu"
     try:

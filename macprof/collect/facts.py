@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from macprof import __version__
-from macprof.collect import chips, filekind, machine, modelinfo, probes
-from macprof.collect.fileid import cached_sha256
+from macprof.collect import machine, modelinfo, probes
 from macprof.collect.system import utc_now
 from macprof.config import settings_dict
 from macprof.errors import MacprofError
+from macprof.files import filekind
+from macprof.files.fileid import cached_sha256
+from macprof.model.chips import spec_bandwidth, spec_tflops
 from macprof.model import events as ev
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.records import ABSENT
@@ -34,7 +36,7 @@ def run_start_event() -> ev.RunStart:
 def machine_bandwidth(mach: dict) -> Bandwidth:
     """Published (spec) and measured bandwidth for the ceiling, each with its source."""
 
-    spec = chips.spec_bandwidth(mach.get("chip"), mach.get("gpu_cores"))
+    spec = spec_bandwidth(mach.get("chip"), mach.get("gpu_cores"))
     if mach.get("chip") is None:
         spec["reason"] = "not an Apple Silicon chip: no published unified-memory bandwidth"
     try:
@@ -47,7 +49,7 @@ def machine_bandwidth(mach: dict) -> Bandwidth:
     except Exception as exc:  # noqa: BLE001 - a failed probe leaves the measured ceiling unknown
         measured = {"gbs": None, "reason": f"bandwidth probe failed: {exc}"}
     return Bandwidth(spec=SpecBandwidth(**spec), measured=MeasuredBandwidth(**measured),
-                     tflops=chips.spec_tflops(mach.get("chip"), mach.get("gpu_cores")))
+                     tflops=spec_tflops(mach.get("chip"), mach.get("gpu_cores")))
 
 
 def model_files(model) -> list[dict]:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from typing import Callable
 
+from macprof.engines.ggml import GGML_DEVICE_GPU
 # NSProcessInfoThermalState's words, in its order (Foundation, NSProcessInfo.h): the log's too
 from macprof.model.vocab import THERMAL_STATES
 
@@ -115,12 +116,6 @@ _MLX_QUERY = ("import json, mlx.core as mx; f = getattr(mx, 'device_info', None)
               "print(json.dumps({k: v for k, v in f().items() if isinstance(v, int)}))")
 _GGML_QUERY = ("import json, llama_cpp; from macprof.engines.llama_cpp_facts import ggml_devices; "
                "llama_cpp.llama_backend_init(); print(json.dumps(ggml_devices()))")
-# enum ggml_backend_dev_type in ggml-backend.h's order (tests/test_macos.py reads the installed
-# header): CPU, GPU (dedicated memory), IGPU (integrated, host memory), ACCEL (BLAS, AMX: used
-# beside the CPU backend), META (wraps devices for tensor parallelism). A ggml from before IGPU
-# had ACCEL at 2, so a 2 is not read as a GPU: only GPU is.
-GGML_DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
-GGML_DEVICE_GPU = GGML_DEVICE_TYPES.index("GPU")
 
 
 def _python(code: str) -> str | None:

@@ -4,13 +4,14 @@ directory's config.json and safetensors headers. Never loads a weight.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from macprof.collect import filekind, ggufconst, ggufheader, kvlayout, stheader
+from macprof.collect import kvlayout
+from macprof.files import filekind, ggufconst, ggufheader, stheader
+from macprof.files.modelconfig import json_object
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import KV_TYPES, KvLayout, kv_bytes_read, kv_element_bytes
 
@@ -164,19 +165,6 @@ def _inspect_gguf(path: Path, kv_type: str) -> ModelInfo:
 
 
 # -- MLX -------------------------------------------------------------------------------
-MAX_CONFIG = 16 << 20  # a config.json is a few KB; anything this large is not one
-
-
-def json_object(path: Path) -> dict:
-    """A model directory's config.json (through the one reader, collect/filekind.py), a JSON object, or one line."""
-    try:
-        cfg = json.loads(filekind.read_regular(path, MAX_CONFIG, "a config.json"))
-    except (ValueError, RecursionError) as exc:
-        raise MacprofError(f"{path}: invalid JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
-    if not isinstance(cfg, dict):
-        raise MacprofError(f"{path}: must be a JSON object, not {type(cfg).__name__}")
-    return cfg
-
 
 class _Config:
     """Typed reads of config.json: each value modelinfo uses is checked, naming file and key."""

@@ -87,10 +87,10 @@ def isolated(name: str, **kwargs) -> dict:
     result. MLX keeps the buffers a probe frees in its cache for the life of the process (GiBs
     here): in the parent they would stay held through the whole run, leaving less memory to
     the model and skewing the memory-refusal decision. A child gives all of it back on exit."""
-    from macprof.run import lifeline
+    from macprof.collect import lifeline
 
-    # the child ends with the parent, however the parent ends (run/lifeline.py): GiBs of buffers
-    code = ("import json, sys; from macprof.run import lifeline; lifeline.hold(); from macprof.collect import probes; "
+    # the child ends with the parent, however the parent ends (collect/lifeline.py): GiBs of buffers
+    code = ("import json, sys; from macprof.collect import lifeline; lifeline.hold(); from macprof.collect import probes; "
             "print(json.dumps(getattr(probes, sys.argv[1])(**json.loads(sys.argv[2]), isolate=False)))")
     out = subprocess.run([sys.executable, "-c", code, name, json.dumps(kwargs)], capture_output=True, text=True,
                          timeout=600, check=False, **lifeline.popen_args(dict(os.environ)))
@@ -167,7 +167,7 @@ def measure_flops(device: str | None = None, n: int | None = None, reps: int = 5
 
 
 def _cache_path() -> Path:
-    from macprof.collect.fileid import cache_dir
+    from macprof.files.fileid import cache_dir
     from macprof.collect.system import host_id
 
     return cache_dir() / f"bandwidth-{host_id()}.json"

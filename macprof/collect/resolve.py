@@ -20,8 +20,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from macprof.collect import filekind, stores
+from macprof.collect import stores
 from macprof.errors import MacprofError
+from macprof.files import filekind
 
 REF_FORMS = ("a GGUF file, an MLX model directory, org/repo[:QUANT] (Hugging Face hub cache), "
              "ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO[:QUANT] or demo:SIZE/VARIANT")

@@ -27,8 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from macprof.collect import filekind
 from macprof.errors import MacprofError
+from macprof.files import filekind
 
 OLLAMA_HOST, OLLAMA_NAMESPACE, OLLAMA_TAG = "registry.ollama.ai", "library", "latest"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"

@@ -1,5 +1,5 @@
 """Reading the operating system: running a command, parsing sysctl output, this host's id.
-Shared by the machine facts (machine.py) and the chip table (chips.py)."""
+Shared by the machine facts (machine.py) and the chip detection (chips.py)."""
 
 from __future__ import annotations
 

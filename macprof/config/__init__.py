@@ -186,7 +186,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a models.toml of a hundred models is a few tens of
 
 
 def _read_toml(path: Path) -> dict:
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     try:  # the one reader: a FIFO or a device in its place is refused, never read for ever
         return tomllib.loads(filekind.read_text(path, MAX_CONFIG_BYTES, "a models.toml file"))
@@ -302,7 +302,7 @@ def checked_path(where: str, entry: dict, config_path: Path, check_engines: bool
 def _check_file_kinds(where: str, model_path: Path) -> None:
     """Regular files only: open() on a FIFO blocks, /dev/zero hashes forever, a socket cannot
     be read. An MLX directory's entries are checked one by one."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     try:
         filekind.model_files(model_path)

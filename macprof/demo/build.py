@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from macprof.errors import MacprofError
-from macprof.collect.fileid import cache_dir, sha256_file
+from macprof.files.fileid import cache_dir, sha256_file
 
 BUILD_VERSION = 1  # bump when the recipe changes: existing builds are then rebuilt
 SEED = 20261130

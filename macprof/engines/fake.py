@@ -402,7 +402,7 @@ def read_header(path: Path) -> dict[str, Any]:
     """The few numbers the fake engine needs, from a GGUF header (``write_model``'s keys), read
     by macprof's own header reader without the tensor list: a fake worker then imports neither
     gguf nor numpy, and starts in a fraction of the time."""
-    from macprof.collect import ggufheader
+    from macprof.files import ggufheader
 
     h = ggufheader.read_header(path, lambda key: key.startswith(f"{ARCH}.") or key == TEMPLATE_KEY, tensors=False)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from macprof.collect.macos import GGML_DEVICE_GPU
+from macprof.engines.ggml import GGML_DEVICE_GPU
 
 
 def default_threads(platform: str = sys.platform, sysctl=None) -> tuple[int, str]:
@@ -67,7 +67,7 @@ def _ggml():
 
 def ggml_devices() -> list[dict]:
     """ggml's backend devices (name, description, type: 0 CPU, 1 GPU, 2 IGPU, 3 ACCEL, 4 META as
-    collect/macos.py's GGML_DEVICE_TYPES lists them; total memory, which Metal gives as
+    engines/ggml.py's GGML_DEVICE_TYPES lists them; total memory, which Metal gives as
     recommendedMaxWorkingSetSize), read through ggml's own C API."""
     ggml, c = _ggml(), ctypes
     if ggml is None:

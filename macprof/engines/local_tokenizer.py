@@ -19,8 +19,7 @@ def load(path: Path) -> Any:
     path = Path(path)
     if path.is_dir() and (path / "config.json").is_file():
         from macprof.engines.mlx import MlxEngine
-
-        from macprof.collect.modelinfo import json_object
+        from macprof.files.modelconfig import json_object
 
         mlx = MlxEngine()
         mlx._path, mlx.config = path, json_object(path / "config.json")

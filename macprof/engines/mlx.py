@@ -568,9 +568,9 @@ MAX_TOKENIZER_CONFIG = 16 << 20  # a few KB to a few MB (added tokens listed); a
 def _chat_template_of(model_dir: Path) -> ChatTemplate | None:
     """A model directory's own chat template, read once: tokenize_chat asks it for the BOS text
     inside the timed span of every chat request, where a file read would count as TTFT."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
-    # both through the one reader (collect/filekind.py): a FIFO or /dev/zero standing in for either
+    # both through the one reader (files/filekind.py): a FIFO or /dev/zero standing in for either
     # is refused in one line, not read for ever; a missing file is no template
     try:
         cfg = json.loads(filekind.read_text(model_dir / "tokenizer_config.json", MAX_TOKENIZER_CONFIG,

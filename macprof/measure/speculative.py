@@ -64,6 +64,17 @@ def acceptance_per_token(rounds: Sequence[tuple[int, int]]) -> float | None:
     return sum(a for d, a in rounds if d > 0) / judged if judged else None
 
 
+def rounds_of(rounds: Sequence[tuple[int | None, int]]) -> tuple[float | None, float | None]:
+    """(tokens per round, drafts per round) over the rounds given as (drafted, accepted): a round
+    emits its accepted drafts and the target's own token; drafts per round is None where a
+    round's drafted count is not told."""
+    if not rounds:
+        return None, None
+    drafted = [d for d, _ in rounds]
+    return (sum(a + 1 for _, a in rounds) / len(rounds),
+            None if any(d is None for d in drafted) else sum(d or 0 for d in drafted) / len(rounds))
+
+
 def predicted_round(target: Roofline, draft: Roofline | None, k: int, alpha: float | None, context: float) -> dict:
     """The roofline's speculative round at ``context`` tokens: k one-token draft steps (none for
     a lookup draft, ``draft`` None), then one verify of k + 1 tokens that reads the target's

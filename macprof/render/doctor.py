@@ -1,15 +1,16 @@
 """`macprof doctor`'s table: one line a source, its value or the reason it has none, and the
-verdict of its check (collect/doctor.py)."""
+verdict of its check (collect/doctor.py builds them, model/doctor.py declares them)."""
 
 from __future__ import annotations
 
 import json
 import io
 
-from macprof.collect.doctor import Check
+from macprof.model.doctor import STATUSES, Check
 from macprof.render.text import fmt_bytes
 
-VERDICTS = {"pass": "PASS", "fail": "FAIL", "ok": "ok", "unavailable": "n/a", "error": "ERROR"}
+# each status as the table shows it, in STATUSES' order: a check (a source read against an expectation) in capitals
+VERDICTS = dict(zip(STATUSES, ("PASS", "FAIL", "ok", "n/a", "ERROR"), strict=True))
 
 
 def fmt_value(c: Check) -> str:

@@ -5,14 +5,14 @@ log's (Q4_K_M...) as columns after them. PP is llama-bench's pp512 and TG its tg
 runs `llama-bench -p 512 -n 128 -ngl 99`), taken from the same rows `--format llama-bench-*`
 writes (render/llamabench.py), so only exact tests: a log without them (a default run; run
 `macprof run --preset llama-bench`) says so in one line per missing figure. The bandwidth is
-macprof's chip table's (collect/chips.py) for the log's chip and GPU core count.
+macprof's chip table's (model/chips.py) for the log's chip and GPU core count.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from macprof.collect.chips import normalize_chip, spec_bandwidth
+from macprof.model.chips import normalize_chip, spec_bandwidth
 from macprof.model.log import RunLog
 from macprof.render.exporters import Column, Table, md_escape
 from macprof.render.llamabench import rows as bench_rows

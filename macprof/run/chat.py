@@ -110,7 +110,7 @@ class Template:
 
     @property
     def tool_format(self) -> str:
-        """How a reply's tool call is read (measure/checkers.py TOOL_FORMATS): the format the
+        """How a reply's tool call is read (run/checkers.py TOOL_FORMATS): the format the
         template defines, read off its markup; "json" (the documented form) where it defines none."""
         if not self.takes_tools:
             return "json"
@@ -134,9 +134,9 @@ class Template:
 
 def read_template(path: str) -> str:
     """A --chat-template file's text, compiled once to refuse one that does not compile; one line
-    where it cannot be read: through the one reader (collect/filekind.py), so a FIFO, /dev/zero
+    where it cannot be read: through the one reader (files/filekind.py), so a FIFO, /dev/zero
     or /proc/self/environ is refused, never read into a prompt."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     try:
         text = filekind.read_text(Path(path), MAX_TEMPLATE_BYTES, "a chat template")

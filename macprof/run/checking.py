@@ -1,6 +1,6 @@
 """A task's checker, run after the attempt's timed window, under its own bound (the tasks phase).
 
-The checkers (measure/checkers.py) are pure functions of a reply the model wrote and a spec the
+The checkers (run/checkers.py) are pure functions of a reply the model wrote and a spec the
 task file gave: either can make one slow (a regex such as ``(a+)+$`` on a long reply backtracks
 for ever, and Python's ``re`` cannot be interrupted), deep (a reply nested 1,000 deep is a
 RecursionError in jsonschema) or raise. So they run in a child process of the worker's, started
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from macprof.errors import reason
-from macprof.measure import checkers
+from macprof.run import checkers
 
 CHECK_BOUND_S = 10.0  # at most; --timeout where that is less (the attempt's own bound is the check's too)
 CHECK_MEMORY_BYTES = 1 << 30

@@ -22,14 +22,14 @@ from pathlib import Path
 
 from macprof.config import ModelSpec
 from macprof.config.dist import Distributed, check_hosts, host_refusal
-from macprof.run import lifeline
+from macprof.collect import lifeline
 
 LOCAL = "127.0.0.1"  # the one address mlx.launch starts without ssh
 PREFLIGHT_TIMEOUT_S = 120.0
 SSH_TIMEOUT_S = 5
 
 _PROBE = """
-from macprof.run import lifeline; lifeline.hold()  # ends with macprof, however it ends
+from macprof.collect import lifeline; lifeline.hold()  # ends with macprof, however it ends
 import json, sys
 import mlx.core as mx
 backend, path, parallel = sys.argv[1:4]

@@ -17,8 +17,9 @@ import os
 from pathlib import Path
 from typing import IO, Sequence
 
-from macprof.collect.filekind import not_a_folder, read_regular, regular_stat
 from macprof.errors import MacprofError
+from macprof.files.filekind import not_a_folder, read_regular, regular_stat
+from macprof.model.definitions import MAX_LOG_BYTES
 from macprof.model.events import Event
 from macprof.model.records import json_line
 from macprof.run import signals
@@ -118,8 +119,6 @@ def repair_tail(path: Path, fd: int) -> None:
     """A last line without its newline was cut mid-write (a crash, a full disk). Appending after
     it would glue the next event to it, so: a whole JSON line that lacks only the newline gets
     it; a cut one is truncated away (readers skip it too: it holds no event)."""
-    from macprof.store.runlog import MAX_LOG_BYTES  # imported here: the store pulls in the whole analysis
-
     raw = read_regular(path, MAX_LOG_BYTES, "a journal")
     if not raw or raw.endswith(b"\n"):
         return

@@ -30,8 +30,7 @@ from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
 from macprof.model.phases import DropCache, PlannedCase, Residency
-from macprof.config import taskfile
-from macprof.run import chat, distributed, qualitytext, reference, resume, signals, watch
+from macprof.run import chat, distributed, qualitytext, reference, resume, signals, taskfile, watch
 from macprof.run.job import QualityJob, WorkerJob
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests

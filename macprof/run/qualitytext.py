@@ -23,7 +23,7 @@ CHARS_PER_TOKEN = 64  # a generous bound (byte-level tokenizers: ~1 char a token
 def check(path: str) -> None:
     """One line, before any worker starts, for a --text that is not a regular file of at most
     MAX_TEXT_BYTES (nothing is opened)."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     try:
         size = filekind.regular_stat(Path(path)).st_size
@@ -39,7 +39,7 @@ def check(path: str) -> None:
 def read_text(path: str | None) -> tuple[str, dict]:
     """(the text, {source, sha256, bytes}); a missing, special, too large or non-UTF-8 file is a
     MacprofError."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     if path is None:
         data = resources.files("macprof").joinpath("data/quality.txt").read_bytes()

@@ -76,7 +76,7 @@ STORE_SUFFIXES = (".npy", ".json")
 def store_digest(store: Path) -> tuple[str, int]:
     """(sha256, bytes) of the stored distributions and their sidecar, read as regular files
     only (a FIFO put in their place is refused, not waited on)."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     digest, total = hashlib.sha256(), 0
     for suffix in STORE_SUFFIXES:

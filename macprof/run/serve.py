@@ -8,7 +8,7 @@ stops it on the way out: at the end, on a failure and on Ctrl-C (the caller's ``
 
 The server runs in its own session so that stopping it reaches whatever it spawned; the
 stop is SIGTERM, then SIGKILL after a grace period, and is checked (``alive`` is empty after).
-A watcher beside it (run/lifeline.py) kills that session when macprof ends without stopping
+A watcher beside it (collect/lifeline.py) kills that session when macprof ends without stopping
 it: a SIGKILL of macprof leaves no server listening.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from macprof.errors import MacprofError
-from macprof.run import lifeline
+from macprof.collect import lifeline
 
 KINDS = ("mlx", "llama.cpp", "llama-server")
 HOST = "127.0.0.1"  # only loopback, ever
@@ -70,7 +70,7 @@ class Server:
     log: IO[bytes]
     startup_s: float | None = None
     info: dict = field(default_factory=dict)
-    watcher: subprocess.Popen | None = None  # ends the server if macprof dies (run/lifeline.py)
+    watcher: subprocess.Popen | None = None  # ends the server if macprof dies (collect/lifeline.py)
 
 
 def free_port() -> int:

@@ -22,12 +22,12 @@ from typing import IO, Callable
 
 import psutil
 
-from macprof.collect import footprint
+from macprof.collect import footprint, lifeline
 from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.tasks import TaskCheckStart
-from macprof.run import distributed, lifeline
+from macprof.run import distributed
 from macprof.run.job import WorkerJob, encode
 from macprof.run.sampling import TelemetrySampler
 
@@ -123,7 +123,7 @@ def spawn(python: str, job: WorkerJob) -> tuple[subprocess.Popen, IO[bytes], int
     spec = settings_from_dict(job.settings).distributed
     cmd = [python, "-m", "macprof.run.worker"] if spec is None else distributed.command(python, spec)
     t_spawn = time.perf_counter_ns()
-    # the worker ends with this process however this one ends, SIGKILL included (run/lifeline.py):
+    # the worker ends with this process however this one ends, SIGKILL included (collect/lifeline.py):
     # it holds the line itself; mlx.launch, someone else's program, gets a watcher (it and its ranks)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,

@@ -65,7 +65,8 @@ def _weights(engine, path: str) -> dict:
         return {"weights_held": held}
     from pathlib import Path
 
-    from macprof.collect import filekind, residency
+    from macprof.collect import residency
+    from macprof.files import filekind
     from macprof.errors import MacprofError
 
     try:
@@ -215,10 +216,10 @@ def _with_fault(emit, fault: dict, model: str):
 
 
 def main() -> None:
-    from macprof.run import lifeline
+    from macprof.collect import lifeline
     from macprof.run.job import decode
 
-    lifeline.hold()  # the parent's death, a SIGKILL included, ends this worker (run/lifeline.py)
+    lifeline.hold()  # the parent's death, a SIGKILL included, ends this worker (collect/lifeline.py)
     emit: Callable[[Any], None] = Stream()
     job = decode(sys.stdin.buffer.readline())
     if job.settings.get("distributed") and os.environ.get("MLX_RANK", "0") != "0":

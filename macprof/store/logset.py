@@ -90,7 +90,7 @@ NOT_JSON = "not JSON"  # why a file is passed over: it does not parse (a log cut
 def _claimed_log(path: Path) -> tuple[str, dict | None, str | None]:
     """The file's text, and its JSON when it claims to be a run log (an object with a
     schema_version), else why it is not one."""
-    from macprof.collect.filekind import read_regular
+    from macprof.files.filekind import read_regular
 
     try:
         text = read_regular(path, runlog.MAX_LOG_BYTES, "a run log").decode("utf-8")

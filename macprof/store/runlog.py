@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from macprof.analyse.build import build
-from macprof.collect.filekind import not_a_folder, read_regular
 from macprof.errors import MacprofError
-from macprof.model.definitions import SCHEMA_VERSION
+from macprof.files.filekind import not_a_folder, read_regular
+from macprof.model.definitions import MAX_LOG_BYTES, SCHEMA_VERSION
 from macprof.model.events import Event, parse_event
 from macprof.model.log import RunLog
 from macprof.model.records import MAX_DEPTH, json_refusal
@@ -22,11 +22,6 @@ from macprof.sanitise import clean
 
 
 # -- files ---------------------------------------------------------------------------------
-# a run log or journal read (show, compare, --resume...) through the one reader (collect/filekind.py):
-# a long run's journal is some hundreds of MB; a FIFO or a device named as a log is refused at once
-MAX_LOG_BYTES = 1 << 30
-
-
 def save(log: RunLog, path: Path, replace: bool = True) -> None:
     """With its content digest (store/digest.py: sha256 of its canonical form, under ``digest``,
     a digest it had replaced), validated against the schema first (what load checks), then

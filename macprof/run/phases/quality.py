@@ -130,7 +130,7 @@ def _open_reference(job: QualityJob, sha: str, vocab: int) -> tuple[np.ndarray |
     if job.missing:
         return None, f"no reference: {job.missing}"
     store = Path(job.store)
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     try:  # regular files only: a FIFO in their place would block this worker until its timeout
         meta = json.loads(filekind.read_regular(store.with_name(store.name + ".json"), 1 << 20, "the reference's sidecar"))

@@ -1,9 +1,9 @@
 """The tasks phase: does the model answer right, as an app would ask it? Each task of the task
-file (config/taskfile.py; the shipped set by default) is rendered through the chat template
+file (run/taskfile.py; the shipped set by default) is rendered through the chat template
 (run/chat.py: --chat-template, else the model's own, else macprof's one fallback form), and
 generated as apps generate:
 the reply ends at an end-of-generation id (unlike the speed phases, which hold EOS off so that
-lengths are exact) or at the task's max_tokens. Its checker (measure/checkers.py) judges the
+lengths are exact) or at the task's max_tokens. Its checker (run/checkers.py) judges the
 reply; with --attempts N a failed task is asked again with the checker's message as the next
 user turn, as an agent loop does. The first attempt is greedy; with --temperature T the retries
 are sampled at T, each from its own seed (``attempt_seed``: --seed, the task, the attempt).
@@ -27,15 +27,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from macprof.config import Settings, taskfile
+from macprof.config import Settings
 from macprof.engines.base import CHAT, SAMPLE, Chatting, Engine, EngineCore, Sampling, ServerEngine, able
 from macprof.errors import MacprofError, reason
-from macprof.measure import checkers
 from macprof.model import events as ev
 from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart,
                                  ToolCall)
 from macprof.phases import TASKS_CONTEXT
-from macprof.run import chat, checking
+from macprof.run import chat, checkers, checking, taskfile
 from macprof.run.phases.common import ByKind, Clock, PhaseContext
 
 PHASE = "tasks"

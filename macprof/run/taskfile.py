@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 
 from macprof.errors import MacprofError
-from macprof.measure import checkers
 from macprof.model.records import MAX_DEPTH, json_refusal
+from macprof.run import checkers
 
 DEFAULT_SOURCE = "macprof/data/tasks.jsonl"
 MAX_TASK_FILE_BYTES = 8 << 20
@@ -167,7 +167,7 @@ def parse(data: bytes, source: str) -> TaskFile:
 
 def read_bytes(path: str | None) -> tuple[bytes, str]:
     """The task file's bytes and its source name; one line for a file that cannot be read."""
-    from macprof.collect import filekind
+    from macprof.files import filekind
 
     if path is None:
         return resources.files("macprof").joinpath("data/tasks.jsonl").read_bytes(), DEFAULT_SOURCE

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from macprof.collect import ggufconst
-from macprof.collect.filekind import linked, open_regular
+from macprof.files import ggufconst
+from macprof.files.filekind import linked, open_regular
 from macprof.errors import MacprofError
 
 CHUNK = 1 << 20

@@ -21,12 +21,13 @@ from macprof.errors import MacprofError
 def bandwidths() -> dict:
     """Published and measured bandwidth of this machine, each with its source or why it is unknown."""
     from macprof.collect import chips, probes
+    from macprof.model.chips import spec_bandwidth
 
     chip = gpu_cores = None
     if sys.platform == "darwin":
         hw = chips.detect()
         chip, gpu_cores = hw["chip"], hw["gpu_cores"]
-    spec = chips.spec_bandwidth(chip, gpu_cores)
+    spec = spec_bandwidth(chip, gpu_cores)
     if chip is None:
         spec["reason"] = "not an Apple Silicon chip: no published unified-memory bandwidth"
     out = {"chip": chip, "gpu_cores": gpu_cores, "published_gbs": spec["gbs"],
@@ -71,7 +72,7 @@ def row(e: Entry, bw: dict, available: int, total: int, gpu: tuple[int | None, s
         info = modelinfo.inspect(e.path)
         for key, gbs in (("ceiling_published_tok_s", bw["published_gbs"]), ("ceiling_measured_tok_s", bw["measured_gbs"])):
             if gbs:
-                out[key] = est.estimate(model=e.path, bandwidth_gbs=gbs)["ceiling_tok_s_no_context"]
+                out[key] = est.estimate(model=est.ModelFile(e.path, info), bandwidth_gbs=gbs)["ceiling_tok_s_no_context"]
     except MacprofError as exc:
         out["note"] = str(exc)
         return out

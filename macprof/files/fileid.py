@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from macprof.collect.filekind import open_regular, regular_stat
+from macprof.files.filekind import open_regular, regular_stat
 
 
 def sha256_file(path: Path) -> str:

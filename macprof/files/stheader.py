@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from macprof.collect.filekind import open_regular
+from macprof.files.filekind import open_regular
 from macprof.errors import MacprofError
 
 MAX_HEADER = 100_000_000  # the safetensors library's own limit

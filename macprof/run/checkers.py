@@ -258,7 +258,7 @@ def check(spec: dict, reply: str, tools: list[dict] | None = None, fmt: str = "j
     return _TEXT_CHECKERS[spec["type"]](spec, reply)
 
 
-# -- what a checker spec must hold (the task file's check, config/taskfile.py) ----------------
+# -- what a checker spec must hold (the task file's check, run/taskfile.py) ----------------
 def spec_problem(spec: dict, tools: list[dict] | None) -> str | None:
     """Why a checker spec (already of the right shape) cannot judge: a regex that does not
     compile, a schema that is not valid JSON Schema, a tool call of a function the task does not

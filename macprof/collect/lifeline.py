@@ -11,7 +11,7 @@ readers, one line:
 
 - macprof's own Python children (workers, probes) call ``hold()``: a thread that reads it;
 - a program of someone else's (a server, mlx.launch: their pid stays the one macprof samples)
-  gets a watcher beside it, ``watch_group(pid)``: ``python -m macprof.run.lifeline PGID``, in a
+  gets a watcher beside it, ``watch_group(pid)``: ``python -m macprof.collect.lifeline PGID``, in a
   session of its own (no signal to macprof's group reaches it), which reads the line and ends
   by itself once the group it guards is gone.
 """
@@ -133,7 +133,7 @@ def watch(pgid: int, environ=os.environ, remove: str | None = None) -> None:
     when the group is."""
     fd = _line(environ)
     if fd is None:
-        sys.exit("macprof.run.lifeline: no lifeline was handed over")
+        sys.exit("macprof.collect.lifeline: no lifeline was handed over")
     while _group_alive(pgid):
         if _gone(fd, WATCH_POLL_S):
             try:
