@@ -439,11 +439,11 @@ def able(engine: EngineCore, capability: Capability[T]) -> T | str:
     return why if why else cast(T, engine)
 
 
-def in_process(engine: AnyEngine, what: str) -> Engine:
-    """``engine`` as an in-process one, for what only such an engine does (``what``, said where a
-    server is given: a phase the parent should have refused for it)."""
+def in_process(engine: AnyEngine, why: str) -> Engine:
+    """``engine`` as an in-process one, for what only such an engine does; a server is refused
+    with ``why`` (a draft model, the speculative overhead: both load a model file here)."""
     if engine.kind == "server":
-        raise MacprofError(f"{what}: a server's engine cannot: it is measured in process only")
+        raise MacprofError(why)
     return engine
 
 

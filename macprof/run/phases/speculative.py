@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
 
 from macprof.engines.base import (NATIVE_DRAFT, VERIFY, AnyEngine, Engine, EngineCore, EngineSettings, NativeDrafting,
-                                  able, lacks)
-from macprof.errors import MacprofError
+                                  able, in_process, lacks)
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
 from macprof.model import events as ev
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, Round, SpeculativeCheck, SpeculativeNative,
@@ -184,11 +183,9 @@ def load_draft(ctx: PhaseContext[AnyEngine]) -> tuple[Drafter | None, Engine | N
     rss0, mac0 = _rss(), _mac(False)  # the draft's load is what the process grows by from here
     t0 = time.perf_counter_ns()
     try:
-        created = engines.create(engine_name)
-        if created.kind == "server":  # the parent resolves a draft to a model file; a server's stream tells no ids
-            raise MacprofError("a draft is a model loaded in process: a server streams text, not the token ids a "
-                               "draft proposes")
-        engine = created
+        # the parent resolves a draft to a model file; a server's stream tells no ids
+        engine = in_process(engines.create(engine_name), "a draft is a model loaded in process: a server streams "
+                                                         "text, not the token ids a draft proposes")
         engine.load_model(Path(path), EngineSettings(n_ctx=spec.get("n_ctx") or 4096, threads=s.threads,
                                                      kv_type=s.kv_type))
         engine.load_tokenizer()
