@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence, Union
 
-from macprof.engines.base import Engine, ServerEngine, common_prefix, reusable_prefix
+from macprof.engines.base import Engine, EngineCore, ServerEngine, common_prefix, reusable_prefix
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import ServerReport
@@ -117,9 +117,26 @@ class Exchange:
     reply_tokens: int | None
 
 
-class InProcessCache:
+class _RenderedHere:
+    """Prompts rendered and tokenized here (an engine in process; a server sent text)."""
+
+    engine: EngineCore
+
+    def prompt_of(self, text: str, messages: Sequence[dict]) -> Prompt:
+        return Prompt(text, tuple(self.engine.tokenize_chat(text)), chat=True)
+
+    def prompt_tokens(self, prompt: Prompt, rec: ev.Request, where: str) -> int:
+        """The prompt's tokens: the request tokenizes its text again, timed, and must read the same ids."""
+        if rec.prompt_tokens != len(prompt.ids):
+            raise MacprofError(f"conversation: {where}: the request read {rec.prompt_tokens} prompt tokens, the "
+                               f"rendered prompt has {len(prompt.ids)}")
+        return len(prompt.ids)
+
+
+class InProcessCache(_RenderedHere):
     """An engine in this process: one cache, one sequence, as llama.cpp's and MLX's are."""
 
+    engine: Engine
     renders = False
 
     def __init__(self, engine: Engine) -> None:
@@ -135,9 +152,6 @@ class InProcessCache:
         return (f"a reply ends at the model's first end-of-generation id ({len(self.eos)} id(s)) or at --gen-tokens "
                 f"({gen_tokens}), as an app's does (the speed phases hold EOS off); its ids up to that end, "
                 f"detokenized, are the assistant's message, rendered back through the template's assistant turn")
-
-    def prompt_of(self, text: str, messages: Sequence[dict]) -> Prompt:
-        return Prompt(text, tuple(self.engine.tokenize_chat(text)), chat=True)
 
     def held_before(self, prompt: Prompt) -> Held:
         return self.held
@@ -165,9 +179,6 @@ class InProcessCache:
         tokens = list(rec.tokens)
         return Natural(tokens, rec.reused_tokens, self.engine.reuse_refused, None, len(tokens),
                        reply_end(tokens, self.eos), held_after(list(prompt.ids), rec))
-
-    def prompt_tokens(self, prompt: Prompt, rec: ev.Request, where: str) -> int:
-        return _same_ids(prompt, rec, where)
 
     def stop(self, held: Held, seen: Seen) -> Stop:
         ids, last = list(seen.prompt.ids), seen.last
@@ -205,11 +216,12 @@ class Served:
     reply_tokens: int | None
 
 
-class ServerTextCache:
+class ServerTextCache(_RenderedHere):
     """A server sent the text rendered here. Its cache is the last requests it served, as many as
     it holds (its slots; least recently served first out); put back by the displacing requests of
     ``reset``, then those requests sent again in their order, greedy, for as many tokens."""
 
+    engine: ServerEngine
     renders = False
     eos: frozenset[int] = frozenset()  # its replies end where the server ends them
 
@@ -227,9 +239,6 @@ class ServerTextCache:
         return (f"a reply ends where the server ends it, at its end-of-generation id or at --gen-tokens ({gen_tokens}), "
                 f"as an app's (the speed phases hold EOS off); its text is the assistant's message, its tokens the "
                 f"server's count")
-
-    def prompt_of(self, text: str, messages: Sequence[dict]) -> Prompt:
-        return Prompt(text, tuple(self.engine.tokenize_chat(text)), chat=True)
 
     def held_before(self, prompt: Prompt) -> Held:
         """Of the requests it holds, the one it serves this prompt from: the longest shared prefix."""
@@ -270,9 +279,6 @@ class ServerTextCache:
         told = rec.server or ServerReport()
         return Natural(list(rec.tokens), rec.reused_tokens, None, self.engine.reuse_unreported, told.completion_tokens,
                        SERVER_ENDS.get(told.finish_reason or ""), [])
-
-    def prompt_tokens(self, prompt: Prompt, rec: ev.Request, where: str) -> int:
-        return _same_ids(prompt, rec, where)
 
     def stop(self, held: Held, seen: Seen) -> Stop:
         app, ids, text, last, emptied = seen.app, list(seen.prompt.ids), seen.prompt.text, seen.last, seen.emptied
@@ -332,14 +338,6 @@ class ServerChatCache(ServerTextCache):
 
 # the conversation phase's cache, one of the three (ServerChatCache is a ServerTextCache)
 Cache = Union[InProcessCache, ServerTextCache]
-
-
-def _same_ids(prompt: Prompt, rec: ev.Request, where: str) -> int:
-    """The prompt's tokens: the request tokenizes its text again, timed, and must read the same ids."""
-    if rec.prompt_tokens != len(prompt.ids):
-        raise MacprofError(f"conversation: {where}: the request read {rec.prompt_tokens} prompt tokens, the rendered "
-                           f"prompt has {len(prompt.ids)}")
-    return len(prompt.ids)
 
 
 def held_after(ids: list[int], rec: ev.Request) -> list[int]:
