@@ -68,16 +68,16 @@ def schedule(apps: int, turns: int, order: str, seed: int = 0) -> list[tuple[int
     """(app, turn) in the order they run: round-robin, or a seeded random interleaving that keeps
     each app's own turns in order."""
     if order == "round-robin":
-        return [(a, t) for t in range(turns) for a in range(apps)]
+        return [(app, t) for t in range(turns) for app in range(apps)]
     rng = random.Random(f"{seed}:apps")
-    next_turn = {a: 0 for a in range(apps)}
+    next_turn = {app: 0 for app in range(apps)}
     out = []
     while next_turn:
-        a = rng.choice(sorted(next_turn))
-        out.append((a, next_turn[a]))
-        next_turn[a] += 1
-        if next_turn[a] == turns:
-            del next_turn[a]
+        app = rng.choice(sorted(next_turn))
+        out.append((app, next_turn[app]))
+        next_turn[app] += 1
+        if next_turn[app] == turns:
+            del next_turn[app]
     return out
 
 

@@ -182,13 +182,14 @@ class InProcessCache(_RenderedHere):
 
     def stop(self, held: Held, seen: Seen) -> Stop:
         ids, last = list(seen.prompt.ids), seen.last
-        d, kind, reason = why_stopped(held.ids, held.app, seen.app, ids, seen.prompt.text, last, seen.natural.refused)
+        common, kind, reason = why_stopped(held.ids, held.app, seen.app, ids, seen.prompt.text, last,
+                                           seen.natural.refused)
         prev = last or Previous([], "", [])
         content = prev.content  # the reply's ids that are its message (its end-of-generation id is the template's)
         equal = ids[len(prev.ids):len(prev.ids) + len(content)] == content \
             if last and ids[:len(prev.ids)] == list(prev.ids) else None
         # what a cache of this app's own last prompt and reply would serve: what it held after them
-        return Stop(len(held.ids), d, kind, reason, expected_reuse=reusable_prefix(held.ids, ids),
+        return Stop(len(held.ids), common, kind, reason, expected_reuse=reusable_prefix(held.ids, ids),
                     ideal_reuse=reusable_prefix(prev.held, ids), reply_text_ids_equal=equal)
 
     def reply_text(self, said: Previous) -> str:
@@ -393,30 +394,30 @@ def server_stop(held: list[int], n_reply: int, held_by: int | None, app: int, id
     ``n_reply`` tokens too, the prompt's last token recomputed); the stop kind; the reason. The
     server's generated ids are not known here: inside the reply, where reuse stopped is where the
     server says (``reported``)."""
-    d = common_prefix(held, ids)
-    bound = min(d + (n_reply if held and d == len(held) else 0), len(ids) - 1)
+    common = common_prefix(held, ids)
+    bound = min(common + (n_reply if held and common == len(held) else 0), len(ids) - 1)
     if held_by is None:  # the cache held the displacing request of ``reset`` (a server's is not addressable)
-        return Bounded(d, bound, "empty", f"the cache held only the {len(held)} tokens of the request that displaced "
-                                          f"what it held: they share the first {d}")
-    if held_by != app or d < len(held):
-        kind, reason = divergence(d, held, held_by, app, ids, text, previous)
+        return Bounded(common, bound, "empty", f"the cache held only the {len(held)} tokens of the request that "
+                                               f"displaced what it held: they share the first {common}")
+    if held_by != app or common < len(held):
+        kind, reason = divergence(common, held, held_by, app, ids, text, previous)
         if held and held_by == app and reported is not None and reported < bound:
-            return Bounded(d, bound, "kept_less", f"{reason}; the server reused {reported} of the {bound} tokens "
-                                                  f"the ids it held allow (its own cache policy)")
-        return Bounded(d, bound, kind, reason)
+            return Bounded(common, bound, "kept_less", f"{reason}; the server reused {reported} of the {bound} "
+                                                       f"tokens the ids it held allow (its own cache policy)")
+        return Bounded(common, bound, kind, reason)
     if reported is None:
-        return Bounded(d, bound, "unreported", f"the prompt extends all {len(held)} tokens of the previous prompt; "
-                                               f"where reuse stopped in its {n_reply}-token reply is not known: "
-                                               f"{unreported}")
+        return Bounded(common, bound, "unreported", f"the prompt extends all {len(held)} tokens of the previous "
+                                                    f"prompt; where reuse stopped in its {n_reply}-token reply is not "
+                                                    f"known: {unreported}")
     if reported >= bound - 1:  # a server may or may not hold the reply's last token
-        return Bounded(d, bound, "none_lost", f"the server reused {reported}: the prompt extends the previous prompt "
-                                              f"and reply it held")
+        return Bounded(common, bound, "none_lost", f"the server reused {reported}: the prompt extends the previous "
+                                                   f"prompt and reply it held")
     if reported >= len(held):
-        return Bounded(d, bound, "reply_retokenized", (
+        return Bounded(common, bound, "reply_retokenized", (
             f"at token {reported}, {reported - len(held)} tokens into the previous reply (where the server says): "
             f"its text tokenizes to other ids than the {n_reply} the server generated"))
-    return Bounded(d, bound, "kept_less", f"the server reused {reported} though the prompt extends all {len(held)} "
-                                          f"tokens of the previous prompt (its own cache policy)")
+    return Bounded(common, bound, "kept_less", f"the server reused {reported} though the prompt extends all "
+                                               f"{len(held)} tokens of the previous prompt (its own cache policy)")
 
 
 def counted_stop(held_n: int, n_reply: int, held_by: int | None, app: int, prompt_n: int, reported: int | None,
@@ -450,39 +451,39 @@ def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], 
     the engine could not cut its cache back to that prefix (``refused``: a sliding window moved
     past it, a recurrent state), the kind is "cannot_go_back" and the reason says both where the
     prompt left the held ids and why the cache could not follow."""
-    d = common_prefix(held, ids)
-    kind, reason = divergence(d, held, held_by, app, ids, text, previous)
+    common = common_prefix(held, ids)
+    kind, reason = divergence(common, held, held_by, app, ids, text, previous)
     if refused:
-        return Divergence(d, "cannot_go_back", f"{reason}; the cache cannot be cut back to token {d}: {refused}")
-    return Divergence(d, kind, reason)
+        return Divergence(common, "cannot_go_back", f"{reason}; the cache cannot be cut back to token {common}: {refused}")
+    return Divergence(common, kind, reason)
 
 
-def divergence(d: int, held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
+def divergence(common: int, held: list[int], held_by: int | None, app: int, ids: list[int], text: str,
                previous: Previous | None) -> tuple[str, str]:
-    """The stop kind and its reason where the prompt's ids leave the held ones at token ``d``."""
+    """The stop kind and its reason where the prompt's ids leave the held ones at token ``common``."""
     if not held:
         return "empty", "the cache held nothing"
     if held_by != app:
-        return "evicted", f"the cache held app {held_by}'s conversation: the two share their first {d} tokens"
-    if d >= len(held) or d >= len(ids) - 1:
+        return "evicted", f"the cache held app {held_by}'s conversation: the two share their first {common} tokens"
+    if common >= len(held) or common >= len(ids) - 1:
         return "none_lost", f"the prompt extends all {len(held)} tokens the cache held"
     prev = previous or Previous([], "", [])
-    if d >= len(prev.ids):  # inside the previous reply
-        into, written = d - len(prev.ids), prev.text + prev.reply_text
+    if common >= len(prev.ids):  # inside the previous reply
+        into, written = common - len(prev.ids), prev.text + prev.reply_text
         if prev.reply_text and text.startswith(prev.text) and not text.startswith(written):
-            return "template_rewrite", (f"at token {d}, {into} tokens into the previous reply: the template rendered "
+            return "template_rewrite", (f"at token {common}, {into} tokens into the previous reply: the template rendered "
                                         f"the reply otherwise than its text (the prompt differs from the previous "
                                         f"prompt and reply at character {_first_difference(written, text)})")
         if prev.ended == "eos" and into == len(prev.reply) - 1:
-            return "template_rewrite", (f"at token {d}, the previous reply's end: the model ended it with id {held[d]}, "
-                                        f"the template closes the assistant turn with id {ids[d]}")
-        return "reply_retokenized", (f"at token {d}, {into} tokens into the previous reply: its text tokenizes to id "
-                                     f"{ids[d]} where the model generated id {held[d]} (of the {len(prev.reply)} "
+            return "template_rewrite", (f"at token {common}, the previous reply's end: the model ended it with id {held[common]}, "
+                                        f"the template closes the assistant turn with id {ids[common]}")
+        return "reply_retokenized", (f"at token {common}, {into} tokens into the previous reply: its text tokenizes to id "
+                                     f"{ids[common]} where the model generated id {held[common]} (of the {len(prev.reply)} "
                                      f"generated)")
     if text.startswith(prev.text):
-        return "tokenization_join", (f"at token {d}: the text extends the previous prompt's, but tokenizes "
+        return "tokenization_join", (f"at token {common}: the text extends the previous prompt's, but tokenizes "
                                      f"otherwise where the two join")
-    return "template_rewrite", (f"at token {d}: the template rendered the earlier turns otherwise "
+    return "template_rewrite", (f"at token {common}: the template rendered the earlier turns otherwise "
                                 f"(the text differs from the previous prompt's at character "
                                 f"{_first_difference(prev.text, text)})")
 
