@@ -18,13 +18,16 @@ from macprof.analyse.build import build
 from macprof.collect.system import host_id, utc_now
 from macprof.config import ModelSpec
 from macprof.errors import MacprofError
-from macprof.model.events import QualityChunkScored, Request, TaskAttemptDone
+from macprof.model.events import Request
+from macprof.model.phase_events import QualityChunkScored
+from macprof.model.tasks import TaskAttemptDone
 from macprof.model.log import RunLog
 import macprof.run.resume
 from macprof.run.resume import SUFFIX
 from macprof.run import signals
 from macprof.run.journal import Journal
 from macprof.run.orchestrator import Runner
+from macprof.run.phases.api import Parents
 from macprof.run.progress import Display
 from macprof.store.runlog import read_journal, save
 
@@ -54,9 +57,12 @@ def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Display | N
     log). Ctrl-C before the journal holds anything raises KeyboardInterrupt, the empty journal
     removed; after that the run's log is written, incomplete if it was cut short."""
     with signals.guard():
-        journal = _open_journal(models, log_path, resume, overwrite)
+        # each phase's parent side, once for the run: its checks stop a bad input here, in one
+        # line, and what it reads (a task file) serves the resume's check and every worker
+        parents = Parents(models, journal_path(log_path))
+        journal = _open_journal(models, log_path, resume, overwrite, parents)
         try:
-            events = Runner(models, journal, progress).run()
+            events = Runner(models, journal, progress, parents=parents).run()
         except BaseException:
             if not resume and not journal.events:  # nothing measured: no journal to keep
                 journal.path.unlink(missing_ok=True)
@@ -67,7 +73,8 @@ def measure(models: tuple[ModelSpec, ...], log_path: Path, progress: Display | N
     return log
 
 
-def _open_journal(models: tuple[ModelSpec, ...], log_path: Path, resume: bool, overwrite: bool) -> Journal:
+def _open_journal(models: tuple[ModelSpec, ...], log_path: Path, resume: bool, overwrite: bool,
+                  parents: Parents) -> Journal:
     path = journal_path(log_path)
     if not resume:
         if log_path.exists() and not overwrite:
@@ -77,7 +84,7 @@ def _open_journal(models: tuple[ModelSpec, ...], log_path: Path, resume: bool, o
     journal = Journal.reopen(path)  # locked first: no other run appends while it is read
     try:
         events = read_journal(path)
-        macprof.run.resume.check(path, events, models)
+        macprof.run.resume.check(path, events, models, parents)
     except BaseException:
         journal.close()
         raise

@@ -15,7 +15,7 @@ from macprof.engines.base import EngineSettings
 from macprof.engines.fake import FakeEngine, write_model
 from macprof.model.conversation import ConversationStart
 from macprof.model.tasks import TaskAttemptDone, TasksStart
-from macprof.run import chat
+from macprof.run import chat, taskfile
 from macprof.run.phases import PhaseContext
 from macprof.run.phases.conversation import run_conversation
 from macprof.run.phases.tasks import run_tasks
@@ -57,7 +57,7 @@ def test_a_model_without_a_template_renders_tasks_and_conversations_in_one_form(
     s = config.Settings(phases=("tasks", "conversation"), tasks=str(_task_file(tmp_path)), turns=2, gen_tokens=4,
                         turn_tokens=8, system_tokens=8)
     events: list = []
-    run_tasks(PhaseContext(engine, None, s, events.append))  # type: ignore[arg-type]
+    run_tasks(PhaseContext(engine, None, s, events.append, prepared=taskfile.load(s.tasks)))  # type: ignore[arg-type]
     (task_prompt,) = engine.rendered
     assert task_prompt == "system:\nBe brief.\n\nuser:\n2+2?\n\nassistant:\n" == \
         chat.Template("fallback", chat.FALLBACK).render(TASK["messages"])
@@ -72,14 +72,19 @@ def test_a_model_without_a_template_renders_tasks_and_conversations_in_one_form(
 
 def test_the_tasks_phase_honours_chat_template(fake_dir, tmp_path):
     """--chat-template reaches the tasks' prompts (it once reached the conversation's only): the
-    prompt is the file's rendering, and the log names the file."""
+    prompt is the file's rendering, the log names the file, and the file is one of the model's
+    inputs (once, though the conversation renders through it too)."""
     template = tmp_path / "chatml.jinja"
     template.write_text(CHATML)
     log = tmp_path / "t.json"
-    macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "tasks",
-            "--tasks", str(_task_file(tmp_path)), "--chat-template", str(template), "--log", str(log))
-    ph = runlog.load(log).models[0].phases.tasks
+    macprof("run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "tasks,conversation",
+            "--turns", "1", "--tasks", str(_task_file(tmp_path)), "--chat-template", str(template), "--log", str(log))
+    m = runlog.load(log).models[0]
+    ph = m.phases.tasks
     assert ph.prompt_format == f"the chat template file {template.resolve()} (--chat-template)"
+    assert [(f.role, f.path) for f in m.identity.inputs if f.role == "the chat template"] == [
+        ("the chat template", str(template.resolve()))]
+    assert m.phases.conversation.template_source == "file"
     engine = FakeEngine()
     engine.load_model(fake_dir / "fake-a.gguf", EngineSettings(n_ctx=4096))
     want = engine.tokenize_chat(chat.Template("file", CHATML).render(TASK["messages"]))
@@ -115,6 +120,6 @@ def test_a_task_s_attempt_records_what_its_template_rendered(tmp_path):
     engine.load_model(write_model(tmp_path / "m.gguf"), EngineSettings(n_ctx=4096))
     events: list = []
     s = config.Settings(phases=("tasks",), tasks=str(_task_file(tmp_path)))
-    run_tasks(PhaseContext(engine, None, s, events.append))  # type: ignore[arg-type]
+    run_tasks(PhaseContext(engine, None, s, events.append, prepared=taskfile.load(s.tasks)))  # type: ignore[arg-type]
     (attempt,) = [e for e in events if isinstance(e, TaskAttemptDone)]
     assert attempt.prompt_tokens == len(engine.tokenize_chat(chat.template_for(engine, None).render(TASK["messages"])))

@@ -18,7 +18,8 @@ import pytest
 
 from macprof.config.dist import MAX_HOSTS, Distributed, check_hosts, host_refusal
 from macprof.errors import MacprofError
-from macprof.run.job import QualityJob, WorkerJob, decode, encode
+from macprof.model.quality import QualityJob
+from macprof.run.job import WorkerJob, decode, encode
 
 HOSTILE_HOSTS = ["-oProxyCommand=touch /tmp/macprof-pwned", "-F/etc/passwd", "--", "a;id", "$(id)", "`id`", "a b",
                  "host\n", "a|b", "user@-oProxyCommand=x", "-user@host", "a/b", "", "..", "fe80::1%eth0", "h" * 254,
@@ -315,13 +316,23 @@ if os.name != "posix":  # pragma: no cover
 
 # -- the worker's job ---------------------------------------------------------------------------
 def test_the_worker_job_is_typed_both_ways():
+    """The job, and each phase's part of it (its parent's, decoded with the type its registry line
+    names: run/phases prepared_of), typed both ways: a mistyped key names its place."""
     import msgspec
 
+    from macprof.run.phases import prepared_of
+
+    part = QualityJob(reference="r", store="/s", missing="r failed")
     job = WorkerJob(name="m", engine="fake", path="/m.gguf", phases=["warm", "batch"], settings={"reps": 2}, n_ctx=640,
-                    cases={"batch": [{"id": "b2"}]}, quality=QualityJob(reference="r", store="/s", missing="r failed"))
-    assert decode(encode(job)) == job
-    assert decode(b'{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},"n_ctx":8}').quality == QualityJob()
-    for bad, where in (('"n_ctx":"8"', "$.n_ctx"), ('"n_ctx":8,"seed":1', "seed"), ('"n_ctx":8,"quality":{"store":3}',
-                                                                                   "$.quality.store")):
+                    cases={"batch": [{"id": "b2"}]}, prepared={"quality": msgspec.Raw(msgspec.json.encode(part))})
+    assert decode(encode(job)) == job and prepared_of(decode(encode(job)), "quality") == part
+    bare = decode(b'{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},"n_ctx":8}')
+    assert bare.prepared == {} and prepared_of(bare, "quality") is None
+    for bad, where in (('"n_ctx":"8"', "$.n_ctx"), ('"n_ctx":8,"seed":1', "seed"), ('"n_ctx":8,"prepared":[]',
+                                                                                   "$.prepared")):
         with pytest.raises(msgspec.ValidationError, match=re.escape(where)):
             decode(('{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},' + bad + "}").encode())
+    mistyped = decode(b'{"name":"m","engine":"fake","path":"/m","phases":[],"settings":{},"n_ctx":8,'
+                      b'"prepared":{"quality":{"store":3}}}')
+    with pytest.raises(msgspec.ValidationError, match=re.escape("$.store")):
+        prepared_of(mistyped, "quality")

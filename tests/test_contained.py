@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from macprof.run import taskfile
 from macprof.model import events as ev
 from macprof.run.phases.common import announced
 from macprof.store import runlog
@@ -117,7 +118,8 @@ def test_an_attempt_whose_record_its_reader_would_refuse_is_recorded_failed(tmp_
     path.write_text("".join(json.dumps({"id": i, "prompt": i, "checker": {"type": "exact", "answer": "x"},
                                         "max_tokens": 4}) + "\n" for i in ("p", "c", "ok")))
     events: list = []
-    run_tasks(PhaseContext(Chat(), None, config.Settings(phases=("tasks",), tasks=str(path)), events.append))
+    run_tasks(PhaseContext(Chat(), None, config.Settings(phases=("tasks",), tasks=str(path)), events.append,
+                           prepared=taskfile.load(str(path))))
     attempts = {e.task: e for e in events if isinstance(e, TaskAttemptDone)}
     assert [(t, a.status) for t, a in attempts.items()] == [("p", "error"), ("c", "error"), ("ok", "ok")]
     assert attempts["p"].error == "ValueError: invalid literal for int() with base 10: 'lots'"
@@ -189,7 +191,8 @@ def test_an_attempt_whose_tokenizer_raises_fails_alone(fake_dir, tmp_path):
     path.write_text("".join(json.dumps({"id": i, "prompt": p, "checker": {"type": "exact", "answer": "x"},
                                         "max_tokens": 4}) + "\n" for i, p in (("bad", "boom"), ("next", "fine"))))
     events: list = []
-    run_tasks(PhaseContext(engine, None, config.Settings(phases=("tasks",), tasks=str(path), attempts=2), events.append))
+    run_tasks(PhaseContext(engine, None, config.Settings(phases=("tasks",), tasks=str(path), attempts=2), events.append,
+                           prepared=taskfile.load(str(path))))
     attempts = [(e.task, e.attempt, e.status) for e in events if isinstance(e, TaskAttemptDone)]
     assert attempts == [("bad", 1, "error"), ("next", 1, "ok"), ("next", 2, "ok")]
     bad = next(e for e in events if isinstance(e, TaskAttemptDone))

@@ -476,7 +476,7 @@ def test_plot_draws_a_conversation_s_ttft_per_turn_and_its_reuse(loopback, tmp_p
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from macprof.render.plot import _conversation, conversation_series
+    from macprof.render.conversation import _conversation, conversation_series
 
     _, _, _, log = _served(loopback, tmp_path, "two", "--apps", "2")
     m = runlog.load(log).models[0]

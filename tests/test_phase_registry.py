@@ -29,6 +29,61 @@ def test_every_phase_resolves_to_its_code(name):
         from macprof.render.report import PhaseReport
 
         assert isinstance(load(phase.report), PhaseReport)
+    _check_parent_side(phase)
+
+
+def _check_parent_side(phase) -> None:
+    """What the parent does for the phase resolves: its Parent, the type its workers get (only
+    with a parent), its events (each an Event, of a kind of its own), its record, its reader."""
+    from macprof.model.event_base import Event
+    from macprof.model.events import CORE, EVENTS
+    from macprof.model.records import Record
+    from macprof.run.phases.api import Parent
+
+    if phase.parent:
+        side = load(phase.parent)
+        assert issubclass(side, Parent)
+        assert side.plan_type is None or issubclass(side.plan_type, Record)  # journaled as a record's JSON
+    assert phase.prepared is None or (phase.parent and isinstance(load(phase.prepared), type))
+    if phase.events:
+        events = load(phase.events)
+        assert events and all(issubclass(e, Event) and EVENTS[e.KIND] is e and e not in CORE for e in events)
+    if phase.record:
+        from macprof.model.log import Phases
+
+        assert phase.name in Phases.__struct_fields__ and issubclass(load(phase.record), Record)
+    if phase.resume:
+        assert callable(load(phase.resume))
+    assert phase.replays in (None, "ok", "all") and (phase.trials is None or phase.trials(config.Settings()) >= 1)
+
+
+def test_a_phase_s_worker_part_is_what_its_parent_gives():
+    """Each parent's ``job`` gives its workers the type the registry line names (the worker
+    decodes it so): the draft, the task set, the quality reference."""
+    import msgspec
+
+    from macprof.config import ModelSpec
+    from macprof.run.phases.api import Parents
+
+    s = config.Settings(phases=("speculative", "tasks", "quality"), draft="ngram")
+    model = ModelSpec(name="m", engine="fake", path=Path("/nonexistent.gguf"), quant=None, settings=s)
+    parents = Parents((model,), Path("/nonexistent.journal.jsonl"))
+    prepared, refused = parents.prepare(model)
+    assert refused == {} and sorted(prepared) == ["speculative", "tasks"]
+
+    class Host:
+        events: list = []
+
+        def note(self, line):
+            pass
+
+        def run_worker(self, model, phases):
+            raise AssertionError("no worker runs here")
+
+    for name in s.phases:
+        part = parents.of(name).job(model, prepared.get(name), Host())
+        kind = load(REGISTRY[name].prepared)
+        assert isinstance(msgspec.json.decode(msgspec.json.encode(part), type=kind), kind)
 
 
 def test_what_lists_the_phases_is_derived_from_the_registry():
@@ -40,14 +95,16 @@ def test_what_lists_the_phases_is_derived_from_the_registry():
 
 
 def test_the_log_s_phase_record_and_the_schema_name_every_phase_in_order():
-    """The Phases record is still written out (for the type checker): held to the registry, so a
-    phase added there and not here fails. The schema is generated (its failure.phase words are
+    """The Phases record is still written out (for the type checker) for every shipped phase, and
+    none of them also declares ``record`` (a phase added with ``record`` gets its field at import:
+    tests/test_extra_phase.py); held to the registry, so a phase added with neither fails. The schema is generated (its failure.phase words are
     the registry's, model/vocab.py), and the checked-in file is held to it by
     tests/test_model_schema.py: the drift that lost "concurrency" before cannot recur."""
     from macprof.model.log import Phases
     from macprof.model.records import record_fields
 
     assert [f.name for f in record_fields(Phases)] == list(NAMES)
+    assert not any(p.record for p in REGISTRY.values())
     schema = json.loads(SCHEMA.read_text())
     (words,) = [arm["enum"] for arm in schema["$defs"]["Failure"]["properties"]["phase"]["anyOf"] if "enum" in arm]
     assert sorted(words) == sorted(NAMES)

@@ -347,12 +347,12 @@ def test_impossible_server_values_are_claims_never_figures(loopback):
 
 
 def test_the_journal_never_writes_non_json(tmp_path):
-    from macprof.model import events as ev
+    from macprof.model.phase_events import LoadLevel
     from macprof.run.journal import Journal
 
     path = tmp_path / "j.jsonl"
     j = Journal.create(path)
-    j.write(ev.LoadLevel(phase="concurrency", case="r1", mode="open", rate=float("nan"), planned=1, sent=1,
+    j.write(LoadLevel(phase="concurrency", case="r1", mode="open", rate=float("nan"), planned=1, sent=1,
                          t_start=0, t_end=1, time_limit_s=float("inf")))
     j.close()
     line = path.read_text().splitlines()[-1]

@@ -113,6 +113,7 @@ def _phase(tmp_path: Path, draft_path: Path, ks=(1, 3), step_ns: int = 1000):
     from macprof.engines.fake import FakeEngine
     from macprof.model.events import parse_event
     from macprof.model.log import Bandwidth, MeasuredBandwidth
+    from macprof.model.speculative import DraftSpec
     from macprof.run.phases.common import PhaseContext
     from macprof.run.phases.speculative import run_speculative
     from macprof.run.prompts import PromptBuilder
@@ -129,10 +130,10 @@ def _phase(tmp_path: Path, draft_path: Path, ks=(1, 3), step_ns: int = 1000):
         return now[0]
 
     events: list = []
-    spec = {"kind": "model", "ref": str(draft_path), "engine": "fake", "path": str(draft_path), "n_ctx": 512,
-            "target": "t", "shape": modelinfo.inspect(draft_path, "f16").to_dict()}
+    spec = DraftSpec(kind="model", ref=str(draft_path), engine="fake", path=str(draft_path), target="t",
+                     shape=modelinfo.inspect(draft_path, "f16").to_dict())
     run_speculative(PhaseContext(engine, PromptBuilder(engine), s, lambda e: events.append(
-        parse_event({**e.to_json(), "model": "t"})), clock=clock, draft=spec))
+        parse_event({**e.to_json(), "model": "t"})), clock=clock, n_ctx=512, prepared=spec))
     head = types.SimpleNamespace(settings=s, shape=modelinfo.inspect(target_path, "f16").to_dict())
     ctx = types.SimpleNamespace(events=events, head=head, failures=[],
                                 bw=Bandwidth(measured=MeasuredBandwidth(gbs=50.0)))
@@ -176,7 +177,7 @@ def test_a_draft_that_is_always_rejected_has_alpha_zero_and_one_token_per_round(
     from macprof.run.phases import speculative
 
     def load(ctx):
-        ctx.emit(DraftLoaded(phase="speculative", draft="rejected", engine="fake", shape=ctx.draft["shape"]))
+        ctx.emit(DraftLoaded(phase="speculative", draft="rejected", engine="fake", shape=ctx.prepared.shape))
         return _Rejected(), None
 
     monkeypatch.setattr(speculative, "load_draft", load)
@@ -294,7 +295,8 @@ def test_compare_of_logs_without_the_phase_keeps_its_columns_out():
 
 
 def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log, tmp_path):
-    from macprof.render.plot import _models, speculative_series
+    from macprof.render.plot import _models
+    from macprof.render.speculative import speculative_series
     from macprof.store import runlog
 
     log, _ = self_draft_log
@@ -310,7 +312,7 @@ def test_the_plot_draws_speed_up_against_k_beside_the_prediction(self_draft_log,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from macprof.render.plot import _speculative
+    from macprof.render.speculative import _speculative
 
     fig, ax = plt.subplots()
     _speculative(ax, [series])  # the series drawn are the ones read above
@@ -337,7 +339,8 @@ def test_the_speculative_panel_spans_its_figure_and_its_legend_covers_nothing(se
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from macprof.render.plot import _models, _speculative, layout, speculative_series
+    from macprof.render.plot import _models, layout
+    from macprof.render.speculative import _speculative, speculative_series
     from macprof.store import runlog
 
     assert layout(1, 0) == (1, 1, 10) and layout(2, 8) == (1, 2, 1.6 * 8 + 4) and layout(5, 3) == (2, 3, 17)

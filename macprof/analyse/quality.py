@@ -9,6 +9,7 @@ from macprof.measure import quality as q
 from macprof.measure import stats
 from macprof.model import events as ev
 from macprof.model.log import ModelResult
+from macprof.model.phase_events import QualityChunkScored, QualityStart
 from macprof.model.phases import Failure, PhaseMemory
 from macprof.model.quality import KldSummary, QualityChunk, QualityPhase
 from macprof.model.records import ABSENT
@@ -17,12 +18,12 @@ from macprof.model.records import ABSENT
 def build_quality(events: Sequence[ev.Event], failures: list[Failure], memory: PhaseMemory) -> QualityPhase:
     """From the last ``quality_start`` on (a resumed run scores again from the start), its
     chunks in order, each once."""
-    starts = [i for i, e in enumerate(events) if isinstance(e, ev.QualityStart)]
+    starts = [i for i, e in enumerate(events) if isinstance(e, QualityStart)]
     if not starts:
         return QualityPhase(failures=tuple(failures), memory=memory)
     head = events[starts[-1]]
-    assert isinstance(head, ev.QualityStart)
-    by_index = {e.index: e for e in events[starts[-1]:] if isinstance(e, ev.QualityChunkScored)}
+    assert isinstance(head, QualityStart)
+    by_index = {e.index: e for e in events[starts[-1]:] if isinstance(e, QualityChunkScored)}
     chunks = tuple(QualityChunk(index=e.index, t_start=e.t_start, t_end=e.t_end, tokens=e.tokens, nll=e.nll, kld=e.kld,
                                 same_top=e.same_top) for _, e in sorted(by_index.items()))
     nll = [x for c in chunks for x in c.nll]

@@ -16,6 +16,7 @@ from macprof.cases import mean_context
 from macprof.measure import stats
 from macprof.model import events as ev
 from macprof.model.phases import Failure, Request, Summary
+from macprof.model.phase_events import LoadLevel
 from macprof.model.serving import ConcurrencyPhase, LoadLevelResult
 
 NS = 1e9
@@ -29,7 +30,7 @@ def build_concurrency(events: Sequence[ev.Event], failures: list[Failure], s, sh
                       to_record: Callable[[ev.Request], Request]) -> ConcurrencyPhase:
     slo = {"ttft_s": s.slo_ttft, "itl_s": s.slo_itl}
     levels = []
-    for level in (e for e in events if isinstance(e, ev.LoadLevel)):
+    for level in (e for e in events if isinstance(e, LoadLevel)):
         reqs = [to_record(e) for e in events if isinstance(e, ev.Request) and e.phase == "concurrency"
                 and e.case == level.case]
         levels.append(_level(level, reqs, s, shape, bw))
@@ -37,7 +38,7 @@ def build_concurrency(events: Sequence[ev.Event], failures: list[Failure], s, sh
                             failures=tuple(failures))
 
 
-def _level(level: ev.LoadLevel, reqs: list[Request], s, shape: dict | None, bw) -> LoadLevelResult:
+def _level(level: LoadLevel, reqs: list[Request], s, shape: dict | None, bw) -> LoadLevelResult:
     ok = [r for r in reqs if r.status == "ok"]
     bad = len(reqs) - len(ok)
     gaps = [(b - a) / NS for r in ok for a, b in zip(r.token_times, r.token_times[1:])]

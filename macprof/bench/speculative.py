@@ -149,19 +149,19 @@ def _side(runs: list[dict]) -> dict:
 def speculative_overhead(model, draft: str | None, k: int, ngram: int, n: int, depth: int, pairs: int,
                          threads: int | None, progress: Callable[[str], None] = lambda s: None) -> dict:
     """`macprof overhead --path speculative` for one selected model (a config.ModelSpec): the
-    draft resolved as `macprof run --draft` resolves it (run/orchestrator.py)."""
+    draft resolved as `macprof run --draft` resolves it (run/phases/speculative.py draft_spec)."""
     from dataclasses import replace
 
-    from macprof.run.orchestrator import _draft_job
+    from macprof.run.phases.speculative import draft_spec
 
     if not draft:
         raise MacprofError("overhead --path speculative: no draft given (--draft MODEL or --draft ngram)")
     if k < 1 or pairs < 1 or n < 2:
         raise MacprofError("overhead --path speculative: --draft-tokens and --pairs must be at least 1, --gen-tokens 2")
-    job = _draft_job(replace(model, settings=replace(model.settings, draft=draft, ngram=ngram)), 0)
-    if job["kind"] == NGRAM:
+    spec = draft_spec(replace(model, settings=replace(model.settings, draft=draft, ngram=ngram)))
+    if spec.kind == NGRAM:
         return measure(model.engine, model.path, NGRAM, None, None, k, n, depth, pairs, threads, ngram, progress)
-    return measure(model.engine, model.path, draft, job["engine"], Path(job["path"]), k, n, depth, pairs, threads,
+    return measure(model.engine, model.path, draft, spec.engine, Path(spec.path or ""), k, n, depth, pairs, threads,
                    ngram, progress)
 
 

@@ -3,8 +3,6 @@ They become the journal's run_start and model_start events."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from macprof import __version__
 from macprof.collect import machine, modelinfo, probes
 from macprof.collect.system import utc_now
@@ -59,51 +57,16 @@ def model_files(model) -> list[dict]:
              "bytes": f.stat().st_size, "sha256": cached_sha256(f)} for f in filekind.model_files(model.path)]
 
 
-# what each file a run reads besides the model's own is to it (InputFile.role)
-TASK_FILE, CHAT_TEMPLATE, QUALITY_TEXT, DRAFT = "the task file", "the chat template", "the quality text", "the draft"
-
-
-def input_paths(model) -> list[tuple[str, Path]]:
-    """(role, path) of every file a model's run reads besides the model's own, for the phases it
-    runs: the task file (--tasks, or the set shipped with macprof), the conversation's chat
-    template where one is given (the model's own is in its files), the quality text (--text, or
-    the shipped one) and the draft model's files. A draft that does not resolve has none: the
-    phase records why."""
-    from importlib import resources
-
-    s = model.settings
-    shipped = resources.files("macprof") / "data"
-    out: list[tuple[str, Path]] = []
-    if "tasks" in s.phases:
-        out.append((TASK_FILE, Path(s.tasks) if s.tasks else Path(str(shipped / "tasks.jsonl"))))
-    if "conversation" in s.phases and s.chat_template:
-        out.append((CHAT_TEMPLATE, Path(s.chat_template)))
-    if "quality" in s.phases:
-        out.append((QUALITY_TEXT, Path(s.text) if s.text else Path(str(shipped / "quality.txt"))))
-    if "speculative" in s.phases and s.draft and s.draft.strip() != "ngram":
-        from macprof.collect import resolve
-
-        try:
-            out += [(DRAFT, f) for f in filekind.model_files(resolve.resolve(s.draft).path)]
-        except (MacprofError, OSError):
-            pass
-    return out
-
-
-def run_inputs(model) -> list[dict]:
-    """Role, path, size and sha256 of each file of ``input_paths`` (the sha256 cached as a
-    model file's is); OSError or MacprofError for one that cannot be read."""
-    return [{"role": role, "path": str(path), "bytes": filekind.regular_stat(path).st_size,
-             "sha256": cached_sha256(path)} for role, path in input_paths(model)]
-
-
 def file_unknown(model) -> bool:
     """A server whose model file is not named: no files to hash, now or on --resume."""
     endpoint = getattr(model, "endpoint", None)
     return endpoint is not None and endpoint.file is None
 
 
-def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
+def model_start_event(model, files_error: str | None = None, inputs: list[dict] | None = None) -> ev.ModelStart:
+    """A model's identity, shape and settings; ``inputs``: the files its phases read besides its
+    own, with their sizes and sha256 (run/phases/api.py Parents.inputs; None: one could not be
+    read, the phase that reads it records why)."""
 
     files: list[dict] = []
     endpoint = getattr(model, "endpoint", None)
@@ -114,10 +77,6 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
         except MacprofError as exc:
             files_error = str(exc)
     info, info_error = None, None
-    try:  # what the run reads besides the model, recorded once: a resume refuses a change (run/resume.py)
-        inputs: tuple[InputFile, ...] | None = tuple(InputFile(**f) for f in run_inputs(model))
-    except (MacprofError, OSError):
-        inputs = None  # the phase that reads it records why it cannot
     source = getattr(model, "source", None)
     # a model named on the command line: where it came from (models.toml entries: absent)
     where = Source(ref=source.ref, store=source.store, path=str(model.path)) if source else ABSENT
@@ -135,7 +94,7 @@ def model_start_event(model, files_error: str | None = None) -> ev.ModelStart:
             quant_label=model.quant, quant_declared=info["quant"] if info else None,
             architecture=info["architecture"] if info else None, n_params=info["n_params"] if info else None,
             total_bytes=sum(f["bytes"] for f in files), files=tuple(ModelFile(**f) for f in files), source=where,
-            **({"inputs": inputs} if inputs else {}),
+            **({"inputs": tuple(InputFile(**f) for f in inputs)} if inputs else {}),
         ),
         shape=info, shape_error=info_error, files_error=files_error,
         settings=ModelSettings.from_json(settings_dict(model.settings)), memory=system_memory(),

@@ -138,3 +138,7 @@ class ConversationPhase(Record):
     summary: ConversationSummary = field(default_factory=ConversationSummary)
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
+
+
+# the phase's journal events (macprof/phases.py ``events``: model/events.py EVENTS has them)
+EVENTS = (ConversationStart, ConversationTurn)

@@ -1,5 +1,5 @@
-"""The base of every journal event (model/events.py registers them all; model/phase_events.py
-holds the events of the quality, concurrency and distributed phases)."""
+"""The base of every journal event (model/events.py registers them all: its own and each phase's
+that the registry names, macprof/phases.py ``events``)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ class Event(Record, tag_field="event"):
     # attempt's record or refusal, a ``request_end``): the parent's per-item deadline and its blame
     # for a hang or a death stop there (run/watch.py), so a cut never falls on an item recorded.
     ENDS_ITEM: ClassVar[bool] = False
+    # An output check (fields phase, index, and case and kind where it has them): --resume reads it
+    # as a done request of mode "check" (run/resume.py), so that no check is made twice.
+    CHECKS: ClassVar[bool] = False
 
     model: str | None = ABSENT
     worker: str | None = ABSENT

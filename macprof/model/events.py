@@ -10,17 +10,13 @@ from typing import Any
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
 from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency, ServerReport
 from macprof.model.event_base import Event
-from macprof.model.conversation import ConversationStart, ConversationTurn
-from macprof.model.phase_events import (CommProfile, LoadLevel, QualityChunkScored, QualityStart, QualityStored, RankGroup,
-                                        RankTimeline)
+from macprof.model.phase_events import CommProfile, RankGroup, RankTimeline
 from msgspec import field
 
 from macprof.model.records import ABSENT, Number
 from macprof.model.resolved import Resolved
-from macprof.model.tasks import TaskAttemptDone, TaskCheckStart, TaskRefused, TasksStart
-from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
-                                       SpeculativeRounds)
 from macprof.model.telemetry import TelemetrySample
+from macprof.phases import REGISTRY, load
 
 
 # -- the orchestrator ------------------------------------------------------------------------
@@ -51,10 +47,14 @@ class ModelStart(Event):
 
 class Plan(Event):
     """The sweep cases planned for a model, refused ones included (journals before it existed
-    are rebuilt with the plan recomputed from the settings)."""
+    are rebuilt with the plan recomputed from the settings), and what the parent prepared for
+    each of its phases that prepares (run/phases/api.py: the record's JSON, under the phase's
+    name; a phase refused there is absent), which --resume reads back instead of preparing
+    again (journals before it lack the key: their phases are prepared again)."""
 
     KIND = "plan"
     cases: dict[str, tuple[PlannedCase, ...]]
+    prepared: dict[str, dict[str, Any]] | None = ABSENT
 
 
 class ColdTrial(Event):
@@ -232,6 +232,7 @@ class PrefixCheck(Event):
     """The reuse and noreuse outputs of one prompt compared: an OutputCheck, journaled."""
 
     KIND = "prefix_check"
+    CHECKS = True
     # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
     identical_fraction: Number | None = None
     first_divergence: int | None = None
@@ -260,6 +261,7 @@ class DepthFill(Event):
 
 class BatchCheck(Event):
     KIND = "batch_check"
+    CHECKS = True
     phase: str
     case: str
     batch: int
@@ -315,13 +317,15 @@ class Telemetry(Event):
 
 
 # -- the registry ----------------------------------------------------------------------------
-EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in (
+# the events of the run itself and of the phases written before phases declared their own; then
+# each phase's own, as its registry line names them (macprof/phases.py ``events``)
+CORE: tuple[type[Event], ...] = (
     RunStart, ModelStart, Plan, ColdTrial, WorkerSpawn, Failure, Interrupted, ModelEnd, RunEnd,
     Started, Loaded, PhaseStart, PhaseEnd, PhaseMemory, Error, Done,
     RequestStart, RequestEnd, Request, PrefixCheck, DepthFill, BatchCheck, CaseError, CaseUnsupported,
-    ReuseNotPossible, LoadLevel, Telemetry, RankGroup, RankTimeline, CommProfile, QualityStart, QualityChunkScored,
-    QualityStored, ConversationStart, ConversationTurn, TasksStart, TaskAttemptDone, TaskCheckStart, TaskRefused,
-    DraftLoaded, DraftEnd, SpeculativeRounds, SpeculativeCheck, SpeculativeNative, NativeRefused)}
+    ReuseNotPossible, Telemetry, RankGroup, RankTimeline, CommProfile)
+EVENTS: dict[str, type[Event]] = {cls.KIND: cls for cls in CORE + tuple(
+    cls for p in REGISTRY.values() if p.events for cls in load(p.events))}
 
 
 def parse_event(data: Any, where: str = "journal") -> Event | None:

@@ -5,7 +5,7 @@ memory. ``RunLog.to_json()`` is the file `macprof run` writes (schema SCHEMA_VER
 from __future__ import annotations
 
 from msgspec import field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from macprof.config import Settings, settings_from_dict
 from macprof.errors import MacprofError
@@ -233,6 +233,8 @@ class ModelMemory(Record):
     system_after: SystemMemory | None = None
 
 
+# a phase whose registry line names its record (macprof/phases.py ``record``) instead of a field
+# here gets one at import (with_registry_records), read as ``get(name)``
 class Phases(Record):
     """The phases the model's settings asked for; the others are absent (None)."""
 
@@ -252,6 +254,29 @@ class Phases(Record):
     def sweep(self, name: str) -> Sweep | None:
         """grid, depth, batch or bench by name (`compare --case depth:d4096` names one)."""
         return {"grid": self.grid, "depth": self.depth, "batch": self.batch, "bench": self.bench}[name]
+
+    def get(self, name: str) -> Any:
+        """Phase ``name``'s record, or None (not asked for, or a phase this macprof does not know)."""
+        return getattr(self, name, None)
+
+
+def with_registry_records(cls: type[Phases]) -> type[Phases]:
+    """``cls`` with a field, after its own, for each registry phase that declares its record
+    (``record``: "module:Record", a module that does not import this one) rather than a field
+    of ``Phases``: the same class name, so the schema's and share's walk of the log's types see it."""
+    from macprof.phases import REGISTRY, load
+
+    extra = {name: load(p.record) | None for name, p in REGISTRY.items() if p.record and name not in cls.__struct_fields__}
+    if not extra:
+        return cls
+    namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+                 "__annotations__": extra, **dict.fromkeys(extra, ABSENT)}
+    meta: Any = type(cls)  # the records' metaclass: keyword-only, ABSENT read as None
+    return meta(cls.__name__, (cls,), namespace)
+
+
+if not TYPE_CHECKING:  # the type checker reads the fields written out above
+    Phases = with_registry_records(Phases)
 
 
 class ModelResult(Record):

@@ -100,3 +100,9 @@ class CommProfile(Event):
     gen_tokens: int | None = None
     method: str | None = None
     ranks: tuple[dict[str, Any], ...] = ()
+
+
+# each phase's journal events (macprof/phases.py ``events``: model/events.py EVENTS has them);
+# the distributed ranks' are the run's own (model/events.py CORE)
+QUALITY_EVENTS = (QualityStart, QualityChunkScored, QualityStored)
+CONCURRENCY_EVENTS = (LoadLevel,)

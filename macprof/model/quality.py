@@ -4,6 +4,7 @@ Definitions: macprof/measure/quality.py (llama-perplexity's); fields: docs/runlo
 
 from __future__ import annotations
 
+import msgspec
 
 from macprof.model.phases import Failure, PhaseMemory
 
@@ -72,3 +73,14 @@ class QualityPhase(Record):
     chunks: tuple[QualityChunk, ...] = ()
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = ABSENT
+
+
+class QualityJob(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The quality phase's part of a worker's job (run/reference.py QualityParent, ``job``): which
+    model is the reference, where its distributions are stored, and why a model gets none."""
+
+    reference: str | None = None  # the reference model's name; None: no reference in this run
+    store: str | None = None  # the stored distributions' path, without suffix (reference.store_path)
+    is_reference: bool = False  # this worker's model is the reference: it scores and stores
+    missing: str | None = None  # why there are no distributions to compare with (the reference failed)
+    rescore_reason: str | None = None  # why the reference scores again (reference.store_changed)

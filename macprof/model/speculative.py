@@ -4,12 +4,14 @@ events in model/events.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from macprof.model.event_base import Event
 from macprof.model.phases import Checks, Failure, OutputCheck, PhaseMemory, Request
 
 from macprof.model.records import ABSENT, Count, Number, Positive, Record
 from macprof.model.vocab import DraftStatus
-from macprof.model.kind import OWN, REF, TEXT, VOCAB
+from macprof.model.kind import NAME, OWN, PATH, REF, TEXT, VOCAB
 
 
 # -- raw, as journaled ---------------------------------------------------------------------------
@@ -106,6 +108,7 @@ class SpeculativeCheck(Event):
     """A speculative request's output against the plain greedy one of the same prompt."""
 
     KIND = "speculative_check"
+    CHECKS = True
     # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
     identical_fraction: Number | None = None
     first_divergence: int | None = None
@@ -214,3 +217,23 @@ class SpeculativePhase(Record):
     memory: PhaseMemory | None = None
     draft_memory: DraftMemory | None = None
     native_reason: str | None = ABSENT  # why it was not measured (asked for, refused or failed)
+
+
+class DraftSpec(Record):
+    """The phase's draft as the parent resolved it, once per model (run/phases/speculative.py
+    DraftParent), as a MODEL argument is (an engine reaches no model store): journaled in the
+    model's plan, so a resumed run loads the same files without resolving again, and handed to
+    each worker of the phase (its ctx.prepared)."""
+
+    KINDS = {"kind": VOCAB, "ref": REF, "engine": VOCAB, "path": PATH, "target": NAME}
+    kind: str  # "model", or "ngram" (prompt lookup: no model)
+    ref: str  # as --draft named it
+    ngram: int | None = None  # prompt lookup's n
+    engine: str | None = None  # the engine that loads the draft: the target's where it reads the draft's format
+    path: str | None = None  # the draft's resolved file or directory
+    target: str | None = None  # the target model's name (the tokenizer check names it)
+    shape: dict[str, Any] | None = None  # the draft's metadata (collect/modelinfo.py), for the round's ceiling
+
+
+# the phase's journal events (macprof/phases.py ``events``: model/events.py EVENTS has them)
+EVENTS = (DraftLoaded, DraftEnd, SpeculativeRounds, SpeculativeNative, NativeRefused, SpeculativeCheck)

@@ -227,3 +227,7 @@ class TaskRefused(Event):
     line: int | None = None
     task: str | None = None
     reason: str = ""
+
+
+# the phase's journal events (macprof/phases.py ``events``: model/events.py EVENTS has them)
+EVENTS = (TasksStart, TaskAttemptDone, TaskCheckStart, TaskRefused)

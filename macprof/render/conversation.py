@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from macprof.analyse.conversation import FIGURES
 from macprof.model.conversation import ConversationPhase
-from macprof.model.log import RunLog
+from macprof.model.log import ModelResult, RunLog
 from macprof.render.exporters import Column, Table, cell
-from macprof.render.report import PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 from macprof.render.text import fmt_of, fmt_s, fmt_share
 from macprof.sanitise import clean
 
@@ -138,5 +138,69 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
     return lines
 
 
+def conversation_series(m: ModelResult) -> dict | None:
+    """What the conversation panel draws of one model: per turn, in the order the turns ran (the
+    apps interleaved), TTFT with the natural cache and with it emptied, and the reuse rate (None
+    where the engine reported no reuse: not drawn, never taken for 0). None: no conversation."""
+    ph = m.phases.conversation
+    if ph is None or not ph.turns:
+        return None
+
+    def ttft(r) -> float | None:
+        return r.ttft_s if r is not None and r.status == "ok" else None
+
+    return {"turns": [f"app {t.app} turn {t.turn}" for t in ph.turns],
+            "natural": [ttft(t.natural) for t in ph.turns], "emptied": [ttft(t.emptied) for t in ph.turns],
+            "reuse": [t.reuse_rate for t in ph.turns],
+            "unreported": sum(1 for t in ph.turns if t.reused_tokens is None)}
+
+
+def _conversation(ax, models) -> None:
+    """TTFT per turn, natural (solid) vs emptied (dashed), one colour per model; the reuse rate
+    per turn on the right axis (dotted, squares). A gap where a figure is unknown."""
+    nan = float("nan")
+    rate = ax.twinx()
+    notes = []
+    for k, (label, m) in enumerate(models):
+        series = conversation_series(m)
+        if series is None:
+            continue
+        color, x = f"C{k % 10}", list(range(len(series["turns"])))
+        ax.plot(x, [nan if v is None else v for v in series["natural"]], "-", marker="o", color=color,
+                label=f"{label} TTFT natural cache")
+        ax.plot(x, [nan if v is None else v for v in series["emptied"]], "--", marker="o", color=color,
+                label=f"{label} TTFT cache emptied")
+        rate.plot(x, [nan if v is None else 100 * v for v in series["reuse"]], ":", marker="s", color=color,
+                  label=f"{label} reuse rate")
+        if series["unreported"]:
+            notes.append(f"{label}: reuse not reported in {series['unreported']} turns")
+    ax.set_yscale("log")
+    ax.set_xlabel("turn, in the order run (apps interleaved)")
+    ax.set_ylabel("TTFT, seconds (log scale)")
+    rate.set_ylabel("prompt tokens reused from the cache, %")
+    rate.set_ylim(0, 105)
+    ax.set_title("Conversation: TTFT per turn, natural cache vs emptied" + (f"\n{'; '.join(notes)}" if notes else ""),
+                 fontsize=9)
+    lines = ax.get_legend_handles_labels()
+    more = rate.get_legend_handles_labels()
+    # below the axes: over them it hides the curves of either axis (loc="best" sees only one)
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+
+
+def conversation_panel(charted: Charted):
+    """`macprof plot`'s panel of the phase, where a model has a turn."""
+    if not any(m.phases.conversation and m.phases.conversation.turns for _, m in charted.models):
+        return None
+    return lambda ax: _conversation(ax, charted.models)
+
+
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    tool = f" / tool {setting(s, 'tool_tokens')}" if getattr(s, "tool_tokens", None) else ""
+    return (f"{setting(s, 'apps')} app(s) x {setting(s, 'turns')} turns, system {setting(s, 'system_tokens')} / user "
+            f"{setting(s, 'turn_tokens')}{tool} tokens, replies to EOS or {setting(s, 'gen_tokens')} tokens")
+
+
 REPORT = PhaseReport(present="has_conversation", columns=COLUMNS, fields=FIGURES, note=NOTE, section=conversation_table,
-                     detail=conversation_lines, tables=turns_tables)
+                     detail=conversation_lines, tables=turns_tables,
+                     panel=conversation_panel, parameters=parameters)

@@ -1,9 +1,9 @@
 """`macprof plot`: decode tok/s against the ceiling and cold / warm / prefix TTFT per model; and,
 where the logs hold sweeps, TTFT across the grid, decode vs KV depth with the ceiling curve,
-and aggregate tok/s and per-user ITL vs batch size beside the roofline's prediction; where they
-hold the speculative phase, its speed-up against k beside the predicted one; where they hold a
-conversation, its TTFT per turn, natural cache vs emptied, with the reuse rate on a second axis.
-matplotlib is imported here only (Agg backend, no display needed)."""
+and aggregate tok/s and per-user ITL vs batch size beside the roofline's prediction; then each
+phase's own panel, as its report declares it (render/report.py ``panel``: the quality-speed
+frontier, speculative decoding's speed-up against k, a conversation's TTFT per turn, time per
+correct answer). matplotlib is imported by ``plot`` only (Agg backend, no display needed)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Ceiling, SweepCase
-from macprof.model.records import ABSENT
-from macprof.render.frontier import frontier_panel
+from macprof.render.report import Charted, parameters_of, panels as phase_panels, setting
 from macprof.render.text import clean
 
 FORMATS = (".png", ".svg", ".html")
@@ -35,7 +34,7 @@ def chart_text(value) -> str:
     return clean(value).replace("$", r"\$")
 
 
-def _label(row: dict, many_logs: bool) -> str:
+def label(row: dict, many_logs: bool) -> str:
     return f"{chart_text(row['model'])}\n[{chart_text(row['source'])}]" if many_logs else chart_text(row["model"])
 
 
@@ -77,20 +76,13 @@ def plot(logs: list[tuple[str, RunLog]], out: Path) -> Path:
                    lambda ax: _ttft_bars(ax, bars, len(logs) > 1)]
     if any(r.get(k) is not None for r in rows for k in ("decode_j_per_token", "prefill_j_per_token")):
         panels.append(lambda ax: _energy_bars(ax, bars, len(logs) > 1))
-    if any(r.get("kld_mean") is not None for r in rows):
-        panels.append(lambda ax: frontier_panel(ax, rows, lambda r: _label(r, len(logs) > 1)))
-    if any(r.get("has_tasks") for r in rows):
-        panels.append(lambda ax: _tasks_panel(ax, rows, len(logs) > 1))
     if any(m.phases.grid for _, m in models):
         panels.append(lambda ax: _grid(ax, models))
     if any(m.phases.depth for _, m in models):
         panels.append(lambda ax: _depth(ax, models))
     if any(m.phases.batch for _, m in models):
         panels += [lambda ax: _batch(ax, models, "aggregate"), lambda ax: _batch(ax, models, "itl")]
-    if series := speculative_series(models):
-        panels.append(lambda ax: _speculative(ax, series))
-    if any(m.phases.conversation and m.phases.conversation.turns for _, m in models):
-        panels.append(lambda ax: _conversation(ax, models))
+    panels += phase_panels(Charted(rows, models, len(logs) > 1))  # each phase's own (render/report.py)
     if not panels:
         raise MacprofError("plot: the run logs hold no measured phase to draw")
     nrows, ncols, width = layout(len(panels), len(bars))
@@ -149,23 +141,6 @@ def _dots(ax, rows, key: str, offset: float = 0.0) -> None:
         labelled = any(c.get_label() == EACH_LOG for c in ax.collections)
         ax.scatter([x for x, _ in at], [y for _, y in at], s=6, color="black", alpha=0.5, zorder=3, linewidths=0,
                    label=None if labelled else EACH_LOG)
-def _tasks_panel(ax, rows, many: bool) -> None:
-    """Time per correct answer (every attempt's wall time, failed ones included, per task
-    solved) against peak memory; point area = accuracy. A model that solved nothing has no time
-    per correct answer: listed in the title's note, not drawn at an invented value."""
-    drawn = [r for r in rows if r.get("time_per_correct_s") is not None and r.get("peak_memory_bytes")]
-    for r in drawn:
-        ax.scatter(r["peak_memory_bytes"] / 2**20, r["time_per_correct_s"], s=40 + 400 * (r.get("accuracy") or 0),
-                   alpha=0.7)
-        ax.annotate(chart_text(_label(r, many)), (r["peak_memory_bytes"] / 2**20, r["time_per_correct_s"]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
-    unsolved = [chart_text(_label(r, many)) for r in rows if r.get("has_tasks") and r.get("time_per_correct_s") is None]
-    ax.set_xlabel("peak memory (MiB)")
-    ax.set_ylabel("seconds per correct answer (all attempts)")
-    ax.set_title("Time per correct answer vs memory (area = accuracy)"
-                 + (f"\nno task solved: {', '.join(unsolved)}" if unsolved else ""), fontsize=9)
-
-
 def _energy_bars(ax, rows, many: bool) -> None:
     """J/token of the warm phase, prefill and decode side by side, the idle baseline subtracted;
     a model whose energy is unknown gets no bar (its reason is in the log and the summary)."""
@@ -174,7 +149,7 @@ def _energy_bars(ax, rows, many: bool) -> None:
                                            ("decode_j_per_token", "decode J / generated token", "#C44E52"))):
         ax.bar([i + (k - 0.5) * width for i in x], [r.get(key) or 0 for r in rows], width, label=name, color=color)
         _dots(ax, rows, key, (k - 0.5) * width)
-    ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(x), [label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("joules per token (idle baseline subtracted)")
     ax.set_title("Energy per token (warm)")
     ax.legend(fontsize=8)
@@ -197,7 +172,7 @@ def _decode_bars(ax, rows, ceilings, many: bool) -> None:
         eff = rows[i]["efficiency"]
         if eff is not None and rows[i]["decode_tok_s"]:
             ax.annotate(f"{eff:.0%}", (i, rows[i]["decode_tok_s"]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(x), [label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("tokens / s")
     ax.set_title("Decode vs the bandwidth ceiling")
     ax.legend(fontsize=8)
@@ -212,7 +187,7 @@ def _ttft_bars(ax, rows, many: bool) -> None:
         ax.bar([i + (k - 1) * width for i in x], [r[key] or 0 for r in rows], width, label=name, color=color)
         _dots(ax, rows, key, (k - 1) * width)
     ax.set_yscale("log")
-    ax.set_xticks(list(x), [_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(x), [label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("TTFT, seconds (log scale)")
     ax.set_title("Time to first token")
     ax.legend(fontsize=8)
@@ -291,94 +266,6 @@ def _batch(ax, models, what: str) -> None:
     ax.legend(fontsize=7)
 
 
-def conversation_series(m: ModelResult) -> dict | None:
-    """What the conversation panel draws of one model: per turn, in the order the turns ran (the
-    apps interleaved), TTFT with the natural cache and with it emptied, and the reuse rate (None
-    where the engine reported no reuse: not drawn, never taken for 0). None: no conversation."""
-    ph = m.phases.conversation
-    if ph is None or not ph.turns:
-        return None
-
-    def ttft(r) -> float | None:
-        return r.ttft_s if r is not None and r.status == "ok" else None
-
-    return {"turns": [f"app {t.app} turn {t.turn}" for t in ph.turns],
-            "natural": [ttft(t.natural) for t in ph.turns], "emptied": [ttft(t.emptied) for t in ph.turns],
-            "reuse": [t.reuse_rate for t in ph.turns],
-            "unreported": sum(1 for t in ph.turns if t.reused_tokens is None)}
-
-
-def _conversation(ax, models) -> None:
-    """TTFT per turn, natural (solid) vs emptied (dashed), one colour per model; the reuse rate
-    per turn on the right axis (dotted, squares). A gap where a figure is unknown."""
-    nan = float("nan")
-    rate = ax.twinx()
-    notes = []
-    for k, (label, m) in enumerate(models):
-        series = conversation_series(m)
-        if series is None:
-            continue
-        color, x = f"C{k % 10}", list(range(len(series["turns"])))
-        ax.plot(x, [nan if v is None else v for v in series["natural"]], "-", marker="o", color=color,
-                label=f"{label} TTFT natural cache")
-        ax.plot(x, [nan if v is None else v for v in series["emptied"]], "--", marker="o", color=color,
-                label=f"{label} TTFT cache emptied")
-        rate.plot(x, [nan if v is None else 100 * v for v in series["reuse"]], ":", marker="s", color=color,
-                  label=f"{label} reuse rate")
-        if series["unreported"]:
-            notes.append(f"{label}: reuse not reported in {series['unreported']} turns")
-    ax.set_yscale("log")
-    ax.set_xlabel("turn, in the order run (apps interleaved)")
-    ax.set_ylabel("TTFT, seconds (log scale)")
-    rate.set_ylabel("prompt tokens reused from the cache, %")
-    rate.set_ylim(0, 105)
-    ax.set_title("Conversation: TTFT per turn, natural cache vs emptied" + (f"\n{'; '.join(notes)}" if notes else ""),
-                 fontsize=9)
-    lines = ax.get_legend_handles_labels()
-    more = rate.get_legend_handles_labels()
-    # below the axes: over them it hides the curves of either axis (loc="best" sees only one)
-    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
-
-
-def speculative_series(models) -> list[dict]:
-    """Per model with speculative cases: its draft, and per k the measured speed-up with its
-    interval and the roofline's prediction at that k's measured acceptance (what the panel draws)."""
-    out = []
-    for label, m in models:
-        ph = m.phases.speculative
-        cases = [c for c in (ph.cases if ph else ()) if c.speedup and c.speedup.value is not None]
-        if cases:
-            out.append({"label": label, "draft": ph.draft, "k": [c.k for c in cases],
-                        "speedup": [c.speedup.value for c in cases], "low": [c.speedup.low for c in cases],
-                        "high": [c.speedup.high for c in cases], "predicted": [c.predicted_speedup for c in cases]})
-    return out
-
-
-def _speculative(ax, series: list[dict]) -> None:
-    """Measured speed-up against k with its interval, the predicted curve dashed, break-even at 1."""
-    from matplotlib.ticker import NullLocator
-
-    for s in series:
-        lows = [v - lo if lo is not None else 0.0 for v, lo in zip(s["speedup"], s["low"])]
-        highs = [hi - v if hi is not None else 0.0 for v, hi in zip(s["speedup"], s["high"])]
-        line = ax.errorbar(s["k"], s["speedup"], yerr=[lows, highs], marker="o", capsize=3,
-                           label=chart_text(f"{s['label']} + {s['draft']} measured (95% CI)"))
-        at = [(k, p) for k, p in zip(s["k"], s["predicted"]) if p is not None]
-        if at:
-            ax.plot(*zip(*at), "--", marker="x", color=line.lines[0].get_color(),
-                    label=chart_text(f"{s['label']} roofline at the measured acceptance"))
-    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="plain decoding")
-    ax.set_xscale("log", base=2)
-    ks = sorted({k for s in series for k in s["k"]})
-    ax.set_xticks(ks, [str(k) for k in ks])  # the k's measured, as numbers (not 2^n at powers of two alone)
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("draft tokens per round k")
-    ax.set_ylabel("decode speed-up over plain greedy decoding")
-    ax.set_title("Speculative decoding: speed-up vs k (dashed: predicted)")
-    # below the axes, as the conversation panel's: inside, it covered the points, the break-even line and ticks
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
-
-
 def layout(panels: int, bars: int) -> tuple[int, int, float]:
     """(rows, columns, width in inches) of the figure: two columns up to four panels, three
     beyond; a lone panel spans the figure (in a grid of two it filled half, the other half blank);
@@ -414,13 +301,12 @@ def _describe(log: RunLog) -> str:
 
 def phase_parameters(s, phase: str) -> str:
     """What shaped one phase's figures, in words: its lengths and repetitions (a speed phase's
-    prompt / gen and reps; a conversation's apps, turns and message lengths; the tasks' set and
-    attempts...). A setting a log lacks (older logs) reads "?"."""
+    prompt / gen and reps, a sweep's grid...; a phase with a report says its own, its
+    ``parameters``). A setting a log lacks (older logs) reads "?"."""
     def v(name: str):
-        value = getattr(s, name, None)
-        return "?" if value is None or value is ABSENT else list(value) if isinstance(value, tuple) else value
+        return setting(s, name)
 
-    speed = f"prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens, reps {v('reps')}"
+    speed = speed_parameters(s)
     words = {
         "cold": f"{v('cold_trials')} trials of prompt {v('prompt_tokens')} / gen {v('gen_tokens')} tokens",
         "warm": speed,
@@ -429,14 +315,13 @@ def phase_parameters(s, phase: str) -> str:
         + f", reps {v('reps')}",
         "depth": f"depths {v('depths')}, gen {v('gen_tokens')} tokens, reps {v('reps')}",
         "batch": f"batches {v('batches')} of {speed}",
-        "quality": f"{v('quality_tokens')} tokens in chunks of {v('quality_ctx')}",
-        "speculative": f"draft {v('draft')}, k {v('draft_tokens')}, {speed}",
         "concurrency": ", ".join(f"{name} {v(name)}" for name in ("concurrency", "rates") if getattr(s, name, None))
         + f", {v('load_requests')} requests",
-        "conversation": f"{v('apps')} app(s) x {v('turns')} turns, system {v('system_tokens')} / user "
-        f"{v('turn_tokens')}" + (f" / tool {v('tool_tokens')}" if getattr(s, "tool_tokens", None) else "")
-        + f" tokens, replies to EOS or {v('gen_tokens')} tokens",
-        "tasks": f"{'the shipped set' if not getattr(s, 'tasks', None) else v('tasks')}, {v('attempts')} attempt(s)"
-        + (f", retries at temperature {v('temperature')}" if getattr(s, "temperature", None) else ""),
     }
-    return f"{phase} {words[phase]}" if phase in words else phase
+    said = words.get(phase) or parameters_of(s, phase)
+    return f"{phase} {said}" if said else phase
+
+
+def speed_parameters(s) -> str:
+    """A speed phase's lengths and repetitions, as the caption says them."""
+    return f"prompt {setting(s, 'prompt_tokens')} / gen {setting(s, 'gen_tokens')} tokens, reps {setting(s, 'reps')}"

@@ -7,7 +7,7 @@ from macprof.model.bounds import INVALID, share_ok
 from macprof.model.log import RunLog
 from macprof.model.quality import QualityPhase
 from macprof.render.exporters import Column, Table
-from macprof.render.report import PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 from macprof.render.text import fmt_bytes, fmt_rate
 from macprof.sanitise import clean
 
@@ -85,5 +85,26 @@ def quality_lines(ph: QualityPhase) -> list[str]:
     return lines
 
 
+def frontier(charted: Charted):
+    """`macprof plot`'s panel of the phase: the quality-speed frontier (render/frontier.py), where a
+    model has a KLD to the reference."""
+    if not any(r.get("kld_mean") is not None for r in charted.rows):
+        return None
+
+    def draw(ax) -> None:
+        from macprof.render.frontier import frontier_panel
+        from macprof.render.plot import label
+
+        frontier_panel(ax, charted.rows, lambda r: label(r, charted.many))
+
+    return draw
+
+
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    return f"{setting(s, 'quality_tokens')} tokens in chunks of {setting(s, 'quality_ctx')}"
+
+
 REPORT = PhaseReport(present="has_quality", columns=QUALITY_COLUMNS, fields=QUALITY_FIELDS, note=QUALITY_NOTE,
-                     section=quality_table, detail=quality_lines)
+                     section=quality_table, detail=quality_lines, panel=frontier,
+                     parameters=parameters)

@@ -1,10 +1,11 @@
 """What a phase adds to the reports, declared by the phase: its columns and fields in
-`macprof compare`, its section under the end-of-run summary, its lines in `macprof show`.
+`macprof compare`, its section under the end-of-run summary, its lines in `macprof show`, its
+panel in `macprof plot`.
 macprof/phases.py names each phase's ``PhaseReport`` (``report``) and its compare figures
 (``figures``, in analyse/, merged by phases.figures_of: a row of compare is built before
 rendering); compare, summary and
-show go through ``reports()`` in the registry's order, so a new phase's report is its own
-module and its registry line, not an edit of each renderer."""
+show go through ``reports()`` in the registry's order (and plot, after its own panels), so a
+new phase's report is its own module and its registry line, not an edit of each renderer."""
 
 from __future__ import annotations
 
@@ -34,6 +35,22 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Charted:
+    """What `macprof plot` gives a phase's panel: the compare rows of every model of every log
+    (analyse/compare.py rows_from), each model with its series label, and whether several logs are
+    drawn (a label then names its log: render/plot.py chart_text, label)."""
+
+    rows: list[dict]
+    models: list[tuple[str, Any]]  # (series label, ModelResult)
+    many: bool
+
+
+# a phase's panel: what it draws on one matplotlib axes from ``Charted``, or None where the logs
+# hold nothing of it to draw
+Panel = Callable[[Charted], Callable[[Any], None] | None]
+
+
+@dataclass(frozen=True)
 class PhaseReport:
     # the compare row's key (from the phase's figures) that says a model has this phase: where no
     # compared row has it, its columns and note stay out (logs without the phase read as before)
@@ -46,6 +63,9 @@ class PhaseReport:
     # (RunLog) -> `show --format markdown`'s sections after the phase's own: its items one by one
     # (the lines `detail` gives the text), too long for the end-of-run summary
     tables: Callable[[Any], list[Section]] | None = None
+    panel: Panel | None = None  # its panel in `macprof plot`, after the plot's own
+    # (a model's settings) -> what shaped its figures, in words, for the plot's caption ("draft X, k [1, 4]")
+    parameters: Callable[[Any], str] | None = None
 
 
 def reports() -> list[tuple[str, PhaseReport]]:
@@ -79,6 +99,27 @@ def detail_lines(phases) -> list[str]:
         if rep.detail and record:
             out += rep.detail(record)
     return out
+
+
+def setting(s, name: str):
+    """A setting as a caption says it: a tuple as a list, one a log lacks (older logs) "?"."""
+    value = getattr(s, name, None)
+    return "?" if value is None else list(value) if isinstance(value, tuple) else value
+
+
+def parameters_of(s, phase: str) -> str | None:
+    """What phase ``phase``'s report says shaped its figures, or None where it says nothing."""
+    from macprof.phases import REGISTRY, load
+
+    entry = REGISTRY.get(phase)
+    report = load(entry.report) if entry is not None and entry.report else None
+    return report.parameters(s) if report is not None and report.parameters else None
+
+
+def panels(charted: Charted) -> list[Callable[[Any], None]]:
+    """Each phase's panel that has something to draw, in run order."""
+    drawn = (rep.panel(charted) for _, rep in reports() if rep.panel)
+    return [draw for draw in drawn if draw is not None]
 
 
 def sections(log, items: bool = False) -> list[Section]:

@@ -7,7 +7,7 @@ from macprof.analyse.speculative import FIGURES, per_round
 from macprof.model.log import ModelResult, RunLog
 from macprof.model.speculative import SpeculativeCase, SpeculativePhase
 from macprof.render.exporters import Column, Table, cell
-from macprof.render.report import PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 from macprof.model.bounds import INVALID, share_ok
 from macprof.render.text import fmt_bytes, fmt_of, fmt_rate, fmt_s, fmt_x
 
@@ -189,5 +189,60 @@ def _per_round(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def speculative_series(models) -> list[dict]:
+    """Per model with speculative cases: its draft, and per k the measured speed-up with its
+    interval and the roofline's prediction at that k's measured acceptance (what the panel draws)."""
+    out = []
+    for label, m in models:
+        ph = m.phases.speculative
+        cases = [c for c in (ph.cases if ph else ()) if c.speedup and c.speedup.value is not None]
+        if cases:
+            out.append({"label": label, "draft": ph.draft, "k": [c.k for c in cases],
+                        "speedup": [c.speedup.value for c in cases], "low": [c.speedup.low for c in cases],
+                        "high": [c.speedup.high for c in cases], "predicted": [c.predicted_speedup for c in cases]})
+    return out
+
+
+def _speculative(ax, series: list[dict]) -> None:
+    """Measured speed-up against k with its interval, the predicted curve dashed, break-even at 1."""
+    from matplotlib.ticker import NullLocator
+
+    from macprof.render.plot import chart_text
+
+    for s in series:
+        lows = [v - lo if lo is not None else 0.0 for v, lo in zip(s["speedup"], s["low"])]
+        highs = [hi - v if hi is not None else 0.0 for v, hi in zip(s["speedup"], s["high"])]
+        line = ax.errorbar(s["k"], s["speedup"], yerr=[lows, highs], marker="o", capsize=3,
+                           label=chart_text(f"{s['label']} + {s['draft']} measured (95% CI)"))
+        at = [(k, p) for k, p in zip(s["k"], s["predicted"]) if p is not None]
+        if at:
+            ax.plot(*zip(*at), "--", marker="x", color=line.lines[0].get_color(),
+                    label=chart_text(f"{s['label']} roofline at the measured acceptance"))
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="plain decoding")
+    ax.set_xscale("log", base=2)
+    ks = sorted({k for s in series for k in s["k"]})
+    ax.set_xticks(ks, [str(k) for k in ks])  # the k's measured, as numbers (not 2^n at powers of two alone)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("draft tokens per round k")
+    ax.set_ylabel("decode speed-up over plain greedy decoding")
+    ax.set_title("Speculative decoding: speed-up vs k (dashed: predicted)")
+    # below the axes, as the conversation panel's: inside, it covered the points, the break-even line and ticks
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+
+
+def speculative_panel(charted: Charted):
+    """`macprof plot`'s panel of the phase, where a model has a speed-up measured."""
+    series = speculative_series(charted.models)
+    return (lambda ax: _speculative(ax, series)) if series else None
+
+
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    from macprof.render.plot import speed_parameters
+
+    return f"draft {setting(s, 'draft')}, k {setting(s, 'draft_tokens')}, {speed_parameters(s)}"
+
+
 REPORT = PhaseReport(present="has_speculative", columns=COLUMNS, fields=FIGURES, note=NOTE, section=speculative_table,
-                     detail=speculative_lines)
+                     detail=speculative_lines, panel=speculative_panel,
+                     parameters=parameters)

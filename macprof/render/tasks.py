@@ -9,7 +9,7 @@ from macprof.render.exporters import Column, Table
 from macprof.model.bounds import INVALID, count_ok, share_ok
 from macprof.render.text import fmt_bytes, fmt_s
 from macprof.sanitise import clean
-from macprof.render.report import PhaseReport, Section
+from macprof.render.report import Charted, PhaseReport, Section, setting
 
 TASKS_FIELDS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "accuracy_first", "tool_valid",
                 "time_per_correct_s", "tokens_per_correct", "energy_per_correct_j", "mean_attempts", "tasks_n",
@@ -118,5 +118,39 @@ def tasks_lines(ph: TasksPhase) -> list[str]:
 # its compare columns, fields and note, summary table and show's lines through the registry
 # (render/report.py); the accuracy call against the baseline stays render/compare.py's, since it
 # needs the paired test of the whole comparison
+def _time_per_correct(ax, rows, many: bool) -> None:
+    """Time per correct answer (every attempt's wall time, failed ones included, per task
+    solved) against peak memory; point area = accuracy. A model that solved nothing has no time
+    per correct answer: listed in the title's note, not drawn at an invented value."""
+    from macprof.render.plot import chart_text, label
+
+    drawn = [r for r in rows if r.get("time_per_correct_s") is not None and r.get("peak_memory_bytes")]
+    for r in drawn:
+        ax.scatter(r["peak_memory_bytes"] / 2**20, r["time_per_correct_s"], s=40 + 400 * (r.get("accuracy") or 0),
+                   alpha=0.7)
+        ax.annotate(chart_text(label(r, many)), (r["peak_memory_bytes"] / 2**20, r["time_per_correct_s"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    unsolved = [chart_text(label(r, many)) for r in rows if r.get("has_tasks") and r.get("time_per_correct_s") is None]
+    ax.set_xlabel("peak memory (MiB)")
+    ax.set_ylabel("seconds per correct answer (all attempts)")
+    ax.set_title("Time per correct answer vs memory (area = accuracy)"
+                 + (f"\nno task solved: {', '.join(unsolved)}" if unsolved else ""), fontsize=9)
+
+
+def tasks_panel(charted: Charted):
+    """`macprof plot`'s panel of the phase, where a model ran it."""
+    if not any(r.get("has_tasks") for r in charted.rows):
+        return None
+    return lambda ax: _time_per_correct(ax, charted.rows, charted.many)
+
+
+def parameters(s) -> str:
+    """The plot caption's words for the phase's settings."""
+    which = "the shipped set" if not getattr(s, "tasks", None) else setting(s, "tasks")
+    retries = f", retries at temperature {setting(s, 'temperature')}" if getattr(s, "temperature", None) else ""
+    return f"{which}, {setting(s, 'attempts')} attempt(s){retries}"
+
+
 REPORT = PhaseReport(present="has_tasks", columns=TASKS_COLUMNS, fields=TASKS_FIELDS, note=TASKS_NOTE,
-                     section=tasks_table, detail=tasks_lines)
+                     section=tasks_table, detail=tasks_lines, panel=tasks_panel,
+                     parameters=parameters)

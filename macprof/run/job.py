@@ -3,23 +3,16 @@ and decoded, with its types checked, by the worker. A key misspelt on one side, 
 the wrong kind, is a decoding error at the worker's start (the job's field named), not a
 ``job.get`` that quietly reads a default.
 
+What the parent gives a phase of its own (run/phases/api.py ``Parent.job``) travels as that
+phase's JSON under ``prepared``, decoded by the worker with the type the phase's registry line
+names (macprof/phases.py ``prepared``), so this record names no phase.
+
 msgspec decodes it: the worker imports it before any engine, and it costs ~1 ms to import.
 """
 
 from __future__ import annotations
 
 import msgspec
-
-
-class QualityJob(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The quality phase's part (run/reference.py, ``job``): which model is the reference,
-    where its distributions are stored, and why a model gets none."""
-
-    reference: str | None = None  # the reference model's name; None: no reference in this run
-    store: str | None = None  # the stored distributions' path, without suffix (reference.store_path)
-    is_reference: bool = False  # this worker's model is the reference: it scores and stores
-    missing: str | None = None  # why there are no distributions to compare with (the reference failed)
-    rescore_reason: str | None = None  # why the reference scores again (reference.store_changed)
 
 
 class WorkerJob(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -29,13 +22,12 @@ class WorkerJob(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     phases: list[str]  # the phases this worker runs, in order
     settings: dict  # config.settings_dict of the model's settings (config.settings_from_dict reads it)
     n_ctx: int  # one sequence's context: the longest request of these phases plus the margin
-    trial: int = 0  # a cold trial's number
+    trial: int = 0  # a trial's number (a phase that runs a fresh worker per trial)
     cases: dict[str, list[dict]] = {}  # a sweep's (or the concurrency levels') cases still to measure, per phase
     done: list[dict] = []  # requests already journaled by an earlier worker (a resume or a restart)
     endpoint: dict | None = None  # the openai engine's server (config/endpoint.py, Endpoint.job)
     idle_baseline_s: float = 0.0  # the idle wait before each phase, where power is read (0: none)
-    quality: QualityJob = QualityJob()
-    draft: dict = {}  # the speculative phase's draft, resolved by the parent (orchestrator._draft_job)
+    prepared: dict[str, msgspec.Raw] = {}  # per phase, what its parent gives its workers (its JSON)
 
 
 def encode(job: WorkerJob) -> bytes:

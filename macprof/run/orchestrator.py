@@ -16,28 +16,30 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
+import msgspec
 import psutil
 
 import macprof.cases
-from macprof.phases import REGISTRY, load
-from macprof.collect import facts, residency, resolve, telemetry
+from macprof.phases import REGISTRY
+from macprof.collect import facts, resolve, telemetry
 from macprof.collect.system import utc_now
 from macprof.config import ModelSpec, settings_dict
-from macprof.config.settings import SPECS
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
-from macprof.model.phases import DropCache, PlannedCase, Residency
-from macprof.run import chat, distributed, qualitytext, reference, resume, signals, taskfile, watch
-from macprof.run.job import QualityJob, WorkerJob
+from macprof.model.phases import PlannedCase
+from macprof.model.records import ABSENT
+from macprof.run import distributed, resume, signals, watch
+from macprof.run.job import WorkerJob
 from macprof.run.journal import Journal
 from macprof.run.phases import planned_requests
+from macprof.run.phases.api import Parents, plan_json
 from macprof.run.progress import Display, as_display
 from macprof.run.sampling import TelemetrySampler
 from macprof.run.watch import WorkerResult
-
 
 
 class Runner:
@@ -47,23 +49,27 @@ class Runner:
     measured (macprof/run/resume.py)."""
 
     def __init__(self, models: tuple[ModelSpec, ...], journal: Journal, progress: Display | None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, parents: Parents | None = None) -> None:
         self.models = models
         self.journal = journal
         self.progress = as_display(progress)
         self.python = python
         self._proc: subprocess.Popen | None = None
         self._telemetry: telemetry.Source | None = None  # opened with the first worker, closed at the end
-        self._reference = reference.choose(models)  # the quality phase's; a bad --reference stops here
-        for text in sorted({m.settings.text for m in models if "quality" in m.settings.phases and m.settings.text}):
-            qualitytext.check(text)  # and a --text that is a FIFO, a device or too large: before any worker waits on it
-        for path in sorted({m.settings.chat_template for m in models  # read by every phase that renders
-                            if set(SPECS["chat_template"].phases) & set(m.settings.phases) and m.settings.chat_template}):
-            chat.read_template(path)  # a --chat-template that cannot be read or compiled: one line, before any worker
-        # a task file that cannot run at all: one line, before any worker
-        self._tasks = {tasks: len(taskfile.load(tasks or None).tasks)
-                       for tasks in sorted({m.settings.tasks or "" for m in models if "tasks" in m.settings.phases})}
-        self._store = reference.store_path(journal.path, self._reference) if self._reference else None
+        # the parent side of each phase asked for (run/phases/api.py): made here, a bad input stops
+        # the run in one line before any worker waits on it; what each prepared, per model
+        self.parents = parents if parents is not None else Parents(models, journal.path)
+        self._prepared: dict[str, dict[str, Any]] = {}
+
+    @property
+    def events(self) -> list[ev.Event]:  # run/phases/api.py Host: the journal so far
+        return self.journal.events
+
+    def note(self, line: str) -> None:  # Host: a line of the progress display
+        self.progress.note(line)
+
+    def run_worker(self, model: ModelSpec, phases: list[str]) -> None:  # Host: a worker a parent needs first
+        self._worker(model, phases, self.journal)
 
     def _source(self) -> telemetry.Source:
         if self._telemetry is None:
@@ -81,8 +87,7 @@ class Runner:
                 journal.write(ev.Interrupted(utc=utc_now()))
                 self.progress.note("interrupted: writing the run log from what was measured")
             journal.write(ev.RunEnd(utc=utc_now(), complete=complete, memory=facts.system_memory()))
-            if complete and self._store:  # the reference's distributions served this run only
-                reference.remove_store(self._store)
+            self.parents.close(complete)
         except BaseException:  # e.g. the disk filled: no worker outlives the run
             self._kill_worker()
             raise
@@ -114,7 +119,7 @@ class Runner:
         pasts = {m.name: resume.past(journaled, m.name) for m in self.models}
         self.progress.plan(sum(_units_left(m, pasts[m.name]) for m in self.models))
         units = 0  # planned units of the models measured so far
-        for model in reference.ordered(self.models, self._reference):  # the reference scores first
+        for model in self.parents.order():  # as the phases' parents order them (a reference first)
             past = pasts[model.name]
             if past.finished:
                 self.progress.note(f"{model.name}: already measured (resumed)")
@@ -125,30 +130,46 @@ class Runner:
 
     def _run_model(self, model: ModelSpec, journal: Journal, past: resume.ModelPast | None) -> None:
         if past is None:
-            plan = self._open_model(model, journal)
-            if plan is None:
+            opened = self._open_model(model, journal)
+            if opened is None:
                 return  # refused
-            past = resume.ModelPast()
+            plan, refused = opened
+            past = resume.ModelPast(phases_done=refused)
         else:
             self.progress.note(f"{model.name}: measuring what the journal lacks (resumed)")
+            self._prepared[model.name] = self.parents.journaled(model, past.prepared)
+            if past.prepared is None:  # a journal from before the plan recorded it: prepared again, refusals too
+                for phase, why in self.parents.prepare(model)[1].items():
+                    if phase not in past.phases_done:
+                        self._refuse(model, journal, phase, why)
+                        past.phases_done.add(phase)
             plan = {phase: past.cases_left(phase, cases) for phase, cases in macprof.cases.plan(model.settings).items()}
-        self._cold(model, journal, past)
+        self._trials(model, journal, past)
         self._phases(model, journal, plan, past)
         journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
 
-    def _open_model(self, model: ModelSpec, journal: Journal) -> dict[str, list[dict]] | None:
-        """Journal the model's identity and plan; refuse it (None) or the cases it cannot hold."""
+    def _open_model(self, model: ModelSpec, journal: Journal) -> tuple[dict[str, list[dict]], set[str]] | None:
+        """Prepare each phase's part and journal the model's identity and plan; refuse it (None),
+        or the phases (returned with the plan) and cases it cannot run."""
         s = model.settings
         self.progress.note(f"{model.name}: identifying ({model.engine}, {model.path.name})")
+        prepared, refused = self.parents.prepare(model)
+        self._prepared[model.name] = prepared
+        try:  # what the run reads besides the model, recorded once: a resume refuses a change (run/resume.py)
+            inputs: list[dict] | None = self.parents.inputs(model, prepared)
+        except (MacprofError, OSError):
+            inputs = None  # the phase that reads it records why it cannot
         try:
-            start = facts.model_start_event(model)
+            start = facts.model_start_event(model, inputs=inputs)
         except OSError as exc:  # vanished or unreadable since the config was read
-            start = facts.model_start_event(model, files_error=f"{exc.filename or model.path}: {exc.strerror}")
+            start = facts.model_start_event(model, files_error=f"{exc.filename or model.path}: {exc.strerror}",
+                                            inputs=inputs)
         journal.write(start)
         plan = macprof.cases.plan(s)
-        if plan:  # every case, refused ones included: the run log lists them all
+        if plan or self.parents.prepares(model):  # every case, refused ones included: the run log lists them all
             journal.write(ev.Plan(model=model.name, cases={phase: tuple(PlannedCase.from_json(c) for c in cases)
-                                                           for phase, cases in plan.items()}))
+                                                           for phase, cases in plan.items()},
+                                  prepared=plan_json(prepared) if self.parents.prepares(model) else ABSENT))
         # A file that is plainly not a model (wrong magic, cut header, no config.json, ...) is
         # refused before any worker loads it: one clear reason instead of an engine's crash.
         context = (start.shape or {}).get("context_length")
@@ -166,6 +187,8 @@ class Runner:
             self.progress.note(f"{model.name}: skipped: {refusal}")
             journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
             return None
+        for phase, why in refused.items():  # a phase its parent refused (what it needs is missing): the others go on
+            self._refuse(model, journal, phase, why)
         for phase, cases in plan.items():
             for case in list(cases):
                 if context and macprof.cases.tokens_per_sequence(case) > context:  # this case only: the others run
@@ -174,45 +197,49 @@ class Runner:
                         model=model.name, phase=phase, case=case["id"], status="refused",
                         reason=f"{model.path}: case {case['id']} needs {macprof.cases.tokens_per_sequence(case)} tokens of "
                                f"context per sequence; the model holds {context}"))
-        return plan
+        return plan, set(refused)
 
-    def _cold(self, model: ModelSpec, journal: Journal, past: resume.ModelPast) -> None:
+    def _refuse(self, model: ModelSpec, journal: Journal, phase: str, why: str) -> None:
+        """A phase refused before any worker ran it; a resumed run reads it as settled (run/resume.py)."""
+        journal.write(ev.Failure(model=model.name, phase=phase, status="refused", reason=why))
+
+    def _trials(self, model: ModelSpec, journal: Journal, past: resume.ModelPast) -> None:
+        """The phases that run a fresh worker per trial (macprof/phases.py ``trials``), before the others."""
         s = model.settings
-        if "cold" not in s.phases:
-            return
-        if model.endpoint is not None:
-            journal.write(ev.Failure(model=model.name, phase="cold", status="refused", reason=ENDPOINT_COLD))
-            return
-        for trial in range(s.cold_trials):
-            if trial in past.cold_done:
+        for name in s.phases:
+            phase = REGISTRY[name]
+            if phase.trials is None or name in past.phases_done:
                 continue
-            if s.delay > 0:
-                time.sleep(s.delay)
-            drop = residency.drop_cache(model.files) if s.drop_cache else None
-            before = residency.residency(model.files)
-            journal.write(ev.ColdTrial(model=model.name, index=trial, drop_cache=DropCache(**drop) if drop else None,
-                                       residency=Residency(**before)))
-            self.progress.note(f"{model.name}: cold trial {trial + 1}/{s.cold_trials} ({before['label']})")
-            self._worker(model, ["cold"], journal, trial=trial)
+            if model.endpoint is not None and phase.refusal:
+                self._refuse(model, journal, name, phase.refusal)
+                continue
+            side, trials = self.parents.of(name), phase.trials(s)
+            for trial in range(trials):
+                if trial in past.trials_done.get(name, set()):
+                    continue
+                if s.delay > 0:
+                    time.sleep(s.delay)
+                event, said = side.before_trial(model, trial) if side is not None else (None, "")
+                if event is not None:
+                    journal.write(event.replace(model=model.name))
+                self.progress.note(f"{model.name}: {name} trial {trial + 1}/{trials}" + (f" ({said})" if said else ""))
+                self._worker(model, [name], journal, trial=trial)
 
     def _phases(self, model: ModelSpec, journal: Journal, plan: dict[str, list[dict]],
                 past: resume.ModelPast) -> None:
         s = model.settings
         if past.load_failed:
             return  # as in the run itself: a model that did not load is not tried again
-        remaining = [p for p in s.phases if p != "cold" and p not in past.phases_done and (p not in plan or plan[p])]
-        if model.endpoint is not None and "depth" in remaining:
-            remaining.remove("depth")
-            journal.write(ev.Failure(model=model.name, phase="depth", status="refused", reason=ENDPOINT_DEPTH))
-        if "speculative" in remaining:
-            try:
-                _draft_job(model, 0)
-            except MacprofError as exc:  # no draft, or one that resolves to nothing: the other phases go on
-                remaining.remove("speculative")
-                journal.write(ev.Failure(model=model.name, phase="speculative", status="refused", reason=str(exc)))
+        remaining = [p for p in s.phases if REGISTRY[p].trials is None and p not in past.phases_done
+                     and (p not in plan or plan[p])]
+        for refused in [p for p in remaining if model.endpoint is not None and REGISTRY[p].refusal]:
+            remaining.remove(refused)
+            self._refuse(model, journal, refused, REGISTRY[refused].refusal or "")
+        prepared = self._prepared.get(model.name, {})
         attempts, done = 0, past.requests
-        # every worker after a failure settles a case, a phase, or a task (each cut task is recorded)
-        bound = len(s.phases) + sum(len(c) for c in plan.values()) + self._tasks.get(s.tasks or "", 0)
+        # every worker after a failure settles a case, a phase, or an item its parent records cut
+        bound = len(s.phases) + sum(len(c) for c in plan.values()) + sum(
+            side.budget(model, prepared.get(p)) for p in remaining if (side := self.parents.of(p)) is not None)
         while remaining and attempts < bound:
             attempts += 1
             result = self._worker(model, remaining, journal, cases=plan, done=done)
@@ -233,7 +260,7 @@ class Runner:
 
     # -- one worker --------------------------------------------------------------------------
     def _worker(self, model: ModelSpec, phases: list[str], journal: Journal, trial: int = 0,
-                cases: dict | None = None, done: list[dict] | None = None, rescore: str | None = None) -> WorkerResult:
+                cases: dict | None = None, done: list[dict] | None = None) -> WorkerResult:
         s = model.settings
         cases = cases or {}
         # one sequence's context: the longest request of the phases this worker runs (batch
@@ -241,20 +268,15 @@ class Runner:
         # in this one: a worker that runs only the batch phase, after a failure or a resume,
         # needs it too)
         need = [REGISTRY[p].context(s, cases.get(p, [])) for p in phases]  # each phase's own (macprof/phases.py)
-        quality = QualityJob()
-        if "quality" in phases:
-            self._rescore_reference(model, journal)
-            quality = reference.job(model, self._reference, self._store, journal.events, rescore)
         job = WorkerJob(name=model.name, engine=model.engine, path=str(model.path), phases=phases,
                         settings=settings_dict(s), n_ctx=max(need) + macprof.cases.CONTEXT_MARGIN, trial=trial,
                         cases=cases, done=done or [], endpoint=_endpoint_job(model, s.timeout),
                         # the idle wait before each phase gives the power baseline: only where power is read
                         idle_baseline_s=telemetry.IDLE_BASELINE_S if self._source().has_power else 0.0,
-                        quality=quality, draft=_draft_job(model, max(need) + macprof.cases.CONTEXT_MARGIN)
-                        if "speculative" in phases else {})
+                        prepared=self._jobs(model, phases))
         worker_id = f"{model.name}:{'+'.join(phases)}:{trial}:{time.time_ns()}"
-        # a cold trial's sampler starts before the spawn: its energy runs from spawn to ready
-        sampler = TelemetrySampler(self._source(), from_spawn=phases == ["cold"])
+        # a trial's sampler starts before the spawn: its energy runs from spawn to ready
+        sampler = TelemetrySampler(self._source(), from_spawn=any(REGISTRY[p].trials for p in phases))
         proc, stderr, t_spawn = watch.spawn(self.python, job)
         self._proc = proc
         journal.write(ev.WorkerSpawn(model=model.name, worker=worker_id, phases=tuple(phases), trial=trial, t_spawn=t_spawn,
@@ -269,30 +291,46 @@ class Runner:
         if recorded:
             journal.write(recorded)
             self.progress.note(f"{model.name}: FAILED in {recorded.phase}: {recorded.reason}")
-            cut = _cut_record(s, recorded, state)
+            cut = self._cut_record(model, recorded, state)
             if cut is not None:
                 journal.write(cut.replace(model=model.name, worker=worker_id))
                 self.progress.note(f"{model.name}: {recorded.phase} goes on after {recorded.case}")
                 goes_on = True
-            elif _between_items(recorded, state):
+            elif self._between_items(recorded, state):
                 self.progress.note(f"{model.name}: {recorded.phase} goes on after what it recorded")
                 goes_on = True
         stderr.close()
         return WorkerResult(phases_done=state.done_phases, failure=recorded, loaded=state.loaded, goes_on=goes_on)
 
-    def _rescore_reference(self, model: ModelSpec, journal: Journal) -> None:
-        """Before a model is held to the reference's stored log-probabilities: they must be the
-        bytes the reference journaled (reference.store_changed); else the reference scores again
-        first, and its quality phase records why."""
-        if model.name == self._reference:
-            return
-        why = reference.store_changed(self._store, journal.events, self._reference)
-        ref = next((m for m in self.models if m.name == self._reference), None)
-        if why is None or ref is None or self._store is None:
-            return
-        self.progress.note(f"{ref.name}: {why}; scoring it again before {model.name}")
-        reference.remove_store(self._store)
-        self._worker(ref, ["quality"], journal, rescore=why)
+    def _jobs(self, model: ModelSpec, phases: list[str]) -> dict[str, msgspec.Raw]:
+        """Each phase's part of a worker's job from its parent (run/phases/api.py ``job``), as JSON."""
+        prepared = self._prepared.get(model.name, {})
+        out: dict[str, msgspec.Raw] = {}
+        for phase in phases:
+            side = self.parents.of(phase)
+            part = side.job(model, prepared.get(phase), self) if side is not None else None
+            if part is not None:
+                out[phase] = msgspec.Raw(msgspec.json.encode(part))
+        return out
+
+    def _cut_record(self, model: ModelSpec, failure: ev.Failure, state) -> ev.Event | None:
+        """The parent's record of the request a timeout or a crash cut, where its phase goes on
+        after one (run/phases/api.py Parent.cut); None where the phase ends there."""
+        request = state.request
+        side = self.parents.of(failure.phase or "")
+        if side is None or not side.cuts or request is None or request.phase != state.phase or not state.loaded:
+            return None
+        return side.cut(model.settings, self._prepared.get(model.name, {}).get(failure.phase or ""), failure, request,
+                        state.t_end)
+
+    def _between_items(self, failure: ev.Failure, state) -> bool:
+        """A worker killed or dead between two items of a phase that goes on after a cut (no item
+        was announced and not yet recorded: nothing to cut, and none recorded to blame), after it
+        recorded at least one of them: the phase goes on from the journal, as a resumed run would.
+        Without one recorded, the same death would come again: the phase ends there."""
+        side = self.parents.of(failure.phase or "")
+        return (side is not None and side.cuts and state.request is None and state.loaded
+                and failure.status in ("timeout", "crashed") and state.phase == failure.phase and state.items_ended > 0)
 
     def _kill_worker(self) -> None:
         proc = self._proc
@@ -305,31 +343,6 @@ class Runner:
                 proc.wait(timeout=10)  # reaped: no zombie, no orphan
             except subprocess.TimeoutExpired:
                 pass
-
-
-ENDPOINT_COLD = ("cold: a server's model cannot be unloaded over its API; a cold start of a server is its start-up "
-                 "(--serve records when it answered)")
-ENDPOINT_DEPTH = "depth: a server's cache cannot be filled and cut back to a depth over its API"
-
-
-def _cut_record(s, failure: ev.Failure, state) -> ev.Event | None:
-    """The parent's record of the request a timeout or a crash cut, where its phase goes on
-    after one (macprof/phases.py Phase.cut); None where the phase ends there."""
-    request = state.request
-    phase = REGISTRY.get(failure.phase or "")
-    if phase is None or phase.cut is None or request is None or request.phase != state.phase or not state.loaded:
-        return None
-    return load(phase.cut)(s, failure, request, state.t_end)
-
-
-def _between_items(failure: ev.Failure, state) -> bool:
-    """A worker killed or dead between two items of a phase that goes on after a cut (no item
-    was announced and not yet recorded: nothing to cut, and none recorded to blame), after it
-    recorded at least one of them: the phase goes on from the journal, as a resumed run would.
-    Without one recorded, the same death would come again: the phase ends there."""
-    phase = REGISTRY.get(failure.phase or "")
-    return (phase is not None and phase.cut is not None and state.request is None and state.loaded
-            and failure.status in ("timeout", "crashed") and state.phase == failure.phase and state.items_ended > 0)
 
 
 def _server_pid(model: ModelSpec) -> int | None:
@@ -372,43 +385,24 @@ def _units_left(model: ModelSpec, past: resume.ModelPast) -> int:
     """The progress units (request events) a model still has to measure."""
     if past.finished:
         return 0
-    done = [r for r in past.requests if r["mode"] != "check" and r["kind"] != "task"]  # a settled task is no request
-    return max(0, planned_requests(model.settings) - len(done) - 2 * len(past.cold_done))
+    s = model.settings
+    trials = sum(_trial_units(s, p, len(done)) for p, done in past.trials_done.items() if p in s.phases)
+    return max(0, planned_requests(s) - past.units - trials)
+
+
+def _trial_units(s, phase: str, done: int) -> int:
+    """The request events ``done`` trials of ``phase`` emitted (its count over its trials, each alike)."""
+    count = REGISTRY[phase].trials
+    return done * REGISTRY[phase].requests(s, []) // max(1, count(s)) if count is not None else 0
 
 
 def _request_line(name: str, e: ev.Request, s) -> str:
-    total = s.cold_trials if e.phase == "cold" else s.turns if e.phase == "conversation" else s.reps
-    if e.phase == "concurrency":  # a level's own request count (macprof/run/phases/serving.py)
-        from macprof.run.phases.serving import load_cases
-
-        total = next((c["requests"] for c in load_cases(s) if c["id"] == e.case), total)
-    what = e.kind if e.kind in ("warmup", "first", "second") else f"{e.index + 1}/{total}"
+    phase = REGISTRY.get(e.phase)
+    what = e.kind if e.kind in ("warmup", "first", "second") else \
+        f"{e.index + 1}/{phase.line_total(s, e.case) if phase else s.reps}"
     mode = f" {e.mode}" if e.mode else ""
     case = f" {e.case}" if e.case else ""
     return f"{name}: {e.phase}{case}{mode} {what}: {e.status}"
-
-
-def _draft_job(model: ModelSpec, n_ctx: int) -> dict:
-    """The speculative phase's draft, resolved here as a MODEL argument is (an engine reaches no
-    model store): its engine the target's where that reads the draft's format (a fake GGUF target
-    drafts with a fake GGUF), else the format's own (an MLX draft for a GGUF target)."""
-    from macprof import engines
-
-    s = model.settings
-    if not s.draft:
-        raise MacprofError("speculative: no draft given (--draft MODEL or --draft ngram)")
-    if s.draft.strip() == "ngram":
-        return {"kind": "ngram", "ref": "ngram", "n": s.ngram}
-    from macprof.collect import modelinfo
-
-    r = resolve.resolve(s.draft)
-    engine = model.engine if engines.MODEL_FORMAT.get(model.engine) == r.format else resolve.ENGINE_OF[r.format]
-    try:  # the draft's bytes per token, for the round's ceiling (analyse/ceilings.py)
-        shape = modelinfo.inspect(r.path, s.kv_type).to_dict()
-    except MacprofError:
-        shape = None
-    return {"kind": "model", "ref": s.draft, "engine": engine, "path": str(r.path), "n_ctx": n_ctx or None,
-            "target": model.name, "shape": shape}
 
 
 def _endpoint_job(model: ModelSpec, timeout: float) -> dict | None:

@@ -1,6 +1,8 @@
 """Which model the quality phase compares the others against, and the order that puts it
 first: the one named by ``reference`` (--reference), else the run's highest-precision model
-(most file bytes per parameter, from the model files' metadata; the first such in run order)."""
+(most file bytes per parameter, from the model files' metadata; the first such in run order);
+where that model stores its distributions, whether they are still the bytes it stored, and a
+worker's part of the job (run/phases/quality.py QualityParent uses these)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ from typing import Sequence
 from macprof.config import ModelSpec
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.run.job import QualityJob
+from macprof.model.phase_events import QualityStored
+from macprof.model.quality import QualityJob
+
+PHASE = "quality"
 
 
 def choose(models: Sequence[ModelSpec]) -> str | None:
     """The reference's name; None when no model has the quality phase."""
-    scored = [m for m in models if "quality" in m.settings.phases]
+    scored = [m for m in models if PHASE in m.settings.phases]
     if not scored:
         return None
     asked = list(dict.fromkeys(m.settings.reference for m in scored if m.settings.reference))
@@ -59,7 +64,7 @@ def job(model: ModelSpec, reference: str | None, store: Path | None, events: Seq
         return QualityJob(missing="no reference model in this run")
     is_reference = model.name == reference
     failed = [] if is_reference else [e for e in events if isinstance(e, ev.Failure) and e.model == reference
-                                      and e.phase in (None, "quality")]
+                                      and e.phase in (None, PHASE)]
     return QualityJob(reference=reference, store=str(store), is_reference=is_reference, rescore_reason=rescore,
                       missing=f"{reference} failed: {failed[-1].reason}" if failed else None)
 
@@ -94,7 +99,7 @@ def store_changed(store: Path | None, events: Sequence[ev.Event], reference: str
     file overwritten with other rows once gave a KLD of 6,957 and exit 0."""
     if store is None or reference is None:
         return None
-    stored = [e for e in events if isinstance(e, ev.QualityStored) and e.model == reference]
+    stored = [e for e in events if isinstance(e, QualityStored) and e.model == reference]
     if not stored:
         return None
     try:

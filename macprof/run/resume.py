@@ -3,31 +3,26 @@ journal already holds of each model, so that the resumed run measures only what 
 every request measured before the interruption stays in the run log.
 
 A journal is continued only by the command that began it: the same models (names, engines,
-files with the same sha256), the same settings, and the same inputs (the task file, a chat
-template given, the quality text, the draft's files: collect/facts.py ``input_paths``, each with
-its sha256 in the model_start's identity), recorded in its run_start and model_start events.
-Anything else would give one "complete" log that mixes two runs.
+files with the same sha256), the same settings, and the same inputs (the files each phase reads
+besides the model's, as its parent names them: run/phases/api.py ``Parent.inputs``, each with its
+sha256 in the model_start's identity), recorded in its run_start and model_start events.
+Anything else would give one "complete" log that mixes two runs. What a phase's parent prepared
+for a model is read back from the model's plan (``ModelPast.prepared``), not prepared again.
 
 What counts as done, per model (the orchestrator and the protocols skip it):
 - a model with a model_end: the whole model;
-- a cold trial whose worker recorded its second request, a failure or its end;
-- a phase a worker ended, or that failed (as in the run itself, a failed phase is not retried;
+- a trial (of a phase that runs a fresh worker per trial) whose worker failed or ended, or that
+  its phase's own reader settles (the cold phase's: its second request recorded);
+- a phase a worker ended, that failed (as in the run itself, a failed phase is not retried;
   a failed sweep case is skipped with the cases before it, a case that could not be set up or
-  is unsupported is skipped);
+  is unsupported is skipped), or that the orchestrator refused before any worker ran it;
 - each request and output check recorded (the worker gets them as ``done``; a warm-up is run
-  again, unrecorded, when measured requests remain after it; a prefix pair's missing half, a
-  speculative request's missing plain or draft one, or a missing check of either, is compared
-  with the recorded tokens: the requests of the phases that check outputs keep their tokens,
-  ``REPLAYED``);
-- a conversation turn whose conversation_turn event was recorded: its two requests, with the
-  natural reply's ids and what it left in the cache, so that the resumed conversation's history
-  and cache are the interrupted run's (a turn interrupted between its halves is measured again,
-  both halves, and its new requests supersede the old in the log);
-- a task of the tasks phase whose recorded attempt ends it (right, the last allowed, an engine
-  error, or one the parent cut at a timeout or a crash), named as a done request of kind
-  "task" (run/phases/tasks.py settled_tasks); a task interrupted between its attempts is run
-  again from its first.
-A model whose measuring had not begun (no cold trial, no worker) is started afresh.
+  again, unrecorded, when measured requests remain after it; a pair's missing half, or a
+  missing check, is compared with the recorded tokens: the requests of the phases whose registry
+  line ``replays`` keep their tokens);
+- what a phase's own reader (macprof/phases.py ``resume``) reads as done of its own events:
+  a conversation's recorded turns, the tasks a recorded attempt ended (their modules say how).
+A model whose measuring had not begun (no trial, no worker) is started afresh.
 """
 
 from __future__ import annotations
@@ -35,20 +30,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from macprof.collect import facts
 from macprof.config import ModelSpec, settings_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.model.speculative import SpeculativeCheck
-from macprof.model.conversation import ConversationTurn
-from macprof.model.tasks import TaskAttemptDone, TasksStart
+from macprof.phases import REGISTRY, load
+
+if TYPE_CHECKING:
+    from macprof.run.phases.api import Parents
 
 SUFFIX = ".journal.jsonl"
-# the phases whose output checks compare a request with another of the same prompt: a resume
-# gives their recorded requests' tokens back, so that a check the interruption left undone is made
-REPLAYED = ("prefix", "batch", "speculative")
 
 
 def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
@@ -62,8 +55,9 @@ def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
                   **({"server": m.endpoint.origin} if m.endpoint and m.endpoint.origin else {})} for m in models)
 
 
-def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> None:
-    """Refuse, in one line, a journal this command cannot continue."""
+def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec], parents: Parents | None = None) -> None:
+    """Refuse, in one line, a journal this command cannot continue; ``parents``: the run's phase
+    parents, whose inputs are compared (made here where not given)."""
     if not path.name.endswith(SUFFIX):
         raise MacprofError(f"{path}: not a journal (a journal's name ends in {SUFFIX}: the one beside the run log)")
     if not events:
@@ -80,7 +74,11 @@ def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec]) -
     changed = _changed_files(events, models)
     if changed:
         raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix two models: start a new run")
-    changed = changed_inputs(events, models)
+    if parents is None:
+        from macprof.run.phases.api import Parents
+
+        parents = Parents(models, path)
+    changed = changed_inputs(events, models, parents)
     if changed:
         raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix the results of both: "
                            f"start a new run, or put the file back")
@@ -130,10 +128,11 @@ def _changed_files(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> s
     return None
 
 
-def changed_inputs(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> str | None:
+def changed_inputs(events: Sequence[ev.Event], models: Sequence[ModelSpec], parents: Parents) -> str | None:
     """Which input of a model's run (its model_start's ``identity.inputs``) is not as it was:
     another size or sha256, gone, unreadable, or one more; None where each is the same (a journal
-    from before inputs were recorded has none to compare)."""
+    from before inputs were recorded has none to compare). Now's are the phases' parents' own
+    (run/phases/api.py ``inputs``), of what the journal's plan says was prepared."""
     starts = {e.model: e for e in events if isinstance(e, ev.ModelStart)}
     for m in models:
         start = starts.get(m.name)
@@ -141,7 +140,8 @@ def changed_inputs(events: Sequence[ev.Event], models: Sequence[ModelSpec]) -> s
             continue
         then = {(f.role, f.path): (f.bytes, f.sha256) for f in start.identity.inputs}
         try:
-            now = {(f["role"], f["path"]): (f["bytes"], f["sha256"]) for f in facts.run_inputs(m)}
+            prepared = parents.journaled(m, past(events, m.name).prepared)
+            now = {(f["role"], f["path"]): (f["bytes"], f["sha256"]) for f in parents.inputs(m, prepared)}
         except (MacprofError, OSError) as exc:
             return f"an input of model {m.name} changed ({exc})"
         for role, where in sorted(then.keys() ^ now.keys() | {k for k in then.keys() & now.keys() if then[k] != now[k]}):
@@ -157,15 +157,16 @@ class ModelPast:
 
     finished: bool = False
     measuring: bool = False
-    cold_done: set[int] = field(default_factory=set)
+    trials_done: dict[str, set[int]] = field(default_factory=dict)  # per phase run a worker per trial
     phases_done: set[str] = field(default_factory=set)
     skip_cases: dict[str, set[str]] = field(default_factory=dict)
     failed_case: dict[str, str] = field(default_factory=dict)
     load_failed: bool = False
-    requests: list[dict] = field(default_factory=list)
-    task_attempts: int | None = None  # the tasks phase's attempts allowed, from its tasks_start
-    # a conversation turn's requests until its conversation_turn settles it: (app, turn) -> requests
-    turn_requests: dict[tuple[int, int], list[dict]] = field(default_factory=dict)
+    requests: list[dict] = field(default_factory=list)  # each done item's key (the workers' ``done``)
+    units: int = 0  # how many of them are request events (the progress display's units)
+    # what the parent prepared per phase, as the model's plan journaled it; None: a journal from before
+    prepared: dict[str, dict] | None = None
+    state: dict[str, Any] = field(default_factory=dict)  # a phase's own reader's, under its name
 
     def cases_left(self, phase: str, cases: list[dict]) -> list[dict]:
         """A sweep's cases still to run: the ones after its last failed case, less those skipped."""
@@ -174,6 +175,19 @@ class ModelPast:
             failed = self.failed_case[phase]
             cases = cases[ids.index(failed) + 1:] if failed in ids else []
         return [c for c in cases if c["id"] not in self.skip_cases.get(phase, set())]
+
+    def request_done(self, key: dict) -> None:
+        """A request event recorded (``key``: its phase, case, mode, kind, index, and what a worker needs of it)."""
+        self.requests.append(key)
+        self.units += 1
+
+    def item_done(self, key: dict) -> None:
+        """An item recorded that is no request event (an output check, a task): named as a request is."""
+        self.requests.append(key)
+
+
+# a phase's reader of its own events: whether it read ``event`` (else the generic reading does)
+Reader = Callable[[ModelPast, ev.Event, ev.WorkerSpawn], bool]
 
 
 def past(events: Sequence[ev.Event], name: str) -> ModelPast:
@@ -188,51 +202,69 @@ def past(events: Sequence[ev.Event], name: str) -> ModelPast:
             continue
         if isinstance(e, ev.WorkerSpawn):
             spawns[e.worker or ""] = e
+        if isinstance(e, ev.Plan) and e.has("prepared"):
+            out.prepared = dict(e.prepared or {})
         out.finished |= isinstance(e, ev.ModelEnd)
         out.measuring |= isinstance(e, (ev.ColdTrial, ev.WorkerSpawn))
         _read(out, e, spawns.get(e.worker or ""))
     return out
 
 
+def trial_phase(spawn: ev.WorkerSpawn | None) -> str | None:
+    """The phase a worker was spawned for, where it ran one trial of a phase run a worker per trial."""
+    if spawn is None or len(spawn.phases) != 1:
+        return None
+    phase = REGISTRY.get(spawn.phases[0])
+    return phase.name if phase is not None and phase.trials is not None else None
+
+
+def _reader(phase: str | None) -> Reader | None:
+    entry = REGISTRY.get(phase or "")
+    return load(entry.resume) if entry is not None and entry.resume else None
+
+
 def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
-    cold = spawn is not None and tuple(spawn.phases) == ("cold",)
+    trial = trial_phase(spawn)
     if isinstance(e, ev.Failure):
-        if spawn is None:  # the orchestrator's own: a refused case
+        if spawn is None:  # the orchestrator's own: a refused case, or a phase refused before any worker
             if e.case:
                 out.skip_cases.setdefault(e.phase or "", set()).add(e.case)
-        elif cold:
-            out.cold_done.add(spawn.trial)
+            elif e.phase:
+                out.phases_done.add(e.phase)
+        elif trial is not None:
+            out.trials_done.setdefault(trial, set()).add(spawn.trial)
         elif e.phase is None:
             out.load_failed = True
         elif e.case:
             out.failed_case[e.phase] = e.case
         else:
             out.phases_done.add(e.phase)
-    elif cold and (isinstance(e, ev.Done) or isinstance(e, ev.Request) and e.kind == "second"):
-        out.cold_done.add(spawn.trial)  # type: ignore[union-attr]
-    elif spawn is None or cold:
         return
+    if spawn is None:
+        return
+    reader = _reader(getattr(e, "phase", None))
+    if reader is not None and reader(out, e, spawn):
+        return
+    if trial is not None:
+        if isinstance(e, ev.Done):
+            out.trials_done.setdefault(trial, set()).add(spawn.trial)
     elif isinstance(e, ev.PhaseEnd):
         out.phases_done.add(e.phase)
     elif isinstance(e, (ev.CaseError, ev.CaseUnsupported)):
         out.skip_cases.setdefault(e.phase, set()).add(e.case)
-    elif isinstance(e, ev.Request) and e.phase == "conversation" and e.kind == "measured" and e.case:
-        # the replay needs the reply (the next turn's history) and the cache it left
-        out.turn_requests.setdefault((int(e.case.removeprefix("app")), e.index), []).append(
-            {"phase": e.phase, "case": e.case, "mode": e.mode, "kind": e.kind, "index": e.index,
-             "tokens": list(e.tokens),
-             "cached_tokens_after": e.cached_tokens_after if isinstance(e.cached_tokens_after, int) else None})
-    elif isinstance(e, ConversationTurn) and e.phase == "conversation":
-        out.requests += out.turn_requests.pop((e.app, e.turn), [])
-    elif isinstance(e, ev.Request):  # a prefix pair's, a batch's, a speculative prompt's tokens: their checks need them
-        key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
-        tokens = list(e.tokens) if e.status == "ok" or e.phase == "prefix" else []  # a batch's: only a whole one
-        out.requests.append({**key, "tokens": tokens} if e.phase in REPLAYED else key)
-    elif isinstance(e, TasksStart):
-        out.task_attempts = e.attempts_allowed
-    elif isinstance(e, TaskAttemptDone):
-        if e.status != "ok" or e.correct or (out.task_attempts is not None and e.attempt >= out.task_attempts):
-            out.requests.append({"phase": e.phase, "case": e.task, "mode": None, "kind": "task", "index": e.attempt - 1})
-    elif isinstance(e, (ev.PrefixCheck, ev.BatchCheck, SpeculativeCheck)):  # a check: a request of mode "check"
-        out.requests.append({"phase": e.phase, "case": getattr(e, "case", None), "mode": "check",
-                             "kind": "measured" if isinstance(e, ev.BatchCheck) else e.kind, "index": e.index})
+    elif isinstance(e, ev.Request):  # a pair's, a batch's, a speculative prompt's tokens: their checks need them
+        out.request_done(request_entry(e))
+    elif e.CHECKS:  # a check: a request of mode "check"
+        out.item_done({"phase": getattr(e, "phase"), "case": getattr(e, "case", None), "mode": "check",
+                       "kind": getattr(e, "kind", "measured"), "index": getattr(e, "index")})
+
+
+def request_entry(e: ev.Request) -> dict:
+    """A recorded request as a worker's ``done`` names it, with its tokens where its phase
+    ``replays`` them (macprof/phases.py)."""
+    key = {k: getattr(e, k) for k in ("phase", "case", "mode", "kind", "index")}
+    phase = REGISTRY.get(e.phase)
+    replays = phase.replays if phase is not None else None
+    if replays is None:
+        return key
+    return {**key, "tokens": list(e.tokens) if replays == "all" or e.status == "ok" else []}

@@ -41,7 +41,7 @@ class WorkerResult:
     phases_done: list[str]
     failure: ev.Failure | None = None
     loaded: bool = True  # False: the model never loaded, so another worker would fail the same way
-    goes_on: bool = False  # the failed phase goes on after the request cut (macprof/phases.py Phase.cut)
+    goes_on: bool = False  # the failed phase goes on after the request cut (run/phases/api.py Parent.cut)
 
 
 @dataclass

@@ -152,7 +152,8 @@ def _phases(job: "WorkerJob", engine, settings, emit, after=None):
     (a distributed rank's) runs after each phase_end. Returns the prompt builder."""
     from macprof.collect import peak
     from macprof.model import events as ev
-    from macprof.run.phases import PHASES, PhaseContext
+    from macprof.phases import REGISTRY
+    from macprof.run.phases import PHASES, PhaseContext, prepared_of
     from macprof.run.phases.common import done_cached, done_requests
     from macprof.run.prompts import PromptBuilder
 
@@ -160,8 +161,8 @@ def _phases(job: "WorkerJob", engine, settings, emit, after=None):
     for phase in job.phases:
         # with power readable, the parent measures the idle baseline while this worker waits,
         # model loaded and nothing running; the wait's start bounds the baseline's window. Not
-        # before a cold trial's requests: a wait there would change what "cold" measures.
-        idle_s = job.idle_baseline_s if phase != "cold" else 0.0
+        # before a trial's requests (a cold start): a wait there would change what it measures.
+        idle_s = job.idle_baseline_s if REGISTRY[phase].idle_baseline else 0.0
         t_idle = time.perf_counter_ns()
         if idle_s > 0:
             time.sleep(idle_s)
@@ -170,7 +171,7 @@ def _phases(job: "WorkerJob", engine, settings, emit, after=None):
         was_reset = peak.reset()
         PHASES[phase](PhaseContext(engine, builder, settings, emit, cases=job.cases.get(phase, []),
                                    trial=job.trial, done=done_requests(job.done), done_cached=done_cached(job.done),
-                                   quality=job.quality, n_ctx=job.n_ctx, draft=job.draft))
+                                   n_ctx=job.n_ctx, prepared=prepared_of(job, phase)))
         os_peak, scope = peak.read(was_reset)
         emit(ev.PhaseEnd(phase=phase, rss_bytes=_rss(), os_peak_rss_bytes=os_peak, os_peak_scope=scope,
                          t=time.perf_counter_ns(), **_mac(), **_weights(engine, job.path)))
@@ -189,14 +190,19 @@ def _with_fault(emit, fault: dict, model: str):
         return emit
     import signal
 
+    from macprof.phases import REGISTRY
+
     done = 0
+    # a phase whose unit of progress is no request (its registry line's progress_event) is struck
+    # at its N+1th such event instead
+    unit = REGISTRY[fault["phase"]].progress_event if fault.get("phase") in REGISTRY else "request"
 
     def wrapped(event) -> None:
         nonlocal done
         emit(event)
         if event.KIND == "request":
             done += 1
-        elif event.KIND == "quality_chunk" and fault.get("phase") == "quality":  # the quality phase has no requests
+        elif event.KIND == unit:
             done += 1
             if done > fault.get("after_requests", 0):
                 if fault["kind"] == "hang":

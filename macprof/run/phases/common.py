@@ -1,5 +1,6 @@
-"""What every measurement protocol shares: the phase's context, a timestamped request (single
-or batched), the request_start/request pair, and the token-by-token output check.
+"""What every measurement protocol shares: a timestamped request (single or batched), the
+request_start/request pair, and the token-by-token output check (the phase's context is
+run/phases/context.py's, imported here too).
 
 Each protocol emits events (macprof.model.events) as it goes; the worker streams them to the
 parent, which journals them at once, so nothing measured waits in memory for the end of a phase.
@@ -8,8 +9,8 @@ parent, which journals them at once, so nothing measured waits in memory for the
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Generic, Iterable, Iterator, Sequence, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Sequence, cast
 
 from macprof.config import Settings
 from macprof.engines.base import TOP2, AnyEngine, Batching, Engine, EngineCore, ServerEngine, able
@@ -17,36 +18,12 @@ from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.phases import OutputCheck
-from macprof.run.job import QualityJob
+from macprof.run.phases.api import file_input
+from macprof.run.phases.context import Clock, Emit, PhaseContext
 from macprof.run.prompts import Prompt, PromptBuilder
 
-Emit = Callable[[ev.Event], None]
-Clock = Callable[[], int]
-# the engine's kind a phase takes: AnyEngine (both; it asks ``engine.kind`` where they differ), Engine
-# (in process) or ServerEngine. Covariant: a context of either kind is a context of AnyEngine.
-E = TypeVar("E", bound=EngineCore, covariant=True)
-
-
-@dataclass
-class PhaseContext(Generic[E]):
-    """Everything a protocol needs: the loaded engine, prompts, settings, where events go, the
-    sweep cases (for grid / depth / batch), the cold trial's number, the clock, and the requests
-    a resumed run recorded before (``request_key`` -> their tokens), which are not measured again."""
-
-    engine: E
-    builder: PromptBuilder
-    settings: Settings
-    emit: Emit
-    cases: list[dict] = field(default_factory=list)
-    trial: int = 0
-    clock: Clock = time.perf_counter_ns
-    done: dict[tuple, tuple] = field(default_factory=dict)
-    # what each recorded request left in the engine's cache, where the journal kept it (a resumed
-    # conversation puts the cache back as the interrupted run had it)
-    done_cached: dict[tuple, int] = field(default_factory=dict)
-    quality: QualityJob = field(default_factory=QualityJob)  # the quality phase's reference and store (run/phases/quality.py)
-    n_ctx: int = 0  # the context the worker's engine holds, per sequence (0: not known)
-    draft: dict = field(default_factory=dict)  # the speculative phase's draft, resolved by the parent (orchestrator)
+if TYPE_CHECKING:
+    from macprof.config import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -63,6 +40,27 @@ class ByKind:
             self.served(cast(PhaseContext[ServerEngine], ctx))
         else:
             self.local(cast(PhaseContext[Engine], ctx))
+
+
+CHAT_TEMPLATE = "the chat template"  # its role among a model's inputs (model_start identity.inputs)
+
+
+def chat_templates_checked(models: Sequence[ModelSpec], phase: str) -> None:
+    """Each --chat-template of a model that asks for ``phase`` (one that renders messages: the
+    conversation, the tasks) read and compiled once, before any worker: one that cannot is one
+    line (run/chat.py read_template)."""
+    from macprof.run.chat import read_template
+
+    for path in sorted({m.settings.chat_template for m in models if phase in m.settings.phases and m.settings.chat_template}):
+        read_template(path)
+
+
+def chat_template_input(model: ModelSpec) -> list[dict]:
+    """The --chat-template file, among the model's inputs (Parent.inputs), where one is given."""
+    from pathlib import Path
+
+    path = model.settings.chat_template
+    return [file_input(CHAT_TEMPLATE, Path(path))] if path else []
 
 
 def request_key(head: dict) -> tuple:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
 
 from macprof.engines.base import AnyEngine, Engine, ServerEngine, lacks
 from macprof.errors import MacprofError, reason
@@ -54,11 +55,18 @@ from macprof.model import events as ev
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.phases import OutputCheck
 from macprof.run import chat
-from macprof.run.phases.common import ByKind, PhaseContext, _pause, announced, compare_outputs, request_key, \
-    timed_request
+from macprof.run.phases.api import Parent
+from macprof.run.phases.common import (ByKind, PhaseContext, _pause, announced, chat_template_input, chat_templates_checked,
+                                       compare_outputs, request_key, timed_request)
 from macprof.run.phases.conversation_caches import (Cache, Exchange, Held, InProcessCache, Natural, Previous, Seen,
                                                     ServerChatCache, ServerTextCache, Stop)
 from macprof.run.prompts import Prompt
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from macprof.config import ModelSpec
+    from macprof.run.resume import ModelPast
 
 PHASE = "conversation"
 MODES = ("natural", "emptied")
@@ -282,3 +290,35 @@ def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, ex
                               stop_reason=f"{turn.where} failed: {why}: app {app.index}'s conversation stops here"))
     app.stopped = True
     cache.forget()
+
+
+# -- the parent's side (run/phases/api.py) ---------------------------------------------------
+class ConversationParent(Parent[None, None]):
+    """Each --chat-template given checked once, before any worker: one that cannot be read or
+    compiled is one line (run/chat.py read_template); the file is one of the model's inputs."""
+
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
+        super().__init__(models, journal_path)
+        chat_templates_checked(models, PHASE)
+
+    def inputs(self, model: ModelSpec, prepared: None) -> list[dict]:
+        return chat_template_input(model)
+
+
+def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
+    """--resume: a turn whose conversation_turn was recorded is done, its two requests with the
+    natural reply's ids and what it left in the cache, so that the resumed conversation's
+    history and cache are the interrupted run's (the replay needs both); a turn interrupted
+    between its halves is measured again, both halves, its new requests superseding the old."""
+    held: dict[tuple[int, int], list[dict]] = past.state.setdefault(PHASE, {})
+    if isinstance(event, ev.Request) and event.kind == "measured" and event.case:
+        held.setdefault((int(event.case.removeprefix("app")), event.index), []).append(
+            {"phase": event.phase, "case": event.case, "mode": event.mode, "kind": event.kind, "index": event.index,
+             "tokens": list(event.tokens),
+             "cached_tokens_after": event.cached_tokens_after if isinstance(event.cached_tokens_after, int) else None})
+        return True
+    if isinstance(event, ConversationTurn):
+        for request in held.pop((event.app, event.turn), []):
+            past.request_done(request)
+        return True
+    return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -23,14 +24,18 @@ from macprof.engines.base import SCORE, AnyEngine, able
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
-from macprof.model.quality import QualityText
+from macprof.model.phase_events import QualityChunkScored, QualityStart, QualityStored
+from macprof.model.quality import QualityJob, QualityText
 from macprof.model.records import ABSENT
-from macprof.run.job import QualityJob
+from macprof.run import reference
+from macprof.run.phases.api import Host, Parent, file_input
 from macprof.run.phases.common import PhaseContext
-from macprof.run.qualitytext import head, read_text
+from macprof.run.qualitytext import check, head, read_text
 
 if TYPE_CHECKING:  # numpy is imported in the worker, where chunks are scored, not by the parent
     import numpy as np
+
+    from macprof.config import ModelSpec
 
 PHASE = "quality"
 
@@ -50,7 +55,8 @@ def chunked_ids(ids: list[int], bos: list[int], n_ctx: int, max_tokens: int) -> 
 def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
     import numpy as np
 
-    s, job = ctx.settings, ctx.quality
+    s = ctx.settings
+    job: QualityJob = ctx.prepared or QualityJob()  # the parent's (run/reference.py QualityParent)
     engine = able(ctx.engine, SCORE)
     if isinstance(engine, str):
         raise MacprofError(f"the {ctx.engine.name} engine cannot give the logits of every position: {engine}")
@@ -72,7 +78,7 @@ def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
     store = Path(job.store) if job.store else None
     is_ref = job.is_reference
     base, reason = (None, None) if is_ref else _open_reference(job, sha, vocab)
-    ctx.emit(ev.QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
+    ctx.emit(QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
                              tokens_sha256=sha, vocab_size=vocab, reference=job.reference, is_reference=is_ref,
                              reference_reason=reason,
                              # ABSENT, not null, where the reference does not score again
@@ -94,7 +100,7 @@ def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
         if writer is not None:
             writer[rows] = mine
         figures = q.score(scored, targets, mine if is_ref else (base[rows] if base is not None else None))
-        ctx.emit(ev.QualityChunkScored(phase=PHASE, index=k, t_start=t_start, t_end=t_end, tokens=len(chunk),
+        ctx.emit(QualityChunkScored(phase=PHASE, index=k, t_start=t_start, t_end=t_end, tokens=len(chunk),
                                        nll=tuple(figures["nll"]), kld=_tuple(figures.get("kld")),
                                        same_top=_tuple(figures.get("same_top"))))
     if writer is not None and store is not None:
@@ -105,7 +111,7 @@ def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
         from macprof.run.reference import store_digest
 
         digest, size = store_digest(store)  # what a later model checks the files against (reference.store_changed)
-        ctx.emit(ev.QualityStored(phase=PHASE, sha256=digest, bytes=size))
+        ctx.emit(QualityStored(phase=PHASE, sha256=digest, bytes=size))
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
 
 
@@ -154,3 +160,49 @@ def _open_reference(job: QualityJob, sha: str, vocab: int) -> tuple[np.ndarray |
         return None, (f"no reference: {ref}'s stored log-probabilities are {base.dtype} {base.shape}, not the "
                       f"uint16 {want} its sidecar describes")
     return base, None
+
+
+# -- the parent's side (run/phases/api.py) ---------------------------------------------------
+QUALITY_TEXT = "the quality text"  # its role among a model's inputs (model_start identity.inputs)
+
+
+class QualityParent(Parent[None, QualityJob]):
+    """Chooses the reference (a bad --reference stops the run here) and checks each --text
+    before any worker waits on it (a FIFO, a device, too large); the reference runs first, and
+    its stored distributions are removed when the run completes (they served this run only)."""
+
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
+        super().__init__(models, journal_path)
+        self.reference = reference.choose(models)
+        for text in sorted({m.settings.text for m in models if PHASE in m.settings.phases and m.settings.text}):
+            check(text)
+        self.store = reference.store_path(journal_path, self.reference) if self.reference else None
+        self._rescore: str | None = None  # why the reference scores again, for its next worker's job
+
+    def order(self, models: list[ModelSpec]) -> list[ModelSpec]:
+        return reference.ordered(models, self.reference)  # the others read what it stores
+
+    def inputs(self, model: ModelSpec, prepared: None) -> list[dict]:
+        text = model.settings.text
+        return [file_input(QUALITY_TEXT, Path(text) if text else Path(str(resources.files("macprof") / "data" /
+                                                                             "quality.txt")))]
+
+    def job(self, model: ModelSpec, prepared: None, host: Host) -> QualityJob:
+        """Before a model is held to the reference's stored log-probabilities, they must be the
+        bytes the reference journaled (store_changed); else the reference scores again first, and
+        its quality phase records why."""
+        if model.name == self.reference:
+            why, self._rescore = self._rescore, None
+            return reference.job(model, self.reference, self.store, host.events, why)
+        why = reference.store_changed(self.store, host.events, self.reference)
+        ref = next((m for m in self.models if m.name == self.reference), None)
+        if why is not None and ref is not None and self.store is not None:
+            host.note(f"{ref.name}: {why}; scoring it again before {model.name}")
+            reference.remove_store(self.store)
+            self._rescore = why
+            host.run_worker(ref, [PHASE])
+        return reference.job(model, self.reference, self.store, host.events)
+
+    def close(self, complete: bool) -> None:
+        if complete and self.store:  # the reference's distributions served this run only
+            reference.remove_store(self.store)

@@ -26,20 +26,26 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 from macprof.engines.base import (NATIVE_DRAFT, VERIFY, AnyEngine, Engine, EngineCore, EngineSettings, NativeDrafting,
                                   able, in_process, lacks)
+from macprof.errors import MacprofError
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
 from macprof.model import events as ev
-from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, Round, SpeculativeCheck, SpeculativeNative,
-                                       SpeculativeRounds)
+from macprof.model.speculative import (DraftEnd, DraftLoaded, DraftSpec, NativeRefused, Round, SpeculativeCheck,
+                                       SpeculativeNative, SpeculativeRounds)
+from macprof.run.phases.api import Parent, PhaseRefused, file_input
 from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, announced, compare_outputs, request_key,
                                        reuse_of, stamped_sequence, timed_request, warm_prompts)
 from macprof.run.prompts import Prompt
 
+if TYPE_CHECKING:
+    from macprof.config import ModelSpec
+
 PHASE = "speculative"
 NGRAM = "ngram"
+DRAFT = "the draft"  # its files' role among a model's inputs (model_start identity.inputs)
 # tokenized by both models: a draft whose ids differ from the target's on it is refused
 PROBE = "The quick brown fox jumps over the lazy dog, 12 times; naïve café 3.14 — done.\n  Ok?"
 
@@ -166,18 +172,63 @@ def tokenizer_mismatch(target: EngineCore, draft: EngineCore, target_name: str, 
     return None
 
 
+def draft_spec(model: ModelSpec) -> DraftSpec:
+    """The model's draft (--draft), resolved as a MODEL argument is (an engine reaches no model
+    store): its engine the target's where that reads the draft's format (a fake GGUF target
+    drafts with a fake GGUF), else the format's own (an MLX draft for a GGUF target). No draft, or
+    one that resolves to nothing: PhaseRefused, in one line."""
+    from macprof import engines
+    from macprof.collect import modelinfo, resolve
+
+    s = model.settings
+    if not s.draft:
+        raise PhaseRefused("speculative: no draft given (--draft MODEL or --draft ngram)")
+    if s.draft.strip() == NGRAM:
+        return DraftSpec(kind=NGRAM, ref=NGRAM, ngram=s.ngram)
+    try:
+        r = resolve.resolve(s.draft)
+    except MacprofError as exc:
+        raise PhaseRefused(str(exc)) from None
+    engine = model.engine if engines.MODEL_FORMAT.get(model.engine) == r.format else resolve.ENGINE_OF[r.format]
+    try:  # the draft's bytes per token, for the round's ceiling (analyse/ceilings.py)
+        shape = modelinfo.inspect(r.path, s.kv_type).to_dict()
+    except MacprofError:
+        shape = None
+    return DraftSpec(kind="model", ref=s.draft, engine=engine, path=str(r.path), target=model.name, shape=shape)
+
+
+class DraftParent(Parent[DraftSpec, DraftSpec]):
+    """The draft resolved once per model (its header read once), journaled in the plan; each
+    worker of the phase loads the files it names."""
+
+    plan_type = DraftSpec
+
+    def prepare(self, model: ModelSpec) -> DraftSpec:
+        return draft_spec(model)
+
+    def inputs(self, model: ModelSpec, prepared: DraftSpec | None) -> list[dict]:
+        """The draft model's files (none for prompt lookup, or a draft refused)."""
+        from macprof.files import filekind
+
+        if prepared is None or not prepared.path:
+            return []
+        return [file_input(DRAFT, f) for f in filekind.model_files(Path(prepared.path))]
+
+
 def load_draft(ctx: PhaseContext[AnyEngine]) -> tuple[Drafter | None, Engine | None]:
-    """The draft the job names (``ctx.draft``: the parent resolved it), as (drafter, its engine
+    """The draft the parent resolved (``ctx.prepared``, a DraftSpec), as (drafter, its engine
     or None), or (None, None) with a draft_loaded event saying why not."""
     from macprof import engines
 
-    spec, s = ctx.draft or {}, ctx.settings
-    if spec.get("kind") == NGRAM:
+    spec: DraftSpec | None = ctx.prepared
+    s = ctx.settings
+    if spec is None:  # the parent refuses the phase where it has no draft: a job without one is macprof's bug
+        raise MacprofError("speculative: the worker's job has no draft (the parent resolves it: DraftParent)")
+    if spec.kind == NGRAM:
         ctx.emit(DraftLoaded(phase=PHASE, draft=NGRAM))
-        return NgramDraft(int(spec["n"])), None
-    name, engine_name, path = spec.get("ref") or "?", spec.get("engine") or "", spec.get("path") or ""
-    head: dict[str, Any] = {"phase": PHASE, "draft": name, "engine": engine_name, "path": path,
-                            "shape": spec.get("shape")}
+        return NgramDraft(int(spec.ngram or s.ngram)), None
+    name, engine_name, path = spec.ref or "?", spec.engine or "", spec.path or ""
+    head: dict[str, Any] = {"phase": PHASE, "draft": name, "engine": engine_name, "path": path, "shape": spec.shape}
     from macprof.run.worker import _mac, _rss
 
     rss0, mac0 = _rss(), _mac(False)  # the draft's load is what the process grows by from here
@@ -186,8 +237,7 @@ def load_draft(ctx: PhaseContext[AnyEngine]) -> tuple[Drafter | None, Engine | N
         # the parent resolves a draft to a model file; a server's stream tells no ids
         engine = in_process(engines.create(engine_name), "a draft is a model loaded in process: a server streams "
                                                          "text, not the token ids a draft proposes")
-        engine.load_model(Path(path), EngineSettings(n_ctx=spec.get("n_ctx") or 4096, threads=s.threads,
-                                                     kv_type=s.kv_type))
+        engine.load_model(Path(path), EngineSettings(n_ctx=ctx.n_ctx or 4096, threads=s.threads, kv_type=s.kv_type))
         engine.load_tokenizer()
     except Exception as exc:  # noqa: BLE001 - a draft that cannot load is a recorded failure; the target goes on
         ctx.emit(DraftLoaded(**head, status="error", reason=f"draft {name} could not be loaded: {type(exc).__name__}: "
@@ -195,7 +245,7 @@ def load_draft(ctx: PhaseContext[AnyEngine]) -> tuple[Drafter | None, Engine | N
         return None, None
     t1 = time.perf_counter_ns()
     rss1, mac1 = _rss(), _mac(False)
-    why = tokenizer_mismatch(ctx.engine, engine, spec.get("target") or "the target", name)
+    why = tokenizer_mismatch(ctx.engine, engine, spec.target or "the target", name)
     footprints = {"footprint_before_bytes": mac0["footprint_bytes"], "footprint_bytes": mac1["footprint_bytes"]} \
         if mac0 and mac1 else {}  # macOS only
     ctx.emit(DraftLoaded(**head, status="refused" if why else "ok", reason=why, t_load_start=t0, t_load_end=t1,
@@ -255,7 +305,7 @@ def run_speculative(ctx: PhaseContext[AnyEngine]) -> None:
     target = able(ctx.engine, VERIFY)
     why = target if isinstance(target, str) else lacks(target, "cache_cut")
     if isinstance(target, str) or why:
-        ctx.emit(DraftLoaded(phase=PHASE, draft=(ctx.draft or {}).get("ref") or NGRAM, status="refused",
+        ctx.emit(DraftLoaded(phase=PHASE, draft=ctx.prepared.ref if ctx.prepared else NGRAM, status="refused",
                              reason=f"the target cannot verify drafts: {why}"))
         return
     prompts = warm_prompts(ctx.builder, "warm", s.prompt_tokens, s.reps)  # the warm phase's prompts
@@ -291,7 +341,7 @@ def run_speculative(ctx: PhaseContext[AnyEngine]) -> None:
             # what the draft holds at the end, for the phase's memory (analyse/speculative.py)
             ctx.emit(DraftEnd(phase=PHASE, kv_cache_bytes=draft_engine.kv_cache_bytes(),
                               engine_memory=draft_engine.memory() or None,
-                              **_weights(draft_engine, (ctx.draft or {}).get("path") or "")))
+                              **_weights(draft_engine, (ctx.prepared.path if ctx.prepared else None) or "")))
             draft_engine.close()
 
 

@@ -1,9 +1,8 @@
 """The tasks phase: does the model answer right, as an app would ask it? Each task of the task
 file (run/taskfile.py; the shipped set by default) is rendered through the chat template
 (run/chat.py: --chat-template, else the model's own, else macprof's one fallback form), and
-generated as apps generate:
-the reply ends at an end-of-generation id (unlike the speed phases, which hold EOS off so that
-lengths are exact) or at the task's max_tokens. Its checker (run/checkers.py) judges the
+generated as apps generate: the reply ends at an end-of-generation id (unlike the speed
+phases, which hold EOS off so that lengths are exact) or at the task's max_tokens. Its checker (run/checkers.py) judges the
 reply; with --attempts N a failed task is asked again with the checker's message as the next
 user turn, as an agent loop does. The first attempt is greedy; with --temperature T the retries
 are sampled at T, each from its own seed (``attempt_seed``: --seed, the task, the attempt).
@@ -12,10 +11,14 @@ Every attempt is journaled raw (its stamps, ids, text, verdict, and a sampled on
 and seed), so every figure of the phase recomputes from the log (analyse/tasks.py). A task that
 cannot run in this model (longer than the context, a template that does not render) is one
 task_refused line; the others run. A task whose attempt outlives the timeout (or crashes the
-engine) costs that task only: the parent records the attempt and starts a worker that goes on
-after it (run/orchestrator.py), skipping the tasks the journal has settled (``settled_tasks``).
+engine) costs that task only: the parent records the attempt (``TasksParent.cut``) and starts a
+worker that goes on after it, skipping the tasks the journal has settled (``settled_tasks``).
 
-Through a server (``serve_tasks``) each attempt is one chat completion of the task's messages:
+The task file is read, hashed and checked once per run, by the parent (``TasksParent``: a file
+that cannot run at all stops the run before any worker); each worker gets the parsed set in its
+job (``ctx.prepared``), and a cut attempt's record takes its task from the parent's copy.
+
+Through a server (``_served``) each attempt is one chat completion of the task's messages:
 the server applies its model's template (a --chat-template is refused, run/chat.py
 ``rendered_by_server``) and samples with the OpenAI temperature and seed.
 """
@@ -25,9 +28,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from macprof.config import Settings
 from macprof.engines.base import CHAT, SAMPLE, Chatting, Engine, EngineCore, Sampling, ServerEngine, able
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
@@ -35,9 +39,16 @@ from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, T
                                  ToolCall)
 from macprof.phases import TASKS_CONTEXT
 from macprof.run import chat, checkers, checking, taskfile
-from macprof.run.phases.common import ByKind, Clock, PhaseContext
+from macprof.run.phases.api import Parent
+from macprof.run.phases.common import ByKind, Clock, PhaseContext, chat_template_input, chat_templates_checked
+
+if TYPE_CHECKING:
+    from macprof.config import ModelSpec, Settings
+    from macprof.run.phases.api import Host
+    from macprof.run.resume import ModelPast
 
 PHASE = "tasks"
+TASK_FILE = "the task file"  # its role among a model's inputs (model_start identity.inputs)
 
 
 SEED_RULE = "sha256 of '<--seed>:<task id>:<attempt>', its first 4 bytes big-endian, the top bit cleared"
@@ -84,25 +95,84 @@ def settled_tasks(done: dict) -> set[str]:
     return {key[1] for key in done if key[0] == PHASE and key[3] == "task"}
 
 
-def cut_attempt(s: Settings, failure: Any, request: ev.RequestStart, t_end: int | None) -> TaskAttemptDone | None:
-    """The parent's record of a task attempt it cut (macprof/phases.py Phase.cut): past the
-    timeout (the worker killed) or crashed with the worker, while it ran (``request`` is the
-    attempt announced and not yet recorded: run/watch.py forgets an item once it is recorded, so
-    this never stands for an attempt the worker recorded). Its verdict is its status, its wall
-    time runs from the attempt's start (its request_start's t0, before its prompt was rendered)
-    to the cut, the parent's stamp on the same clock; it has no reply, and the tokens it generated
-    are unknown. The task is then
-    settled (run/resume.py): the next worker goes on with the task after it. None for anything
-    else (an error the worker reported ends the phase, as before)."""
+class TasksParent(Parent[TaskSetInfo, taskfile.TaskFile]):
+    """The task files of the run, each read, hashed and checked once (here, before any worker: a
+    file that cannot run at all stops the run in one line); a model's prepared record is its
+    set's identity (journaled in its plan), each worker's part the parsed set itself."""
+
+    plan_type = TaskSetInfo
+    cuts = True
+
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
+        super().__init__(models, journal_path)
+        self.sets = {path: taskfile.load(path or None)
+                     for path in sorted({m.settings.tasks or "" for m in models if PHASE in m.settings.phases})}
+        chat_templates_checked(models, PHASE)  # the tasks render through it, as the conversation does
+
+    def _set(self, s: Settings) -> taskfile.TaskFile:
+        return self.sets[s.tasks or ""]
+
+    def prepare(self, model: ModelSpec) -> TaskSetInfo:
+        tf = self._set(model.settings)
+        return TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
+                           refused=len(tf.refused))
+
+    def inputs(self, model: ModelSpec, prepared: TaskSetInfo | None) -> list[dict]:
+        """The task file as it was read (one read: its size and sha256 are the parent's copy's),
+        and the --chat-template file the prompts render through, where one is given."""
+        s = model.settings
+        tf = self._set(s)
+        path = Path(s.tasks) if s.tasks else Path(str(resources.files("macprof") / "data" / "tasks.jsonl"))
+        return [{"role": TASK_FILE, "path": str(path), "bytes": tf.bytes, "sha256": tf.sha256},
+                *chat_template_input(model)]
+
+    def job(self, model: ModelSpec, prepared: TaskSetInfo | None, host: Host) -> taskfile.TaskFile:
+        return self._set(model.settings)
+
+    def budget(self, model: ModelSpec, prepared: TaskSetInfo | None) -> int:
+        return len(self._set(model.settings).tasks)  # every task may be cut once, each by its own worker
+
+    def cut(self, settings: Settings, prepared: TaskSetInfo | None, failure: ev.Failure, request: ev.RequestStart,
+            t_end: int | None) -> TaskAttemptDone | None:
+        return cut_attempt(settings, self._set(settings), failure, request, t_end)
+
+
+def cut_attempt(s: Settings, tf: taskfile.TaskFile, failure: ev.Failure, request: ev.RequestStart,
+                t_end: int | None) -> TaskAttemptDone | None:
+    """The parent's record of a task attempt it cut: past the timeout (the worker killed) or
+    crashed with the worker, while it ran (``request`` is the attempt announced and not yet
+    recorded: run/watch.py forgets an item once it is recorded, so this never stands for an
+    attempt the worker recorded). Its verdict is its status, its wall time runs from the
+    attempt's start (its request_start's t0, before its prompt was rendered) to the cut, the
+    parent's stamp on the same clock; it has no reply, and the tokens it generated are unknown.
+    The task (looked up in the set ``tf`` the parent read) is then settled (``resumed``): the
+    next worker goes on with the task after it. None for anything else (an error the worker
+    reported ends the phase, as before)."""
     if request.kind != "task" or not request.case or failure.status not in ("timeout", "crashed"):
         return None
-    task = next((t for t in taskfile.load(s.tasks).tasks if t.id == request.case), None)
+    task = next((t for t in tf.tasks if t.id == request.case), None)
     attempt = request.index + 1
     return TaskAttemptDone(
         phase=PHASE, category=task.category if task else None, checker=task.checker["type"] if task else "",
         task=request.case, attempt=attempt, status=failure.status, error=failure.reason, t0=request.t0,
         t_tokenized=None, token_times=(), tokens=(), stop=None, text="", correct=None, message=None, t_end=t_end,
         **_sampling_fields(sampling_of(s.temperature, s.seed, request.case, attempt)))
+
+
+def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
+    """--resume: a task whose recorded attempt ends it (right, the last allowed, failed, or cut)
+    is settled, named as a done item of kind "task" (``settled_tasks``; no request event); a task
+    interrupted between its attempts is run again from its first."""
+    if isinstance(event, TasksStart):
+        past.state[PHASE] = event.attempts_allowed
+        return True
+    if isinstance(event, TaskAttemptDone):
+        allowed = past.state.get(PHASE)
+        if event.status != "ok" or event.correct or (allowed is not None and event.attempt >= allowed):
+            past.item_done({"phase": event.phase, "case": event.task, "mode": None, "kind": "task",
+                            "index": event.attempt - 1})
+        return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -124,7 +194,7 @@ def _in_process(ctx: PhaseContext[Engine]) -> None:
     sampler = able(engine, SAMPLE) if s.temperature > 0 else None
     if isinstance(sampler, str):
         raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {sampler}")
-    tf = taskfile.load(s.tasks)
+    tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
     template = chat.template_for(engine, s.chat_template)
     eos = set(engine.eos_ids)
     ctx.emit(TasksStart(
@@ -262,7 +332,7 @@ def _served(ctx: PhaseContext[ServerEngine]) -> None:
     server = able(ctx.engine, CHAT)
     if isinstance(server, str):
         raise MacprofError(f"the tasks phase through {ctx.engine.server}: {server}")
-    tf = taskfile.load(s.tasks)
+    tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
     ctx.emit(TasksStart(
         phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                                           refused=len(tf.refused)),
