@@ -103,6 +103,7 @@ def test_an_attempt_whose_record_its_reader_would_refuse_is_recorded_failed(tmp_
 
     class Chat:
         name = "stand-in"
+        kind = "server"
         capabilities = dict.fromkeys(CAPABILITIES)
 
         def chat(self, messages, tools, max_tokens, fallback, **kw):
@@ -205,7 +206,7 @@ def test_a_concurrent_client_s_error_is_its_request_s():
     from macprof.run.phases.server_request import stream_request
 
     class Server:
-        def open_stream(self, text, n):
+        def stream(self, text, n):
             yield from ()
             raise KeyError("choices")
 

@@ -19,7 +19,8 @@ from macprof.errors import MacprofError
 from macprof.model.events import parse_event
 from macprof.run.chat import FALLBACK, Template, template_for
 from macprof.run.phases import PhaseContext
-from macprof.run.phases.conversation import Previous, run_conversation, schedule, why_stopped
+from macprof.run.phases.conversation import run_conversation, schedule
+from macprof.run.phases.conversation_caches import Previous, why_stopped
 from macprof.run.prompts import PromptBuilder
 from macprof.store import runlog
 from tests.test_published_model import smollm2  # noqa: F401 - the fixture
@@ -86,7 +87,7 @@ def test_a_reply_the_template_writes_otherwise_is_the_template_s_doing():
 
 
 def test_through_a_server_reuse_stops_where_the_known_ids_part_or_where_the_server_says():
-    from macprof.run.phases.conversation import counted_stop, server_stop
+    from macprof.run.phases.conversation_caches import counted_stop, server_stop
 
     prev = Previous([1, 2, 3, 4], "abcd", ["x", "y", "z"])  # a server's reply: its chunks' texts, 3 tokens
     held = [1, 2, 3, 4]  # the previous prompt's ids; its reply's are the server's

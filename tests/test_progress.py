@@ -9,7 +9,7 @@ import json
 import pytest
 
 from macprof import cases, config
-from macprof.engines.base import CAPABILITIES, IN_PROCESS
+from macprof.engines.base import CAPABILITIES
 from macprof.run.phases import PHASES, PhaseContext, planned_requests
 from macprof.run.progress import Bar, Callback, Display, Lines, as_display, clock_text, eta_s, to_stream
 from macprof.run.prompts import PromptBuilder
@@ -118,7 +118,8 @@ class WordEngine:
     """Just enough engine for the protocols: one token per word, deterministic outputs."""
 
     vocab_size = 300
-    capabilities = {**dict.fromkeys(CAPABILITIES), "stream": IN_PROCESS}
+    kind = "in_process"
+    capabilities = dict.fromkeys(CAPABILITIES)
     reused_tokens = 0
     reuse_refused = None  # its cache keeps whatever it is given
 

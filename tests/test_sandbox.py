@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from macprof.engines.base import ChatTemplate
 from macprof.errors import MacprofError, reason
 from macprof.run import chat, sandbox
 
@@ -52,11 +51,12 @@ PROBES = [
 def test_a_template_that_builds_too_much_is_refused_with_its_reason(probe, says):
     t0 = time.monotonic()
     with pytest.raises(MacprofError) as err:
-        chat.render(ChatTemplate("test", probe), MSGS)
+        chat.Template("test", probe).render(MSGS)
     line = str(err.value)
-    assert line.startswith("the chat template (test) did not render: SecurityError: ") and says in line, line
+    assert line.startswith(f"the chat template (test) failed to render {len(MSGS)} messages: SecurityError: ") \
+        and says in line, line
     assert "\n" not in line and time.monotonic() - t0 < 10
-    # the conversation's renderer goes through the same sandbox
+    # a --chat-template file goes through the same sandbox (one template path: run/chat.py)
     with pytest.raises(MacprofError, match="SecurityError"):
         chat.Template("file", probe, "t.jinja").render(MSGS)
 
@@ -66,7 +66,7 @@ def test_what_templates_do_renders_as_before():
             "{{ 'a'.center(5) }}{{ [1, 2]|join(',') }}{{ 2 ** 10 }}{{ 'ab' * 3 }}{{ [[1], [2]]|sum(start=[]) }}"
             "{{ '{:>4}'.format(7) }}{{ messages|map(attribute='role')|join('/') }}{{ range(10)|slice(3)|list|length }}"
             "{{ messages[0]|tojson(indent=2)|length > 0 }}{{ 'x\ty'.expandtabs(2) }}{{ 'a-b'.replace('-', '+') }}")
-    out = chat.render(ChatTemplate("test", text), MSGS).text
+    out = chat.Template("test", text).render(MSGS)
     assert out == ("SYSTEM: Be brief.\nUSER: 2+2?\n    3|a  |  a  1,21024ababab[1, 2]   7system/user3Truex y"
                    "a+b")
 
@@ -74,7 +74,7 @@ def test_what_templates_do_renders_as_before():
 def test_a_refusal_always_says_why():
     """"did not render: " followed by nothing was the bug: an exception with no message (a
     MemoryError, raise_exception('')) is named by its type."""
-    with pytest.raises(MacprofError, match=r"did not render: TemplateError$"):
-        chat.render(ChatTemplate("test", "{{ raise_exception('') }}"), MSGS)
+    with pytest.raises(MacprofError, match=r"failed to render \d+ messages: TemplateError$"):
+        chat.Template("test", "{{ raise_exception('') }}").render(MSGS)
     assert reason(MemoryError()) == "MemoryError"
     assert reason(ValueError("two\nlines")) == "ValueError: two lines"

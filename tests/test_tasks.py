@@ -8,30 +8,30 @@ import json
 import pytest
 
 from macprof.analyse import tasks as at
-from macprof.engines.base import ChatTemplate
 from macprof.run import chat, checkers, taskfile
 from macprof.store import runlog
 from tests.test_published_model import smollm2  # noqa: F401,F811 - the fixture: the GGUF the test extra ships
 from tests.test_run import macprof
 
-CHATML = ChatTemplate("test", "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-HERMES = ChatTemplate("test", "{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>"
-                              "Call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>{% endif %}"
-                              "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+CHATML = chat.Template("model", "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                               "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+HERMES = chat.Template("model", "{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>"
+                                "Call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>{% endif %}"
+                                "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
 
 
-def test_prompts_through_a_template_or_the_plain_form():
+def test_prompts_through_a_template_or_the_fallback_form():
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
-    assert chat.render(None, msgs).text == "System: Be brief.\n\nUser: 2+2?\nAssistant:"
-    assert chat.render(CHATML, msgs).text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
-                                             "<|im_start|>assistant\n")
+    fallback = chat.Template("fallback", chat.FALLBACK)  # the conversation phase's: one form for both (#39)
+    assert fallback.render(msgs) == "system:\nBe brief.\n\nuser:\n2+2?\n\nassistant:\n"
+    assert CHATML.render(msgs) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+                                   "<|im_start|>assistant\n")
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    plain = chat.render(None, msgs, tools)  # no template: macprof's tool turn joins the task's system turn
-    assert plain.tool_format == "json" and plain.text.startswith("System: Be brief.\n\nYou can call these functions")
-    native = chat.render(HERMES, msgs, tools)  # a template that takes tools gets them, in its own format
-    assert native.tool_format == "hermes" and native.text.startswith('<tools>{"type": "function"')
-    assert chat.tool_format(CHATML) == "json" and chat.prompt_format(None).startswith("no chat template")
+    plain = fallback.render(msgs, tools)  # no template: macprof's tool turn joins the task's system turn
+    assert fallback.tool_format == "json" and plain.startswith("system:\nBe brief.\n\nYou can call these functions")
+    native = HERMES.render(msgs, tools)  # a template that takes tools gets them, in its own format
+    assert HERMES.tool_format == "hermes" and native.startswith('<tools>{"type": "function"')
+    assert CHATML.tool_format == "json" and fallback.described.startswith("no chat template")
 
 
 def _run(tmp_path, fake_dir, *args):

@@ -105,6 +105,7 @@ def test_an_engine_that_cannot_sample_is_refused_with_its_reason():
 
     class NoSample:
         name = "nosample"
+        kind = "in_process"
         capabilities = {**dict.fromkeys(CAPABILITIES), "sample": "its decoding loop is an argmax"}
 
     s = config.Settings(phases=("tasks",), temperature=0.7, attempts=2)

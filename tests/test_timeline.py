@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from macprof.engines.base import CAPABILITIES, IN_PROCESS
+from macprof.engines.base import CAPABILITIES
 from macprof.measure.timeline import derive
 from macprof.run.phases.common import timed_request
 from macprof.run.prompts import Prompt
@@ -52,7 +52,8 @@ class FakeEngine:
     """Pure-logic stand-in: yields fixed tokens; the injected clock makes timings exact."""
 
     reused_tokens = 0
-    capabilities = {**dict.fromkeys(CAPABILITIES), "stream": IN_PROCESS}  # an in-process engine
+    kind = "in_process"
+    capabilities = dict.fromkeys(CAPABILITIES)
 
     def __init__(self, fail_after=None):
         self.fail_after = fail_after

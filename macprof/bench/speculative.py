@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from macprof.engines.base import EngineSettings, lacks
+from macprof.engines.base import NATIVE_DRAFT, Engine, EngineSettings, able, in_process, lacks
 from macprof.errors import MacprofError
 from macprof.measure.significance import median_interval
 from macprof.measure.speculative import decode_rate, flag_rounds
@@ -29,10 +29,11 @@ NGRAM = "ngram"
 REPEATS = 4  # the n-gram prompt: a text repeated, so that prompt lookup finds what comes next
 
 
-def _load(engine_name: str, path: Path, n_ctx: int, threads: int | None):
+def _load(engine_name: str, path: Path, n_ctx: int, threads: int | None) -> Engine:
     from macprof import engines
 
-    engine = engines.create(engine_name)
+    engine = in_process(engines.create(engine_name), f"overhead --path speculative: engine {engine_name} is a server: "
+                                                     f"its loop and the engine's own are measured in this process")
     engine.load_model(path, EngineSettings(n_ctx=n_ctx, threads=threads))
     engine.load_tokenizer()
     engine.reset()
@@ -51,18 +52,20 @@ def measure(engine_name: str, path: Path, draft: str, draft_engine: str | None, 
             n: int, depth: int, pairs: int, threads: int | None, ngram: int = 2,
             progress: Callable[[str], None] = lambda s: None) -> dict:
     """``draft`` is "ngram" or the draft's name (``draft_engine`` / ``draft_path`` then load it)."""
-    from macprof.run.phases.speculative import ModelDraft, NgramDraft, speculative_tokens, tokenizer_mismatch
+    from macprof.run.phases.speculative import Drafter, ModelDraft, NgramDraft, speculative_tokens, tokenizer_mismatch
     from macprof.run.prompts import PromptBuilder
 
     n_ctx = depth + n + k + 64
-    target: Any = _load(engine_name, path, n_ctx, threads)
-    d_engine = None
+    target = _load(engine_name, path, n_ctx, threads)
+    d_engine: Engine | None = None
     try:
-        why = lacks(target, "verify") or lacks(target, "cache_cut") or lacks(target, "native_draft")
-        if why:
+        native = able(target, NATIVE_DRAFT)
+        why = lacks(target, "verify") or lacks(target, "cache_cut") or (native if isinstance(native, str) else None)
+        if why or isinstance(native, str):
             raise MacprofError(f"overhead --path speculative: {path.name}: {why}")
+        drafter: Drafter
         if draft == NGRAM:
-            drafter: Any = NgramDraft(ngram)
+            drafter = NgramDraft(ngram)
         else:
             if not draft_engine or not draft_path:
                 raise MacprofError("overhead --path speculative: the draft has no engine and path")
@@ -71,10 +74,10 @@ def measure(engine_name: str, path: Path, draft: str, draft_engine: str | None, 
             if mismatch:
                 raise MacprofError(f"overhead: {mismatch}")
             drafter = ModelDraft(d_engine)
-        refused = target.native_refusal(d_engine)
+        refused = native.native_refusal(d_engine)
         if refused:
             raise MacprofError(f"overhead --path speculative: {path.name} with draft {draft}: {refused}")
-        target.open_native(d_engine, ngram)
+        native.open_native(d_engine, ngram)
         builder = PromptBuilder(target, seed=1)
         if draft == NGRAM:  # prompt lookup needs a prompt that repeats itself
             text = builder.prompt("overhead", max(8, depth // REPEATS)).text
@@ -92,22 +95,22 @@ def measure(engine_name: str, path: Path, draft: str, draft_engine: str | None, 
             return {"rate": decode_rate(times), "identical": out == plain, "drafted": sum(r.drafted for r in rounds),
                     "accepted": sum(r.accepted for r in rounds), "rounds": len(rounds)}
 
-        def native() -> dict:
-            out, times = _stamped(target.native_generate(ids, n, k))
-            told = target.native_report()
+        def own() -> dict:
+            out, times = _stamped(native.native_generate(ids, n, k))
+            told = native.native_report()
             accepted = told.accepted if told.accepted is not None else flag_rounds(told.from_draft or ())
             return {"rate": decode_rate(times, told.from_draft), "identical": out == plain,
                     "drafted": sum(told.drafted) if told.drafted is not None else None,
                     "accepted": sum(accepted), "rounds": len(accepted), "impl": told.impl, "unknown": told.unknown}
 
         ours()  # warm-up both paths
-        native()
+        own()
         a_runs, b_runs, ratios = [], [], []
         for i in range(pairs):
             if i % 2 == 0:
-                a, b = ours(), native()
+                a, b = ours(), own()
             else:
-                b, a = native(), ours()
+                b, a = own(), ours()
             if not a["rate"] or not b["rate"]:
                 raise MacprofError("overhead --path speculative: a side measured no decode rate (fewer than two "
                                    "emissions: raise --gen-tokens)")

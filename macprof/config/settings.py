@@ -390,8 +390,9 @@ class Settings:
                                unit="conversations", phases=_CHAT, flags=(Flag("--serve-slots", "int"),))
     chat_template: str | None = setting(
         None, Check(str, lambda v: bool(v.strip()), "the path of a Jinja2 chat template file", _TEXT),
-        "conversation: a Jinja2 chat template file [the model's own; a plain fallback where it has none].",
-        phases=_CHAT, flags=(Flag("--chat-template", "file"),),
+        "conversation, tasks: a Jinja2 chat template file [the model's own; macprof's fallback form where it has "
+        "none]; refused where a server applies its own (tasks through a server, --api chat).",
+        phases=_CHAT + _TASKS, flags=(Flag("--chat-template", "file"),),
         read=lambda v: {"chat_template": str(Path(v).resolve()) if v else None})
     # the tasks phase (run/phases/tasks.py; the task file: docs/tasks.md): right answers, EOS ends a reply
     tasks: str | None = setting(

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from macprof.errors import EngineMissing
 
 if TYPE_CHECKING:
-    from macprof.engines.base import Engine
+    from macprof.engines.base import AnyEngine
 
-# mypy checks every adapter against the protocol in engines/conformance.py, which nothing imports:
+# mypy checks every adapter against its kind's protocol in engines/conformance.py, which nothing imports:
 # the registry names the adapters' modules only, so a module that reads it (the log's vocabulary)
 # does not depend on every adapter
 
@@ -52,8 +52,8 @@ def require(name: str) -> ModuleType:
         raise EngineMissing(f"engine {name!r} is not installed ({exc}): pip install {package}") from None
 
 
-def create(name: str) -> Engine:
-    """A fresh, unloaded engine adapter."""
+def create(name: str) -> AnyEngine:
+    """A fresh, unloaded engine adapter: an ``Engine`` (in process) or a ``ServerEngine``."""
     if name not in ENGINES:
         raise EngineMissing(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
     require(name)

@@ -8,11 +8,15 @@ is just another token and generation goes on, so every request yields exactly ``
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Literal, Protocol, Sequence, TypeVar, Union, cast, overload
 
 from macprof.errors import MacprofError
+
+if TYPE_CHECKING:  # the HTTP client is imported by a server's engine alone
+    from macprof.engines import counting, wire
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,13 @@ class Later(Sequence[int]):
     def __len__(self) -> int:
         return len(self.tokens())
 
-    def __getitem__(self, i):  # type: ignore[override]  # a list's indexing and slicing
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | list[int]:  # a list's indexing and slicing
         return self.tokens()[i]
 
 
@@ -72,33 +82,36 @@ class Later(Sequence[int]):
 # another process holds them (a server).
 WEIGHTS_HELD = ("mapped", "copied")
 
-# What an engine can do beyond the core protocol. Every engine declares each one in its
-# ``capabilities``: None where it can, else the reason it cannot, which the phase that needs
-# it records as its refusal (never imitating the capability). Phases ask ``lacks``, never an
-# engine's name or ``hasattr``.
+# What an engine of a kind may lack. Every engine declares each one in its ``capabilities``:
+# None where it can, else the reason it cannot, which the phase that needs it records as its
+# refusal (never imitating the capability). Phases ask ``able`` (the engine as the capability's
+# protocol, or the reason) or ``lacks`` (the reason alone), never an engine's name or ``hasattr``.
+# Which kind an engine is (in process or a server) is no capability: it is its protocol
+# (``Engine`` or ``ServerEngine``, told apart by ``kind``).
 CAPABILITIES = {
     "score": "the logits of every position of a sequence, in one forward pass (the quality phase)",
-    "stream": "requests streamed to a server, chunk by chunk, with the server's own counts (every phase "
-              "against a server; the concurrency phase needs one)",
     "batch": "B sequences decoded together, one weight read per step (the batch phase)",
     "cache_cut": "the KV cache cut back to a prefix (prefix reuse, depth cases); cut_refusal says when one cut "
                  "cannot be made",
     "top2": "the two best next tokens after a sequence (the output checks' near-tie diagnosis)",
-    "sample": "sampled decoding at a temperature from a seed (the tasks phase's --temperature retries: "
-              "generate_sampled, or a server's chat with the OpenAI temperature and seed); generation is greedy "
-              "everywhere else",
+    "sample": "sampled decoding at a temperature from a seed, token by token (the tasks phase's --temperature "
+              "retries: generate_sampled; a server samples in its chat completions instead, sent the OpenAI "
+              "temperature and seed); generation is greedy everywhere else",
     "verify": "tokens appended to the cache and the greedy choice after every one, in one forward pass (the "
               "speculative phase's verification; truncate rewinds it)",
     "native_draft": "the engine's own speculative decoding (mlx-lm's stream_generate with a draft model, "
                     "llama-cpp-python's prompt lookup), measured beside macprof's loop (--speculative-impl); "
                     "native_refusal says which drafts it takes",
+    "prefill": "token ids computed into the cache with no token generated, returning once computed, and generation "
+               "from ids given as such (the bench phase: llama-bench's pp and tg tests)",
+    "chat": "a chat completion sent as messages, with the OpenAI tools field, the server applying its model's "
+            "template (the tasks phase through a server)",
 }
-CAPABILITIES["prefill"] = ("token ids computed into the cache with no token generated, returning once computed, "
-                           "and generation from ids given as such (the bench phase: llama-bench's pp and tg tests)")
-CAPABILITIES["chat"] = ("a chat completion sent as messages, with the OpenAI tools field, the server applying its "
-                        "model's template (the tasks phase through a server)")
 # what an in-process engine says of "chat": the tasks phase renders the model's template itself
 RENDERS_ITSELF = "in-process: the tasks phase renders the model's own chat template and generates token by token"
+# what a server says of "sample": its sampling is a chat completion's (Chatting.chat's temperature and seed)
+SAMPLES_IN_CHAT = ("a server samples in its chat completions (the OpenAI temperature and seed fields, which the "
+                   "tasks phase sends): it streams no sampled tokens of its own")
 
 
 # a chat template read from a file (--chat-template, an MLX directory's chat_template.jinja): real
@@ -116,11 +129,11 @@ class ChatTemplate:
     bos_token: str = ""
     eos_token: str = ""
 
-# what an in-process engine says of "stream"
+# why a phase of servers (the concurrency phase) is not run by an in-process engine
 IN_PROCESS = "concurrent requests are measured against a server (engine openai)"
 
 
-def lacks(engine, capability: str) -> str | None:
+def lacks(engine: EngineCore, capability: str) -> str | None:
     """Why ``engine`` cannot do ``capability`` (a key of CAPABILITIES), or None when it can."""
     if capability not in CAPABILITIES:
         raise KeyError(f"no capability {capability!r} (known: {', '.join(CAPABILITIES)})")
@@ -140,14 +153,21 @@ class NativeReport:
     unknown: str | None = None  # why a figure above is None
 
 
-class Engine(Protocol):
+class EngineCore(Protocol):
+    """What every engine implements, of either kind: load, tokenize, the model's template and end
+    ids, empty the cache, memory, versions."""
+
     name: str
     weights_held: str | None  # one of WEIGHTS_HELD, or None (another process holds the weights); set by load_model
     separate_tokenizer: bool  # whether the tokenizer loads apart from the model (cold start's split)
-    capabilities: dict[str, str | None]  # every key of CAPABILITIES: None, or why not (see ``lacks``)
+    capabilities: dict[str, str | None]  # every key of CAPABILITIES: None, or why not (see ``able``)
+
+    @property
+    def kind(self) -> str:
+        """"in_process" (an ``Engine``) or "server" (a ``ServerEngine``)."""
 
     def load_model(self, path: Path, settings: EngineSettings) -> None:
-        """Read, allocate and materialise the weights (no tokenizer)."""
+        """Read, allocate and materialise the weights (no tokenizer); a server's: find it and its tokenizer."""
 
     def load_tokenizer(self) -> None:
         """Make ``tokenize``/``detokenize`` ready (a no-op where the model carries it)."""
@@ -165,14 +185,37 @@ class Engine(Protocol):
         """The ids that end a reply (EOS, EOT and the like): the tasks phase stops at one."""
 
     def chat_template(self) -> ChatTemplate | None:
-        """The model's own chat template, or None where it has none."""
+        """The model's own chat template, or None where it has none (or the server applies it)."""
 
     @property
     def vocab_size(self) -> int: ...
 
     def reset(self) -> None:
         """Empty the KV / prompt cache (and an open batch's): the next request shares nothing
-        with earlier ones."""
+        with earlier ones (a server's: displaced by an untimed request, engines/openai.py)."""
+
+    def memory(self) -> dict:
+        """Engine-reported memory figures (bytes), e.g. MLX active/peak/cache ({} where none: a server's)."""
+
+    def reset_peak_memory(self) -> None:
+        """Restart the engine's own peak-memory counter (nothing to restart where it has none)."""
+
+    def versions(self) -> dict: ...
+
+    def resolved_settings(self) -> dict[str, Any]:
+        """Once loaded: every setting the engine runs with, name -> a model.resolved.Resolved
+        (what was asked, what the engine resolved it to and where that was read, or why it is
+        unknown); llama.cpp's context parameters after creation, mlx-lm's cache and stream; {}
+        for a server (configured where it started, not told over its API)."""
+
+    def close(self) -> None: ...
+
+
+class Engine(EngineCore, Protocol):
+    """An engine in this process: load, tokenize, generate token ids, cache control, logits."""
+
+    @property
+    def kind(self) -> Literal["in_process"]: ...
 
     def generate(self, ids: Sequence[int], n: int) -> Iterator[int]:
         """Greedy-decode ``n`` tokens after ``ids``, reusing the longest prefix of ``ids``
@@ -186,14 +229,14 @@ class Engine(Protocol):
         per round, as mlx-lm's own draft, where streaming waits on each token); one that cannot
         returns ``list(generate(ids, n))``. The proposal is read before the engine is used again."""
 
-    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
-        """Capability "sample": as ``generate`` (the cached prefix reused, ``n`` tokens, EOS
-        not special), each token drawn from softmax(logits / ``temperature``) by the engine's
-        own sampler, whose generator is seeded with ``seed`` when the call starts: the same
-        ids, temperature and seed give the same tokens on the same engine build."""
-
     @property
     def reused_tokens(self) -> int: ...
+
+    @property
+    def reuse_refused(self) -> str | None:
+        """Why the last ``generate`` started from an empty cache though it shared a prefix with
+        what the cache held (``cut_refusal`` of that prefix); None when it kept what it could.
+        ``reused_tokens`` is then 0: a recomputed prefix is never reported as reused."""
 
     def cached_tokens(self) -> int:
         """How many tokens the KV cache holds now."""
@@ -207,23 +250,6 @@ class Engine(Protocol):
         """Why the cache, as it is now, cannot be cut back to its first ``n_tokens``: a
         sliding-window layer has dropped tokens the cut would need again, a recurrent state
         cannot be rewound. None: it can (or it holds no more than that)."""
-
-    @property
-    def reuse_refused(self) -> str | None:
-        """Why the last ``generate`` started from an empty cache though it shared a prefix with
-        what the cache held (``cut_refusal`` of that prefix); None when it kept what it could.
-        ``reused_tokens`` is then 0: a recomputed prefix is never reported as reused."""
-
-    # Batched decoding (capability "batch"): B sequences decoded together, one weight read per step for all.
-    def open_batch(self, size: int, tokens_per_seq: int) -> None:
-        """Make room for ``size`` sequences of ``tokens_per_seq`` tokens (untimed)."""
-
-    def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
-        """Greedy-decode ``n`` tokens for every prompt together, from an empty batch cache
-        (``reset`` empties it); yields one list per step: that step's token of each
-        sequence, in prompt order."""
-
-    def close_batch(self) -> None: ...
 
     def top2(self, ids: Sequence[int]) -> TopTwo:
         """Untimed diagnosis (capability "top2"): the two best next tokens after ``ids`` (the
@@ -244,7 +270,111 @@ class Engine(Protocol):
         the still unread drafts (so its graph is built while the draft computes, as mlx-lm's
         speculative step does); it is still waited for only when read."""
 
-    # The engine's own speculative decoding (capability "native_draft").
+    def kv_cache_bytes(self) -> int | None:
+        """Bytes the KV cache holds now, where the engine exposes it; else None."""
+
+
+class ServerEngine(EngineCore, Protocol):
+    """A server, over HTTP: a streamed request, the server's own usage counts (an untimed counting
+    request where they leave the tokens per chunk unknown), its report of what it reused, and what
+    is known of its cache (engines/openai.py)."""
+
+    server: str  # which server it is, as recognised (llama-server, llama-cpp-python, mlx_lm.server, ollama...)
+    timeout: float  # a request's time limit, seconds (--timeout)
+    exact_prompts: bool  # a tokenizer here (the model's own or the server's) builds prompts of an exact length
+    tokenizer_mode: str  # which tokenizer prompts are built with, in words
+    eos_how: str  # how requests hold the server's EOS off (or that they do not), in words
+    displacements: int  # the requests sent so far to displace the server's cache (``reset``, a counting request)
+    last_chunks: list[wire.Chunk]  # the last ``request``'s chunks, as received
+    last_final: wire.Final | None  # the server's report of the last ``request``, once its stream ended
+
+    @property
+    def kind(self) -> Literal["server"]: ...
+
+    @property
+    def renders_messages(self) -> bool:
+        """Whether the server applies its model's template to a conversation's messages (--api
+        chat): a prompt's text and ids are then the server's, not known here."""
+
+    @property
+    def holds_eos(self) -> bool:
+        """Whether requests hold the server's EOS off (exact lengths: the speed phases)."""
+
+    @property
+    def prompt_words(self) -> int | None:
+        """How many single-token words the prompt builder needs of ``prompt_candidates`` (None: all)."""
+
+    def request(self, text: str, n: int, messages: Sequence[dict] | None = None) -> Iterator[int]:
+        """One streamed request of ``text`` (or of ``messages``, where the server renders them):
+        yields, per chunk with text, the tokens the server says it carries (0: not said); the
+        chunks are then ``last_chunks``, the server's report ``last_final``."""
+
+    def stream(self, text: str, n: int, messages: Sequence[dict] | None = None) -> Iterator[wire.Chunk | wire.Final]:
+        """One streamed request, its chunks then the server's report; thread-safe (it shares
+        nothing with other calls: the concurrency phase's clients)."""
+
+    def settle(self, text: str, n: int, chunks: Sequence[wire.Chunk], final: wire.Final,
+               budget_s: float | None = None, messages: Sequence[dict] | None = None) -> counting.Settled:
+        """The tokens of a timed request and of each of its chunks: the server's usage where it
+        settles them, else an untimed counting request, within ``budget_s`` seconds."""
+
+    def prompt_tokens(self, text: str) -> int | None:
+        """``text``'s length in the model's tokens by the server's own tokenize endpoint (asked
+        before the timed span); None where it has none."""
+
+    @property
+    def reuse_unreported(self) -> str | None:
+        """Why the last request's reused tokens are unknown (the server's reply said none, or an
+        impossible count); None where it said. Never guessed from TTFT."""
+
+    def cache_holds(self) -> tuple[int | None, str]:
+        """How many conversations the server's cache holds at once, and how that is known."""
+
+    def displacing_ids(self) -> list[int]:
+        """The ids of ``reset``'s request, which the server's cache holds after it."""
+
+    def replies_end_at_eos(self) -> AbstractContextManager[None]:
+        """Within it, every request ends where the server ends it (its EOS or max_tokens): an app's reply."""
+
+    def eos_keys(self, n: int) -> dict:
+        """The request keys that hold EOS off on this server for ``n`` tokens ({} within ``replies_end_at_eos``)."""
+
+    def prompt_candidates(self) -> list[int] | None:
+        """Ids for the prompt builder to pick its words from, where a vocabulary scan would cost a
+        request per id (the server's tokenizer); None: scan the vocabulary."""
+
+
+# An engine, of either kind: the worker's, given to every phase. ``engine.kind`` tells them apart
+# (mypy narrows the union on it: a phase of both kinds calls each kind's members only where it is that kind).
+AnyEngine = Union[Engine, ServerEngine]
+
+
+# -- what a member of a kind may lack: each capability's own protocol ---------------------------
+class Batching(Engine, Protocol):
+    """Capability "batch": B sequences decoded together, one weight read per step for all."""
+
+    def open_batch(self, size: int, tokens_per_seq: int) -> None:
+        """Make room for ``size`` sequences of ``tokens_per_seq`` tokens (untimed)."""
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
+        """Greedy-decode ``n`` tokens for every prompt together, from an empty batch cache
+        (``reset`` empties it); yields one list per step: that step's token of each
+        sequence, in prompt order."""
+
+    def close_batch(self) -> None: ...
+
+
+class Sampling(Engine, Protocol):
+    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
+        """Capability "sample": as ``generate`` (the cached prefix reused, ``n`` tokens, EOS
+        not special), each token drawn from softmax(logits / ``temperature``) by the engine's
+        own sampler, whose generator is seeded with ``seed`` when the call starts: the same
+        ids, temperature and seed give the same tokens on the same engine build."""
+
+
+class NativeDrafting(Engine, Protocol):
+    """Capability "native_draft": the engine's own speculative decoding."""
+
     def native_refusal(self, draft: Any) -> str | None:
         """Why the engine's own speculative decoding cannot draft with ``draft`` (a loaded engine, or
         None: n-gram prompt lookup); None when it can."""
@@ -260,26 +390,61 @@ class Engine(Protocol):
 
     def native_report(self) -> NativeReport: ...
 
-    def kv_cache_bytes(self) -> int | None:
-        """Bytes the KV cache holds now, where the engine exposes it; else None."""
 
-    def memory(self) -> dict:
-        """Engine-reported memory figures (bytes), e.g. MLX active/peak/cache."""
-
-    def reset_peak_memory(self) -> None: ...
-
-    def versions(self) -> dict: ...
-
-    def resolved_settings(self) -> dict[str, Any]:
-        """Once loaded: every setting the engine runs with, name -> a model.resolved.Resolved
-        (what was asked, what the engine resolved it to and where that was read, or why it is
-        unknown); llama.cpp's context parameters after creation, mlx-lm's cache and stream."""
-
+class Prefilling(Engine, Protocol):
     def prefill(self, ids: Sequence[int]) -> None:
         """Capability "prefill": append ``ids`` to what the cache holds and compute them, no token
         sampled, returning once the computation is done (the device synchronised): the pp test."""
 
-    def close(self) -> None: ...
+
+class Chatting(ServerEngine, Protocol):
+    def chat(self, messages: Sequence[dict], tools: Sequence[dict], max_tokens: int,
+             without_tools: Sequence[dict] = (), temperature: float = 0.0, seed: int | None = None) -> dict:
+        """Capability "chat": one chat completion as an app sends it (not streamed, the server's
+        own template and EOS), greedy unless ``temperature`` and ``seed`` are given (engines/openai.py)."""
+
+
+T = TypeVar("T", bound=EngineCore)
+
+
+@dataclass(frozen=True)
+class Capability(Generic[T]):
+    """A key of CAPABILITIES and the protocol an engine that has it follows (``T``, and the class
+    itself for the conformance test: mypy takes no protocol where a ``type[T]`` is asked)."""
+
+    key: str
+    protocol: type
+
+
+# score, top2, verify and cache_cut are members of every in-process engine, which may still refuse
+# them (a recurrent cache cannot be cut, a sharded model's logits ...): asking gives an ``Engine``
+SCORE: Capability[Engine] = Capability("score", Engine)
+TOP2: Capability[Engine] = Capability("top2", Engine)
+VERIFY: Capability[Engine] = Capability("verify", Engine)
+CACHE_CUT: Capability[Engine] = Capability("cache_cut", Engine)
+BATCH: Capability[Batching] = Capability("batch", Batching)
+SAMPLE: Capability[Sampling] = Capability("sample", Sampling)
+NATIVE_DRAFT: Capability[NativeDrafting] = Capability("native_draft", NativeDrafting)
+PREFILL: Capability[Prefilling] = Capability("prefill", Prefilling)
+CHAT: Capability[Chatting] = Capability("chat", Chatting)
+CAPABILITY: dict[str, Capability[Any]] = {c.key: c for c in (SCORE, TOP2, VERIFY, CACHE_CUT, BATCH, SAMPLE,
+                                                              NATIVE_DRAFT, PREFILL, CHAT)}
+
+
+def able(engine: EngineCore, capability: Capability[T]) -> T | str:
+    """``engine`` as the capability's protocol where it declares it can (None in its
+    ``capabilities``), else its reason why not (engines/conformance.py holds every adapter that
+    declares a capability to its protocol's members)."""
+    why = lacks(engine, capability.key)
+    return why if why else cast(T, engine)
+
+
+def in_process(engine: AnyEngine, why: str) -> Engine:
+    """``engine`` as an in-process one, for what only such an engine does; a server is refused
+    with ``why`` (a draft model, the speculative overhead: both load a model file here)."""
+    if engine.kind == "server":
+        raise MacprofError(why)
+    return engine
 
 
 class CacheCutRefused(MacprofError):
@@ -334,7 +499,7 @@ class PrefixReuse:
         return self._refused
 
 
-def top_two(logits) -> TopTwo:
+def top_two(logits: Any) -> TopTwo:
     """The two highest entries of a logits vector."""
     import numpy as np
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 import mmap
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
-from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
+from macprof.engines.base import (RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
                                   PrefixReuse, TopTwo)
 from macprof.errors import MacprofError
 
@@ -64,8 +64,9 @@ def _word_len(vocab: int) -> int:
 
 class FakeEngine(PrefixReuse):
     name = "fake"
+    kind: Literal["in_process"] = "in_process"
     separate_tokenizer = False  # the vocabulary comes with the model file
-    capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
+    capabilities: dict[str, str | None] = {"score": None, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": None,
                                            "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
                                            "prefill": None}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import llama_cpp as lc
 import numpy as np
@@ -33,7 +33,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from macprof.engines.llama_cpp_facts import (CapturedLog, cut_refusal, default_threads, ggml_backends, ggml_build,
                                              load_facts, model_facts, resolved_settings, weights_held)
-from macprof.engines.base import (IN_PROCESS, RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
+from macprof.engines.base import (RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
                                   PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 
@@ -48,8 +48,9 @@ _lc_logger.set_verbose(os.environ.get("MACPROF_ENGINE_VERBOSE") == "1")
 
 class LlamaCppEngine(PrefixReuse):
     name = "llama.cpp"
+    kind: Literal["in_process"] = "in_process"
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
-    capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
+    capabilities: dict[str, str | None] = {"score": None, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": None,
                                            "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
                                            "prefill": None}

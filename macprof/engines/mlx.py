@@ -22,14 +22,14 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import (IN_PROCESS, MAX_TEMPLATE_BYTES, RENDERS_ITSELF, CacheCutRefused, ChatTemplate,
+from macprof.engines.base import (MAX_TEMPLATE_BYTES, RENDERS_ITSELF, CacheCutRefused, ChatTemplate,
                                   EngineSettings, Later, NativeReport, PrefixReuse, TopTwo, top_two)
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
@@ -99,12 +99,13 @@ def batch_api_missing(generator: Any) -> str | None:
 
 class MlxEngine(PrefixReuse):
     name = "mlx"
+    kind: Literal["in_process"] = "in_process"
     # mx.load reads safetensors into arrays of MLX's own (Metal buffers on a Mac), which the
     # physical footprint counts: nothing stays mapped from the files
     weights_held: str | None = "copied"
     separate_tokenizer = True  # the tokenizer's own files, loaded after the weights
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
-    capabilities: dict[str, str | None] = {"score": None, "stream": IN_PROCESS, "batch": None, "cache_cut": None,
+    capabilities: dict[str, str | None] = {"score": None, "batch": None, "cache_cut": None,
                                            "top2": None, "sample": None,
                                            "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
                                            "prefill": None}

@@ -1,7 +1,7 @@
 """A local OpenAI-compatible (or Ollama) server as an engine: the client streams HTTP.
 
-``generate`` sends one streamed request and yields one ``wire.Chunk`` per chunk that carries
-text, so the caller stamps each chunk as it is received (t_i: the chunk carrying token i);
+A ``ServerEngine`` (engines/base.py): ``request`` sends one streamed request and yields per chunk
+that carries text, so the caller stamps each chunk as it is received (t_i: the chunk carrying token i);
 the server's own report of the request (token count, prompt and cached tokens, its timings)
 is ``last_final`` once the stream has ended. Tokens are never counted here by chunks: ``settle``
 (engines/counting.py) settles them from the server's free count or, where that leaves the tokens
@@ -23,8 +23,9 @@ summary warns with the measured range. ``tokenizer_mode`` records which.
 A server's cache is not addressable over its API: ``reset`` cannot empty it, so it sends a
 short unrelated request (untimed) that displaces a single-slot prompt cache (llama-cpp-python,
 mlx_lm.server started with --prompt-cache-size 1); what each request reused is what the server
-reports (``cached_tokens``), never assumed. Depth cuts and in-process batches are refused with
-the reason; concurrent requests are the ``concurrency`` phase's (``open_stream`` is thread-safe).
+reports (``cached_tokens``), never assumed. What only an in-process engine does (depth cuts,
+batches, logits, drafts) it is not asked: it declares each such capability with the reason it
+lacks it; concurrent requests are the ``concurrency`` phase's (``stream`` is thread-safe).
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
 from macprof.engines import counting, wire
-from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport, TopTwo
+from macprof.engines.base import SAMPLES_IN_CHAT, ChatTemplate, EngineSettings
 from macprof.errors import MacprofError
 
 NO_CACHE_API = "a server's cache is not addressable over its API (it cannot be cut back or inspected)"
@@ -66,6 +67,7 @@ LOG_DONE = "prompt eval time"  # llama.cpp's timings, printed once a request's g
 PROMPT_WORDS = 64  # words enough for varied prompts: each costs a request or two to a server's tokenizer
 
 
+OLLAMA_CHAT = "the tasks phase through Ollama's API is not built: use its OpenAI API (--api chat)"
 APP_REPLIES = "none: the reply ends where the server ends it (its EOS) or at max_tokens, as an app's"
 
 
@@ -90,15 +92,15 @@ def eos_keys(server: str, n: int, eos_ids: Sequence[int]) -> tuple[dict, str]:
 
 class OpenAIEngine:
     name = "openai"
+    kind: Literal["server"] = "server"
     separate_tokenizer = False  # the server holds it
     weights_held: str | None = None  # the server's process holds them, however it does
     capabilities: dict[str, str | None] = {
         "score": "a server gives no logits of every position over its API",
-        "stream": None,
         "batch": "a server batches concurrent requests itself: the concurrency phase measures that",
         "cache_cut": NO_CACHE_API,
         "top2": NO_LOGITS,
-        "sample": None,  # chat(temperature=, seed=): the OpenAI fields; whether the seed is honoured is the server's
+        "sample": SAMPLES_IN_CHAT,  # chat(temperature=, seed=): whether the seed is honoured is the server's
         "chat": None,
         "verify": "a server's API gives no greedy choice at every appended position, nor a cache to rewind "
                   "(its own speculative decoding is measured as the server's speed)",
@@ -130,6 +132,7 @@ class OpenAIEngine:
         self._local = None  # the model's own tokenizer, where its file is known (engines/local_tokenizer.py)
         self._eos_ids: tuple[int, ...] = ()
         self.eos_how = ""
+        self._app_replies = False  # within replies_end_at_eos
         self._counted: dict[tuple[str, int], counting.Counted] = {}
 
     # -- loading: find the server and its tokenizer ----------------------------------------
@@ -157,6 +160,7 @@ class OpenAIEngine:
         self.server = SERVED_AS.get(str(self._served_info.get("server")), self.server)
         if self.api == "ollama":
             self.server = "ollama"
+            self.capabilities = {**self.capabilities, "chat": OLLAMA_CHAT}
         file, how = endpoint.get("file"), "its file"
         if not file and endpoint.get("resolved"):  # the served model id, found in the local stores by the parent
             file, how = endpoint["resolved"]
@@ -233,8 +237,8 @@ class OpenAIEngine:
         turn: the caller's), and ``tools_refused`` says why. -> text, tool_calls, usage counts, finish_reason,
         and ``claims``: what the server's usage said that is no count (wire.chat_reply). A reply
         of another shape is a MacprofError naming what is wrong."""
-        if self.api == "ollama":
-            raise MacprofError("the tasks phase through Ollama's API is not built: use its OpenAI API (--api chat)")
+        if self.capabilities["chat"]:
+            raise MacprofError(self.capabilities["chat"])
         url = self.url.rstrip("/") + "/chat/completions"
         body: dict = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens,
                       "temperature": temperature or 0, "stream": False, **({"seed": seed} if seed is not None else {})}
@@ -325,7 +329,7 @@ class OpenAIEngine:
         text = got.get("content", got.get("text")) if isinstance(got, dict) else None
         return text if isinstance(text, str) else ""
 
-    def server_prompt_tokens(self, text: str) -> int | None:
+    def prompt_tokens(self, text: str) -> int | None:
         """The prompt's length in the model's tokens by the server's own tokenize endpoint
         (asked before the timed span); None where it has none."""
         if self._tokenize_url is None:
@@ -348,7 +352,7 @@ class OpenAIEngine:
     def holds_eos(self) -> bool:
         """Whether requests hold the server's EOS off (exact lengths: the speed phases); not while
         ``replies_end_at_eos`` (a conversation's replies end where the server ends them, as an app's)."""
-        return not getattr(self, "_app_replies", False)
+        return not self._app_replies
 
     @contextlib.contextmanager
     def replies_end_at_eos(self) -> Iterator[None]:
@@ -367,36 +371,21 @@ class OpenAIEngine:
         chat): the prompt's text and ids are then the server's, not known here."""
         return self.api == "chat"
 
-    def open_stream(self, text: str, n: int, messages: Sequence[dict] | None = None) -> Iterator[wire.Chunk | wire.Final]:
+    def stream(self, text: str, n: int, messages: Sequence[dict] | None = None) -> Iterator[wire.Chunk | wire.Final]:
         """One streamed timed request (thread-safe: it shares nothing with other calls)."""
         url, body = wire.request_for(self.api, self.url, self.model, text, n, self.eos_keys(n),
                                      list(messages) if messages else None)
         return wire.stream(url, body, self.timeout, ndjson=self.api == "ollama", given_s=self.timeout_given)
 
-    def propose(self, ids: Sequence[int], n: int) -> list[int]:
-        """A draft is a GGUF or MLX model loaded in process (run/phases/speculative.py draft_spec, in the parent); a
-        server's stream tells text, not the token ids a draft must propose."""
-        raise MacprofError("a server streams text, not token ids: it cannot draft for the speculative loop")
-
-    def generate_sampled(self, ids: Sequence[int], n: int, temperature: float, seed: int) -> Iterator[int]:
-        """A server samples through ``chat`` (its temperature and seed fields: the tasks phase's
-        retries); no phase asks a server's token stream for a sampled one."""
-        raise MacprofError("a server's sampled decoding is a chat completion with temperature and seed (chat())")
-
-    def generate(self, ids: Sequence[int], n: int, messages: Sequence[dict] | None = None,
-                 text: str | None = None) -> Iterator[int]:
+    def request(self, text: str, n: int, messages: Sequence[dict] | None = None) -> Iterator[int]:
         """Yields, per chunk with text, the tokens the server says it carries (0: not said);
         the chunks themselves are ``last_chunks``, the server's report ``last_final``.
-        ``messages`` (and their rendered ``text``): a conversation's, sent as they are where the
+        ``messages``: a conversation's (``text`` their rendering), sent as they are where the
         server renders them (``renders_messages``)."""
-        if text is None:
-            text = self._texts.get(tuple(ids))
-        if text is None:
-            text = self.detokenize(ids)
         self.last_final, self.last_chunks = None, []
         self._dirty = True
         start = self._log_size()
-        for item in self.open_stream(text, n, messages if self.renders_messages else None):
+        for item in self.stream(text, n, messages if self.renders_messages else None):
             if isinstance(item, wire.Final):
                 self.last_final = item
             else:
@@ -416,7 +405,7 @@ class OpenAIEngine:
 
     def _reuse_from_log(self, start: int, final: wire.Final) -> None:
         """The request's reuse as the server's log says it, from what it wrote since ``start``
-        (one request at a time: this engine's ``generate``); unknown where the log says neither."""
+        (one request at a time: this engine's ``request``); unknown where the log says neither."""
         import re
 
         try:
@@ -512,11 +501,6 @@ class OpenAIEngine:
                                     "text offsets")
         return counting.Counted(got.text, got.completion_tokens)
 
-    @property
-    def reused_tokens(self) -> int:
-        f = self.last_final
-        return f.cached_tokens if f is not None and f.cached_tokens is not None else 0
-
     def reset(self) -> None:
         if not self._dirty:
             return
@@ -525,23 +509,10 @@ class OpenAIEngine:
         slots, _ = self.cache_holds()
         try:  # displace what the server cached, untimed (see the module's note): one request per prompt it holds
             for k in range(slots or 1):
-                for _ in self.open_stream(DISPLACE + (WORDS[k % len(WORDS)] if k else ""), 1):
+                for _ in self.stream(DISPLACE + (WORDS[k % len(WORDS)] if k else ""), 1):
                     pass
         except wire.ServerError:
             pass  # the next request meets the same server and records its own failure
-
-    def cached_tokens(self) -> int:
-        return 0
-
-    def cut_refusal(self, n_tokens: int) -> str | None:
-        return NO_CACHE_API
-
-    def truncate(self, n_tokens: int) -> None:
-        raise CacheCutRefused(NO_CACHE_API)
-
-    @property
-    def reuse_refused(self) -> str | None:
-        return None
 
     @property
     def reuse_unreported(self) -> str | None:
@@ -574,44 +545,12 @@ class OpenAIEngine:
             return slots, how
         return None, how or "not known: a server started outside macprof says nothing of its slots or prompt cache"
 
-    def open_batch(self, size: int, tokens_per_seq: int) -> None:
-        raise MacprofError(self.capabilities["batch"] or "")
-
-    def generate_batch(self, prompts: Sequence[Sequence[int]], n: int) -> Iterator[list[int]]:
-        raise MacprofError(self.capabilities["batch"] or "")
-
-    def close_batch(self) -> None:
-        pass
-
-    def top2(self, ids: Sequence[int]) -> TopTwo:
-        raise MacprofError(NO_LOGITS)
-
-    def score(self, ids: Sequence[int]) -> Any:
-        raise MacprofError(self.capabilities["score"] or "")
-
-    def verify(self, ids: Sequence[int], drafts: Sequence[int] = ()) -> Later:
-        raise MacprofError(self.capabilities["verify"] or "")
-
-    def native_refusal(self, draft: Any) -> str | None:
-        return self.capabilities["native_draft"]
-
-    def open_native(self, draft: Any, ngram: int) -> None:
-        raise MacprofError(self.capabilities["native_draft"] or "")
-
-    def native_generate(self, ids: Sequence[int], n: int, k: int) -> Iterator[int]:
-        raise MacprofError(self.capabilities["native_draft"] or "")
-
-    def native_report(self) -> NativeReport:
-        return NativeReport(impl="none", unknown=self.capabilities["native_draft"])
-
-    def kv_cache_bytes(self) -> int | None:
-        return None
-
     def memory(self) -> dict:
+        """None of this process's: the server's memory is its process's (the run samples its pid)."""
         return {}
 
     def reset_peak_memory(self) -> None:
-        pass
+        """No peak counter here to restart (see ``memory``)."""
 
     def versions(self) -> dict:
         return {"openai-endpoint": self.url, "api": self.api, "model": self.model, "server_kind": self.server,
@@ -621,9 +560,6 @@ class OpenAIEngine:
     def resolved_settings(self) -> dict:
         """Configured where the server started, and not told over its API."""
         return {}
-
-    def prefill(self, ids: Sequence[int]) -> None:
-        raise MacprofError(self.capabilities["prefill"] or "")
 
     def close(self) -> None:
         if self._local is not None:

@@ -145,7 +145,7 @@ class TasksPhase(Record):
     # (its refusals are the file's lines; a task refused in this model adds its own)
     BUILT = ("summary", "results", "failures", "memory")
     task_set: TaskSetInfo | None = None
-    prompt_format: str | None = None  # the model's chat template, or the plain fallback
+    prompt_format: str | None = None  # the chat template (--chat-template, the model's), or macprof's fallback form
     tool_format: str | None = None  # how tool calls were read (run/checkers.py TOOL_FORMATS)
     generation: str | None = None  # how replies end (EOS, unlike the speed phases), greedy or sampled
     attempts_allowed: Positive = 1

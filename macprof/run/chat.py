@@ -1,22 +1,38 @@
-"""Messages as the prompt text a model reads: a task's (``render``) and a conversation's turns
-(``template_for`` / ``Template.render``, the conversation phase). A task's, pure, no engine: through the
-model's own chat template where it has one, rendered as transformers' apply_chat_template
-renders it (a jinja2 sandbox, trim_blocks and lstrip_blocks, ``tojson``, ``raise_exception``,
-``add_generation_prompt``), else the plain form below. Which one, and how tool calls are to be
-written, go into the log (docs/tasks.md).
+"""Messages as the prompt text a model reads, for every phase that renders them (the tasks
+phase's attempts, the conversation phase's turns): one path. ``template_for``: the
+``--chat-template`` file where one is given, else the model's own chat template, else FALLBACK,
+macprof's one documented form for a model that has none (the demo models). A template renders
+as transformers' apply_chat_template renders it (a jinja2 sandbox, trim_blocks and
+lstrip_blocks, ``tojson``, ``raise_exception``, ``add_generation_prompt``). Which one, and how
+tool calls are to be written, go into the log (docs/tasks.md, docs/conversation.md).
 
-The plain form (the demo models have no template):
+The fallback form (FALLBACK):
 
-    System: <system turn>            (if any)
+    system:
+    <system turn>
 
-    User: <user turn>
-    Assistant: <assistant turn>
+    user:
+    <user turn>
+
+    assistant:
+    <assistant turn>
+
     ...
-    Assistant:
+    assistant:
+    <- generation starts here
+
+each message ``<role>:``, a line break, its content and a blank line; the generation prompt
+``assistant:`` and a line break, so that a reply rendered in the next turn follows exactly where
+it was generated (a form whose generation prompt ends in a space, "Assistant:" then " reply",
+would put the reply's first token elsewhere than the model generated it, and stop its reuse).
+
+Where a server renders the messages itself (a chat completion: the tasks phase through a server,
+the conversation phase with ``--api chat``), there is nothing to render here: a ``--chat-template``
+is refused in one line (``rendered_by_server``), never ignored.
 
 Tools: a template that takes ``tools`` gets them as it defines, and its tool-call format is
-read off the template's markup (``tool_format``); otherwise the tools and the documented JSON
-form are described in a system turn of macprof's (TOOL_INSTRUCTION).
+read off the template's markup (``Template.tool_format``); otherwise the tools and the
+documented JSON form are described in a system turn of macprof's (TOOL_INSTRUCTION).
 """
 
 from __future__ import annotations
@@ -25,47 +41,25 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from macprof.engines.base import MAX_TEMPLATE_BYTES, ChatTemplate
+from macprof.engines.base import MAX_TEMPLATE_BYTES, EngineCore
 from macprof.errors import MacprofError, reason
 from macprof.run import sandbox
 
-PLAIN = "plain: 'System: ...' / 'User: ...' / 'Assistant: ...' turns, one blank line after the system turn"
+if TYPE_CHECKING:
+    from jinja2 import Template as Jinja
+
 TOOL_INSTRUCTION = ("You can call these functions (each with the JSON Schema of its arguments):\n{tools}\n"
                     "To call one, reply with only a JSON object: "
                     '{{"name": "<the function\'s name>", "arguments": {{<its arguments>}}}}')
 RETRY = "That is not right: {message}. Try again."  # the next user turn after a failed attempt
 
-
-@dataclass(frozen=True)
-class Rendered:
-    text: str
-    tool_format: str  # how the reply's tool call is read (run/checkers.py TOOL_FORMATS)
-
-
-def prompt_format(template: ChatTemplate | None) -> str:
-    """What the log says of how prompts were written."""
-    return f"the model's chat template ({template.source})" if template else f"no chat template: {PLAIN}"
-
-
-def takes_tools(template: ChatTemplate | None) -> bool:
-    return bool(template) and "tools" in template.text  # type: ignore[union-attr]
-
-
-def tool_format(template: ChatTemplate | None) -> str:
-    """The tool-call format the template defines, read off its markup; "json" (the documented
-    form) where it defines none."""
-    if not takes_tools(template):
-        return "json"
-    text = template.text  # type: ignore[union-attr]
-    if "<tool_call>" in text:
-        return "hermes"
-    if "[TOOL_CALLS]" in text:
-        return "mistral"
-    if "<|python_tag|>" in text or "ipython" in text:
-        return "llama3"
-    return "json"
+# macprof's form for a model with no template (the module's note)
+FALLBACK = ("{% for m in messages %}{{ m['role'] }}:\n{{ m['content'] }}\n\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:\n{% endif %}")
+FALLBACK_FORM = ("macprof's fallback: each message '<role>:', a line break, its content and a blank line; then "
+                 "'assistant:' and a line break")
 
 
 def _tool_turn(tools: Sequence[dict]) -> dict:
@@ -73,7 +67,7 @@ def _tool_turn(tools: Sequence[dict]) -> dict:
     return {"role": "system", "content": TOOL_INSTRUCTION.format(tools=listed)}
 
 
-def with_tool_turn(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
+def with_tool_turn(messages: Sequence[dict], tools: Sequence[dict]) -> list[dict]:
     """macprof's tool turn, joined to the task's own system turn where it has one."""
     turn = _tool_turn(tools)
     if messages and messages[0]["role"] == "system":
@@ -81,66 +75,9 @@ def with_tool_turn(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
     return [turn, *messages]
 
 
-def plain(messages: Sequence[dict]) -> str:
-    out = []
-    for m in messages:
-        if m["role"] == "system":
-            out.append(f"System: {m['content']}\n\n")
-        else:
-            out.append(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}\n")
-    return "".join(out) + "Assistant:"
-
-
-def _environment():
-    def raise_exception(message: str):
-        from jinja2.exceptions import TemplateError
-
-        raise TemplateError(message)
-
-    def tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False):
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    def strftime_now(fmt: str) -> str:
-        import datetime
-
-        return datetime.datetime.now().strftime(fmt)
-
-    # jinja2's immutable sandbox, with what a template builds capped in size (run/sandbox.py)
-    env = sandbox.environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = sandbox.guard_filter("tojson", tojson)
-    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
-    return env
-
-
-def render(template: ChatTemplate | None, messages: Sequence[dict], tools: Sequence[dict] = ()) -> Rendered:
-    """The prompt text of ``messages`` (and ``tools``) for a model with ``template``; a template
-    that fails to render (its own error, a sandbox refusal, whatever it raises) is one
-    MacprofError saying why (the phase records it per task)."""
-    msgs = [dict(m) for m in messages]
-    if template is None:
-        return Rendered(plain(with_tool_turn(msgs, tools) if tools else msgs), "json")
-    native = takes_tools(template)
-    if tools and not native:
-        msgs = with_tool_turn(msgs, tools)
-    try:
-        text = sandbox.render(_jinja(template.text), messages=msgs, tools=list(tools) if tools and native else None,
-                         add_generation_prompt=True, bos_token=template.bos_token, eos_token=template.eos_token)
-    except Exception as exc:  # noqa: BLE001 - a template's own error, a sandbox refusal, a MemoryError: one line
-        raise MacprofError(f"the chat template ({template.source}) did not render: {reason(exc)}") from None
-    return Rendered(text, tool_format(template) if tools else "json")
-
-
-# -- a conversation's turns (the conversation phase) ------------------------------------------
-# A documented plain format for models without a template: each message "role:", a line break,
-# its content and a blank line; the generation prompt "assistant:" and a line break, so that the
-# reply, rendered in the next turn, follows exactly where it was generated.
-FALLBACK = ("{% for m in messages %}{{ m['role'] }}:\n{{ m['content'] }}\n\n{% endfor %}"
-            "{% if add_generation_prompt %}assistant:\n{% endif %}")
-
-
 @dataclass(frozen=True)
 class Template:
-    """The template a conversation is rendered with, and where it came from."""
+    """The template a phase renders messages with, and where it came from."""
 
     source: str  # "model" (the model's own), "file" (--chat-template) or "fallback" (the model has none)
     text: str
@@ -148,17 +85,51 @@ class Template:
     bos_token: str = ""
     eos_token: str = ""
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict] = ()) -> str:
+        """The prompt text of ``messages`` (and ``tools``), the generation prompt after them; a
+        template that fails to render (its own error, a sandbox refusal, whatever it raises) is
+        one MacprofError saying why (the phase records it: the task refused, the app stopped)."""
+        msgs = [dict(m) for m in messages]
+        native = bool(tools) and self.takes_tools
+        if tools and not native:
+            msgs = with_tool_turn(msgs, tools)
         try:
-            return sandbox.render(_compiled(self.text), messages=messages, add_generation_prompt=add_generation_prompt,
-                             bos_token=self.bos_token, eos_token=self.eos_token, tools=None)
-        except Exception as exc:  # noqa: BLE001 - a template's own error (its raise_exception too), in one line
+            return sandbox.render(_compiled(self.text), messages=msgs, tools=list(tools) if native else None,
+                                  add_generation_prompt=True, bos_token=self.bos_token, eos_token=self.eos_token)
+        except Exception as exc:  # noqa: BLE001 - a template's own error (its raise_exception too), a sandbox refusal: one line
             raise MacprofError(f"the chat template ({self.where}) failed to render {len(messages)} messages: "
                                f"{reason(exc)}") from None
 
     @property
     def where(self) -> str:
         return f"{self.source}: {self.path}" if self.path else self.source
+
+    @property
+    def takes_tools(self) -> bool:
+        return "tools" in self.text
+
+    @property
+    def tool_format(self) -> str:
+        """How a reply's tool call is read (run/checkers.py TOOL_FORMATS): the format the
+        template defines, read off its markup; "json" (the documented form) where it defines none."""
+        if not self.takes_tools:
+            return "json"
+        if "<tool_call>" in self.text:
+            return "hermes"
+        if "[TOOL_CALLS]" in self.text:
+            return "mistral"
+        if "<|python_tag|>" in self.text or "ipython" in self.text:
+            return "llama3"
+        return "json"
+
+    @property
+    def described(self) -> str:
+        """What the log says of how prompts were written (the tasks phase's prompt_format)."""
+        if self.source == "model":
+            return f"the model's chat template ({self.path})"
+        if self.source == "file":
+            return f"the chat template file {self.path} (--chat-template)"
+        return f"no chat template: {FALLBACK_FORM}"
 
 
 def read_template(path: str) -> str:
@@ -180,7 +151,7 @@ def read_template(path: str) -> str:
     return text
 
 
-def template_for(engine, path: str | None) -> Template:
+def template_for(engine: EngineCore, path: str | None) -> Template:
     """``path`` (--chat-template) when given, else the model's own (``engine.chat_template()``),
     else FALLBACK; a template that does not compile is refused before any request."""
     own = engine.chat_template()
@@ -195,17 +166,48 @@ def template_for(engine, path: str | None) -> Template:
     return template
 
 
+def rendered_by_server(path: str | None, what: str, instead: str = "") -> None:
+    """Where the server applies its model's own template to the messages (``what`` says where):
+    a --chat-template cannot be honoured, and is refused in one line rather than ignored
+    (``instead``: what to give to have it honoured)."""
+    if path:
+        raise MacprofError(f"--chat-template {path}: {what} the server applies its model's own template to the "
+                           f"messages, so no template is rendered here{instead}")
+
+
 @functools.lru_cache(maxsize=None)
-def _jinja(text: str):
+def _jinja(text: str) -> Jinja:
     """A template's compiled form, compiled once per text (every task attempt and conversation
     turn renders the same one); jinja2's TemplateError where it does not compile."""
     return _environment().from_string(text)
 
 
-def _compiled(text: str):
+def _compiled(text: str) -> Jinja:
     from jinja2.exceptions import TemplateError
 
     try:
         return _jinja(text)
     except TemplateError as exc:
         raise MacprofError(f"the chat template does not compile: {exc}") from None
+
+
+def _environment() -> Any:
+    def raise_exception(message: str) -> None:
+        from jinja2.exceptions import TemplateError
+
+        raise TemplateError(message)
+
+    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+               separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt: str) -> str:
+        import datetime
+
+        return datetime.datetime.now().strftime(fmt)
+
+    # jinja2's immutable sandbox, with what a template builds capped in size (run/sandbox.py)
+    env = sandbox.environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = sandbox.guard_filter("tojson", tojson)
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
+    return env

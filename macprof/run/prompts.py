@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from macprof.errors import MacprofError
+
+if TYPE_CHECKING:
+    from macprof.engines.base import AnyEngine
 
 _SCAN = 6000  # vocabulary ids examined for word tokens (seeded sample)
 
@@ -30,7 +34,7 @@ class Prompt:
 
 
 class PromptBuilder:
-    def __init__(self, engine, seed: int = 0) -> None:
+    def __init__(self, engine: AnyEngine, seed: int = 0) -> None:
         self.engine = engine
         self.seed = seed
         self.lead = engine.tokenize("")  # what the tokenizer adds on its own (BOS)
@@ -39,8 +43,8 @@ class PromptBuilder:
     def _word_tokens(self) -> list[str]:
         # a server's tokenizer answers over HTTP: it offers the ids of a sample text to pick the
         # words from, and how many are enough (engines/openai.py), instead of a vocabulary scan
-        offered = getattr(self.engine, "prompt_candidates", lambda: None)()
-        enough = getattr(self.engine, "prompt_words", None) if offered is not None else None
+        offered = self.engine.prompt_candidates() if self.engine.kind == "server" else None
+        enough = self.engine.prompt_words if self.engine.kind == "server" and offered is not None else None
         if offered is None:
             vocab = self.engine.vocab_size
             rng = random.Random(f"{self.seed}:scan")

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from macprof.config import Settings
+from macprof.engines.base import AnyEngine
 from macprof.phases import REGISTRY, cases_of, load
 from macprof.run.phases.context import PhaseContext
 
 if TYPE_CHECKING:
     from macprof.run.job import WorkerJob
 
-PHASES: dict[str, Callable[[PhaseContext], None]] = {name: load(p.protocol) for name, p in REGISTRY.items()}
+PHASES: dict[str, Callable[[PhaseContext[AnyEngine]], None]] = {name: load(p.protocol) for name, p in REGISTRY.items()}
 
 
 def prepared_of(job: WorkerJob, phase: str) -> Any:

@@ -150,9 +150,11 @@ class Parents:
                 for name, side in self._preparing(model) if name in recorded}
 
     def inputs(self, model: ModelSpec, prepared: dict[str, Any]) -> list[dict]:
-        """Every file ``model``'s phases read besides its own (``Parent.inputs``), in registry order."""
-        return [f for name, side in self.sides.items() if name in model.settings.phases
-                for f in side.inputs(model, prepared.get(name))]
+        """Every file ``model``'s phases read besides its own (``Parent.inputs``), in registry order,
+        each once (the conversation and the tasks both render through a --chat-template)."""
+        files = [f for name, side in self.sides.items() if name in model.settings.phases
+                 for f in side.inputs(model, prepared.get(name))]
+        return [f for i, f in enumerate(files) if (f["role"], f["path"]) not in {(g["role"], g["path"]) for g in files[:i]}]
 
     def close(self, complete: bool) -> None:
         for side in self.sides.values():

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from functools import partial
 
-from macprof.engines.base import lacks
+from macprof.engines.base import PREFILL, AnyEngine, Engine, EngineCore, Prefilling, able
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.run.phases.common import Clock, PhaseContext, _kind, _pause, announced, reuse_of, stamped_sequence, todo
@@ -30,7 +30,7 @@ from macprof.run.phases.sweeps import _sweep
 from macprof.run.prompts import Prompt
 
 
-def random_ids(engine, n: int, seed: str) -> list[int]:
+def random_ids(engine: EngineCore, n: int, seed: str) -> list[int]:
     """``n`` ids, the first one the model's prompts begin with (what the tokenizer adds to an empty
     text: BOS) where it adds one, the rest uniform over the vocabulary, seeded by ``seed``."""
     rng = random.Random(seed)
@@ -38,7 +38,7 @@ def random_ids(engine, n: int, seed: str) -> list[int]:
     return (lead + [rng.randrange(engine.vocab_size) for _ in range(n)])[:n]
 
 
-def timed_prefill(engine, ids: list[int], clock: Clock) -> dict:
+def timed_prefill(engine: Prefilling, ids: list[int], clock: Clock) -> dict:
     """One pp request: the ids computed into the cache, stamped either side; an engine error is
     the request's recorded failure."""
     engine.reset_peak_memory()
@@ -55,7 +55,7 @@ def timed_prefill(engine, ids: list[int], clock: Clock) -> dict:
             **reuse_of(engine, len(ids), 0)}
 
 
-def timed_generation(engine, ids: list[int], n: int, clock: Clock) -> dict:
+def timed_generation(engine: Engine, ids: list[int], n: int, clock: Clock) -> dict:
     """One tg request: ``n`` tokens generated after ``ids`` (one id: its first decode step), each
     stamped as it is out; the ids are given, so t_tokenized follows t0 with nothing between."""
     r = stamped_sequence(engine, Prompt("", tuple(ids)), n, lambda got: engine.generate(got, n), clock, "engine",
@@ -63,14 +63,15 @@ def timed_generation(engine, ids: list[int], n: int, clock: Clock) -> dict:
     return {**r, **reuse_of(engine, r["prompt_tokens"], engine.reused_tokens)}
 
 
-def run_bench(ctx: PhaseContext) -> None:
-    engine, s, emit, clock = ctx.engine, ctx.settings, ctx.emit, ctx.clock
+def run_bench(ctx: PhaseContext[AnyEngine]) -> None:
+    s, emit, clock = ctx.settings, ctx.emit, ctx.clock
+    prefilling = able(ctx.engine, PREFILL)
 
     def one_case(case: dict) -> None:
-        why = lacks(engine, "prefill")
-        if why:
-            emit(ev.CaseUnsupported(phase="bench", case=case["id"], reason=why))
+        if isinstance(prefilling, str):
+            emit(ev.CaseUnsupported(phase="bench", case=case["id"], reason=prefilling))
             return
+        engine = prefilling
         tags = {"case": case["id"]}
         heads = [{"phase": "bench", "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)]
         left = todo(ctx, heads)
@@ -92,4 +93,4 @@ def run_bench(ctx: PhaseContext) -> None:
             announced(emit, head, measure, record=left[i])
         engine.reset()
 
-    _sweep(engine, "bench", ctx.cases, emit, one_case)
+    _sweep(ctx.engine, "bench", ctx.cases, emit, one_case)

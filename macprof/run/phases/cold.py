@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from macprof.engines.base import AnyEngine
 from macprof.model import events as ev
 from macprof.run.phases.api import Parent
 from macprof.run.phases.common import PhaseContext, announced, timed_request
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 PHASE = "cold"
 
 
-def run_cold(ctx: PhaseContext) -> None:
+def run_cold(ctx: PhaseContext[AnyEngine]) -> None:
     """The first request of this fresh process, then a warm one of the same shape."""
     engine, builder, s, emit, trial = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.trial
     for kind in ("first", "second"):

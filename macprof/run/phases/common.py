@@ -9,16 +9,59 @@ parent, which journals them at once, so nothing measured waits in memory for the
 from __future__ import annotations
 
 import time
-from typing import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Sequence, cast
 
 from macprof.config import Settings
-from macprof.engines.base import lacks
+from macprof.engines.base import TOP2, AnyEngine, Batching, Engine, EngineCore, ServerEngine, able
 from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.phases import OutputCheck, Request
+from macprof.run.phases.api import file_input
 from macprof.run.phases.context import Clock, Emit, PhaseContext
 from macprof.run.prompts import Prompt, PromptBuilder
+
+if TYPE_CHECKING:
+    from macprof.config import ModelSpec
+
+
+@dataclass(frozen=True)
+class ByKind:
+    """A phase whose protocol differs by the engine's kind: ``local`` for an engine in this
+    process, ``served`` for a server, each typed for its kind (so mypy checks every call it
+    makes); the registry names the instance, which the worker calls with its context."""
+
+    local: Callable[[PhaseContext[Engine]], None]
+    served: Callable[[PhaseContext[ServerEngine]], None]
+
+    def __call__(self, ctx: PhaseContext[AnyEngine]) -> None:
+        if ctx.engine.kind == "server":
+            self.served(cast(PhaseContext[ServerEngine], ctx))
+        else:
+            self.local(cast(PhaseContext[Engine], ctx))
+
+
+CHAT_TEMPLATE = "the chat template"  # its role among a model's inputs (model_start identity.inputs)
+
+
+def chat_templates_checked(models: Sequence[ModelSpec], phase: str) -> None:
+    """Each --chat-template of a model that asks for ``phase`` (one that renders messages: the
+    conversation, the tasks) read and compiled once, before any worker: one that cannot is one
+    line (run/chat.py read_template)."""
+    from macprof.run.chat import read_template
+
+    for path in sorted({m.settings.chat_template for m in models if phase in m.settings.phases and m.settings.chat_template}):
+        read_template(path)
+
+
+def chat_template_input(model: ModelSpec) -> list[dict]:
+    """The --chat-template file, among the model's inputs (Parent.inputs), where one is given."""
+    from pathlib import Path
+
+    path = model.settings.chat_template
+    return [file_input(CHAT_TEMPLATE, Path(path))] if path else []
+
 
 def request_key(head: dict) -> tuple:
     """What names a request within a model's run: phase, case, mode, kind, index."""
@@ -35,7 +78,8 @@ def done_cached(items: list[dict]) -> dict[tuple, int]:
     return {request_key(d): d["cached_tokens_after"] for d in items if isinstance(d.get("cached_tokens_after"), int)}
 
 
-def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) -> dict:
+def _stamped(engine: EngineCore, texts: list[str], generate: Callable[[list[list[int]]], Iterable[Any]], clock: Clock,
+             tokenize: Callable[[str], list[int]] | None = None) -> dict:
     """Tokenize ``texts`` (``tokenize``: the engine's plain one unless given) and run ``generate(ids)``, timestamping each item it yields; an
     engine error becomes a recorded failure with whatever timestamps it had."""
     engine.reset_peak_memory()
@@ -57,13 +101,13 @@ def _stamped(engine, texts: list[str], generate, clock: Clock, tokenize=None) ->
             "outs": outs, "ids": ids}
 
 
-def timed_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns,
+def timed_request(engine: AnyEngine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns,
                   eos: Collection[int] = ()) -> dict:
     """One request, timestamped by the caller's clock (engines never time themselves). The
     engine's peak-memory counter is reset before it, outside the timed span. ``eos``: the ids
     that end the reply, as an app's generation ends (the conversation phase); the speed phases
     give none, so that every request yields exactly ``n`` tokens."""
-    if not lacks(engine, "stream"):  # a server: chunks and the server's own counts
+    if engine.kind == "server":  # chunks and the server's own counts; its reply ends where the server ends it
         from macprof.run.phases.server_request import server_request
 
         return server_request(engine, prompt, n, clock)
@@ -93,7 +137,8 @@ def reply_end(tokens: Sequence[int], eos: Collection[int]) -> str:
     return "eos" if tokens and tokens[-1] in eos else "max_tokens"
 
 
-def stamped_sequence(engine, prompt: Prompt, n: int, tokens_of, clock: Clock, what: str, tokenize=None,
+def stamped_sequence(engine: Engine, prompt: Prompt, n: int, tokens_of: Callable[[list[int]], Iterable[int]],
+                     clock: Clock, what: str, tokenize: Callable[[str], list[int]] | None = None,
                      eos: Collection[int] = ()) -> dict:
     """One sequence's request: ``tokens_of(ids)`` stamped (``_stamped``), exactly ``n`` tokens
     checked, or fewer ending at an id of ``eos`` (else a recorded error naming ``what`` yielded
@@ -107,13 +152,13 @@ def stamped_sequence(engine, prompt: Prompt, n: int, tokens_of, clock: Clock, wh
     return {**r, "tokens": tokens, "prompt_tokens": len(ids), "engine_memory": engine.memory() or None}
 
 
-def reuse_of(engine, prompt_tokens: int, reused: int) -> dict:
+def reuse_of(engine: Engine, prompt_tokens: int, reused: int) -> dict:
     """What a request reused of the cache and left in it."""
     return {"reused_tokens": reused, "computed_prompt_tokens": prompt_tokens - reused,
             "cached_tokens_after": engine.cached_tokens(), "kv_cache_bytes": engine.kv_cache_bytes()}
 
 
-def timed_batch(engine, prompts: list[Prompt], n: int, clock: Clock = time.perf_counter_ns) -> dict:
+def timed_batch(engine: Batching, prompts: list[Prompt], n: int, clock: Clock = time.perf_counter_ns) -> dict:
     """B sequences decoded together: one timestamp per step (each step yields one token of
     every sequence), tokens kept per sequence."""
     r = _stamped(engine, [p.text for p in prompts], lambda ids: engine.generate_batch(ids, n), clock)
@@ -145,7 +190,7 @@ def announced(emit: Emit, head: dict, measure: Callable[[], dict], record: bool 
     return rec.record()
 
 
-def todo(ctx: PhaseContext, heads: list[dict]) -> list[bool]:
+def todo(ctx: PhaseContext[EngineCore], heads: list[dict]) -> list[bool]:
     """Per request of a case (a warm-up first, then the measured ones): whether to run it and
     record it (False: recorded before a resume); an empty list when nothing is left. The
     protocols run a recorded warm-up again, unrecorded, when requests after it are left."""
@@ -161,7 +206,15 @@ def warm_prompts(builder: PromptBuilder, key: str, prompt_tokens: int, reps: int
     return [builder.prompt(f"{key}:{i}", prompt_tokens) for i in range(reps + 1)]
 
 
-def _warm_case(ctx: PhaseContext, phase: str, key: str, prompt_tokens: int, gen_tokens: int, tags: dict) -> None:
+def prime(engine: AnyEngine, prompt: Prompt) -> None:
+    """Put exactly ``prompt`` in the engine's cache, untimed: a request of it for one token (an
+    in-process engine has then not fed that token; a server holds the prompt, and its one token)."""
+    sent = engine.request(prompt.text, 1) if engine.kind == "server" else engine.generate(list(prompt.ids), 1)
+    for _ in sent:
+        pass
+
+
+def _warm_case(ctx: PhaseContext[AnyEngine], phase: str, key: str, prompt_tokens: int, gen_tokens: int, tags: dict) -> None:
     """One warm-up request (discarded), then ``reps`` measured ones, the cache emptied before each."""
     engine, s = ctx.engine, ctx.settings
     prompts = warm_prompts(ctx.builder, key, prompt_tokens, s.reps)
@@ -184,8 +237,8 @@ def _kind(i: int) -> str:
     return "warmup" if i == 0 else "measured"
 
 
-def compare_outputs(engine, prompt: Prompt, reference: Sequence[int], other: Sequence[int]) -> OutputCheck:
-    """Token-by-token agreement; at the first divergence, the top-2 logit margin of the
+def compare_outputs(engine: EngineCore, prompt: Prompt, reference: Sequence[Any], other: Sequence[Any]) -> OutputCheck:
+    """Token-by-token agreement (ids; a server's: its chunks' texts); at the first divergence, the top-2 logit margin of the
     reference (uncached) path decides whether it is a near-tie or a failed check."""
     n = max(len(reference), len(other))
     same = sum(1 for a, b in zip(reference, other) if a == b)
@@ -193,10 +246,11 @@ def compare_outputs(engine, prompt: Prompt, reference: Sequence[int], other: Seq
     if first is None and len(reference) != len(other):
         first = min(len(reference), len(other))
     if first is not None and first < len(reference):
-        if lacks(engine, "top2"):  # a server gives no logits: a divergence there cannot be called a near-tie
+        diagnosing = able(engine, TOP2)
+        if isinstance(diagnosing, str):  # a server gives no logits: a divergence there cannot be called a near-tie
             return OutputCheck(identical_fraction=same / n, first_divergence=first, margin=None, near_tie=None,
                                passed=False)
-        margin = engine.top2(list(prompt.ids) + list(reference[:first])).margin
+        margin = diagnosing.top2(list(prompt.ids) + list(reference[:first])).margin
         near_tie = margin < NEAR_TIE_LOGITS
         return OutputCheck(identical_fraction=same / n, first_divergence=first, margin=margin, near_tie=near_tie,
                            passed=near_tie)

@@ -6,23 +6,28 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 from macprof.config import Settings
+from macprof.engines.base import EngineCore
 from macprof.model import events as ev
 from macprof.run.prompts import PromptBuilder
 
 Emit = Callable[[ev.Event], None]
 Clock = Callable[[], int]
+# the engine's kind a phase takes (engines/base.py): AnyEngine (both; it asks ``engine.kind`` where
+# they differ), Engine (in process) or ServerEngine; mypy then checks every call a phase makes on it.
+# Covariant: a context of either kind is a context of AnyEngine.
+E = TypeVar("E", bound=EngineCore, covariant=True)
 
 
 @dataclass
-class PhaseContext:
+class PhaseContext(Generic[E]):
     """Everything a protocol needs: the loaded engine, prompts, settings, where events go, the
     sweep cases (for grid / depth / batch), the trial's number, the clock, and the requests
     a resumed run recorded before (``request_key`` -> their tokens), which are not measured again."""
 
-    engine: Any
+    engine: E
     builder: PromptBuilder
     settings: Settings
     emit: Emit

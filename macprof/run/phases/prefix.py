@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import cast
 
+from macprof.engines.base import AnyEngine
 from macprof.model import events as ev
-from macprof.run.phases.common import (PhaseContext, _kind, _pause, announced, compare_outputs, request_key,
+from macprof.run.phases.common import (PhaseContext, _kind, _pause, announced, compare_outputs, prime, request_key,
                                        timed_request)
 from macprof.run.prompts import Prompt
 
 
-def run_prefix(ctx: PhaseContext) -> None:
+def run_prefix(ctx: PhaseContext[AnyEngine]) -> None:
     engine, builder, s = ctx.engine, ctx.builder, ctx.settings
     prefix = builder.prompt("prefix:shared", s.prefix_tokens)
     prompts = [builder.prefixed(prefix, f"prefix:{i}", s.prompt_tokens) for i in range(s.reps + 1)]
@@ -32,7 +33,7 @@ def run_prefix(ctx: PhaseContext) -> None:
     ctx.emit(ev.PhaseMemory(phase="prefix", engine_memory=engine.memory()))
 
 
-def _pair(ctx: PhaseContext, prefix: Prompt, prompt: Prompt, i: int, heads: dict[str, dict], record: bool) -> None:
+def _pair(ctx: PhaseContext[AnyEngine], prefix: Prompt, prompt: Prompt, i: int, heads: dict[str, dict], record: bool) -> None:
     """One prompt with the prefix cached and without, alternating which goes first (the first
     pair warms up both paths and is discarded); a half recorded before a resume is not run
     again, its tokens are compared with the other half's."""
@@ -47,13 +48,13 @@ def _pair(ctx: PhaseContext, prefix: Prompt, prompt: Prompt, i: int, heads: dict
         _pause(s)
         engine.reset()
         if mode == "reuse":  # put exactly the prefix in the cache, untimed
-            for _ in engine.generate(list(prefix.ids), 1):
-                pass
+            prime(engine, prefix)
         rec = announced(ctx.emit, heads[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock),
                         record=record)
         outputs[mode] = cast(tuple[int, ...], rec.tokens)  # an in-process request's: ids
-        if mode == "reuse" and engine.reuse_refused and record and not noted:
-            ctx.emit(ev.ReuseNotPossible(phase="prefix", reason=engine.reuse_refused))
+        refused = engine.reuse_refused if engine.kind == "in_process" else None  # a server's: its report
+        if mode == "reuse" and refused and record and not noted:
+            ctx.emit(ev.ReuseNotPossible(phase="prefix", reason=refused))
             noted = True
     if record and request_key(heads["check"]) not in ctx.done:
         check = compare_outputs(engine, prompt, outputs["noreuse"], outputs["reuse"])

@@ -18,9 +18,9 @@ import json
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from macprof.engines.base import lacks
+from macprof.engines.base import SCORE, AnyEngine, able
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
@@ -52,14 +52,14 @@ def chunked_ids(ids: list[int], bos: list[int], n_ctx: int, max_tokens: int) -> 
     return chunks
 
 
-def run_quality(ctx: PhaseContext) -> None:
+def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
     import numpy as np
 
-    engine, s = ctx.engine, ctx.settings
+    s = ctx.settings
     job: QualityJob = ctx.prepared or QualityJob()  # the parent's (run/reference.py QualityParent)
-    why = lacks(engine, "score")
-    if why:
-        raise MacprofError(f"the {engine.name} engine cannot give the logits of every position: {why}")
+    engine = able(ctx.engine, SCORE)
+    if isinstance(engine, str):
+        raise MacprofError(f"the {ctx.engine.name} engine cannot give the logits of every position: {engine}")
     text, info = read_text(s.text)
     part = head(text, s.quality_tokens)
     ids = list(engine.tokenize(part))
@@ -116,7 +116,7 @@ def run_quality(ctx: PhaseContext) -> None:
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
 
 
-def _tuple(values):
+def _tuple(values: Sequence[Any] | None) -> tuple | None:
     return None if values is None else tuple(values)
 
 

@@ -10,7 +10,7 @@ engines/counting.py), so nothing that counts runs while the chunks arrive."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from macprof.errors import reason
 from macprof.model.phases import CountingRequest, ServerReport
@@ -18,23 +18,26 @@ from macprof.run.prompts import Prompt
 
 if TYPE_CHECKING:  # the HTTP client (http.client, ssl) is imported by the requests that use it, not
     from macprof.engines import counting, wire  # by every run that imports the phase registry
+    from macprof.engines.base import ServerEngine
 
 Clock = Callable[[], int]
 CHUNK_CHARS = 4096  # of a chunk's text kept in the log (its bytes were counted in full on the wire)
 
 
-def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
-    """One request through ``engine.generate`` (the engine keeps the server's final report),
+def server_request(engine: ServerEngine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
+    """One request through ``engine.request`` (the engine keeps the server's final report),
     its count settled after it, within what the request's time limit leaves."""
+    from macprof.engines import wire
+
     sent = prompt.messages if prompt.messages and engine.renders_messages else None  # the server renders them
     # untimed, before t0; messages the server renders are counted by the server alone
-    counted = None if sent else engine.server_prompt_tokens(prompt.text)
+    counted = None if sent else engine.prompt_tokens(prompt.text)
     ids = (engine.tokenize_chat if prompt.chat else engine.tokenize)(prompt.text)  # a chat prompt: as it was built
     times: list[int] = []
     t0 = clock()
     try:
         # each chunk's token count; its text: engine.last_chunks
-        for _ in (engine.generate(ids, n, sent, prompt.text) if sent else engine.generate(ids, n)):
+        for _ in engine.request(prompt.text, n, sent):
             times.append(clock())
         status, error = "ok", None
     except Exception as exc:  # noqa: BLE001 - the server's error, or a reply its reader could not read: this request's
@@ -60,8 +63,8 @@ def server_request(engine, prompt: Prompt, n: int, clock: Clock = time.perf_coun
     return out
 
 
-def stream_request(engine, text: str, n: int, clock: Clock = time.perf_counter_ns) -> dict:
-    """The timed part alone, through ``engine.open_stream``, which shares nothing: for
+def stream_request(engine: ServerEngine, text: str, n: int, clock: Clock = time.perf_counter_ns) -> dict:
+    """The timed part alone, through ``engine.stream``, which shares nothing: for
     concurrent clients (their counts are settled by ``finish`` once the level has ended, so that
     no counting request joins the load)."""
     from macprof.engines import wire
@@ -71,7 +74,7 @@ def stream_request(engine, text: str, n: int, clock: Clock = time.perf_counter_n
     final = None
     t0 = clock()
     try:
-        for item in engine.open_stream(text, n):
+        for item in engine.stream(text, n):
             if isinstance(item, wire.Final):
                 final = item
             else:
@@ -83,15 +86,14 @@ def stream_request(engine, text: str, n: int, clock: Clock = time.perf_counter_n
     return {"t0": t0, "times": times, "chunks": chunks, "status": status, "error": error, "final": final}
 
 
-def finish(engine, raw: dict, text: str, n: int, counted: int | None, budget_s: float | None = None,
-           messages=None) -> dict:
+def finish(engine: ServerEngine, raw: dict, text: str, n: int, counted: int | None, budget_s: float | None = None,
+           messages: Sequence[dict] | None = None) -> dict:
     """The request's record from its timed part: its count settled (untimed), then ``record``."""
     from macprof.engines import counting, wire
 
     final = raw["final"] or wire.Final()
     if raw["status"] == "ok":
-        settled = engine.settle(text, n, raw["chunks"], final, budget_s, messages) if messages else \
-            engine.settle(text, n, raw["chunks"], final, budget_s)
+        settled = engine.settle(text, n, raw["chunks"], final, budget_s, messages)
     else:
         settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
     return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,

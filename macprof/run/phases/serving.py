@@ -13,37 +13,39 @@ import random
 import threading
 import time
 
-from macprof.engines.base import lacks
+from macprof.config import Settings
+from macprof.engines.base import IN_PROCESS, Engine, ServerEngine
 from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.phase_events import LoadLevel
 from macprof.model.serving import LoadLevelResult
-from macprof.run.phases.common import Clock, PhaseContext
+from macprof.run.phases.common import ByKind, Clock, Emit, PhaseContext
 from macprof.run.phases.server_request import finish, stream_request
 from macprof.run.prompts import Prompt
 
 
 # -- the concurrency phase -------------------------------------------------------------------
-def run_concurrency(ctx: PhaseContext) -> None:
+def _in_process(ctx: PhaseContext[Engine]) -> None:
+    """An engine in this process serves no concurrent clients: each level refused, with why."""
+    for case in load_cases(ctx.settings):
+        ctx.emit(ev.CaseUnsupported(phase="concurrency", case=case["id"], batch=case.get("concurrency") or 0,
+                                    reason=IN_PROCESS))
+
+
+def _served(ctx: PhaseContext[ServerEngine]) -> None:
     """Every level of ``load_cases``: a closed loop of C clients or
     an open loop at R requests/s. The requests' timed parts are gathered as they end and recorded
     once the level has ended (their counts settled then, engines/openai.py ``settle``)."""
     engine, s = ctx.engine, ctx.settings
-    why = lacks(engine, "stream")
-    if why:
-        for case in load_cases(s):
-            ctx.emit(ev.CaseUnsupported(phase="concurrency", case=case["id"], batch=case.get("concurrency") or 0,
-                                        reason=why))
-        return
     lock = threading.Lock()
 
-    def emit(event) -> None:
+    def emit(event: ev.Event) -> None:
         with lock:
             ctx.emit(event)
 
     for case in load_cases(s):
         prompts = [ctx.builder.prompt(f"load:{case['id']}:{i}", s.prompt_tokens) for i in range(case["requests"])]
-        counted = engine.server_prompt_tokens(prompts[0].text) if prompts else None
+        counted = engine.prompt_tokens(prompts[0].text) if prompts else None
         t_start = ctx.clock()
         done: list[tuple[int, dict]] = []  # (prompt index, the timed part), as the requests end
         sent = _closed(engine, case, prompts, s.gen_tokens, done, lock, ctx.clock) if case["mode"] == "closed" \
@@ -61,11 +63,14 @@ def run_concurrency(ctx: PhaseContext) -> None:
         emit(LoadLevel.of(level, phase="concurrency", case=case["id"], t_start=t_start, t_end=t_end))
 
 
-def _emit_request(emit, case: dict, index: int, result: dict) -> None:
+run_concurrency = ByKind(_in_process, _served)
+
+
+def _emit_request(emit: Emit, case: dict, index: int, result: dict) -> None:
     emit(ev.Request(phase="concurrency", index=index, kind="measured", case=case["id"], **result))
 
 
-def _closed(engine, case: dict, prompts: list[Prompt], n: int, done: list, lock, clock: Clock) -> int:
+def _closed(engine: ServerEngine, case: dict, prompts: list[Prompt], n: int, done: list, lock: threading.Lock, clock: Clock) -> int:
     """C clients; each takes the next prompt when its last request ended, until the count or
     the level's time is used up (a request in flight at the time limit still completes)."""
     nxt = iter(range(len(prompts)))
@@ -92,7 +97,7 @@ def _closed(engine, case: dict, prompts: list[Prompt], n: int, done: list, lock,
     return sent[0]
 
 
-def _open(engine, case: dict, prompts: list[Prompt], n: int, done: list, lock, clock: Clock) -> int:
+def _open(engine: ServerEngine, case: dict, prompts: list[Prompt], n: int, done: list, lock: threading.Lock, clock: Clock) -> int:
     """Seeded Poisson arrivals: exponential gaps of mean 1/R from ``random.Random(seed)``; each
     request starts on its own thread at its arrival time, whatever is in flight."""
     rng = random.Random(case["seed"])
@@ -120,7 +125,7 @@ def _open(engine, case: dict, prompts: list[Prompt], n: int, done: list, lock, c
     return len(arrivals)
 
 
-def load_cases(s) -> list[dict]:
+def load_cases(s: Settings) -> list[dict]:
     """The levels of the concurrency phase: each closed-loop C of ``concurrency`` (``load_requests``
     requests, else 2 × C and at least ``reps``), then each open-loop rate of ``rates`` (as many
     requests, else 2 × ``reps``), each bounded by ``load_seconds``; arrivals seeded per level."""

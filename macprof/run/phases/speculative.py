@@ -24,10 +24,12 @@ stamped by the request's machinery, run/phases/common.py) at its verify end, in 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, cast
 
-from macprof.engines.base import EngineSettings, lacks
+from macprof.engines.base import (NATIVE_DRAFT, VERIFY, AnyEngine, Engine, EngineCore, EngineSettings, NativeDrafting,
+                                  able, in_process, lacks)
 from macprof.errors import MacprofError
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
 from macprof.model import events as ev
@@ -48,11 +50,23 @@ DRAFT = "the draft"  # its files' role among a model's inputs (model_start ident
 PROBE = "The quick brown fox jumps over the lazy dog, 12 times; naïve café 3.14 — done.\n  Ok?"
 
 
+class Drafter(Protocol):
+    """What drafts for the speculative loop: a model's engine or prompt lookup."""
+
+    def prepare(self, ids: Sequence[int]) -> None: ...
+
+    def propose(self, context: Sequence[int], k: int) -> Sequence[int]: ...
+
+    def rewind(self, keep: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+
 class ModelDraft:
     """A draft model: ``propose`` is its greedy generate of k tokens after the context, reusing
     what its cache holds, read back together (the engine's ``propose``); ``rewind`` cuts its cache back past the rejected drafts."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def prepare(self, ids: Sequence[int]) -> None:
@@ -92,7 +106,7 @@ class NgramDraft:
         """Nothing cached."""
 
 
-def speculative_tokens(target, draft, ids: Sequence[int], n: int, k: int, rounds: list[Round],
+def speculative_tokens(target: Engine, draft: Drafter, ids: Sequence[int], n: int, k: int, rounds: list[Round],
                        clock: Clock = time.perf_counter_ns) -> Iterator[int]:
     """Exactly ``n`` tokens of ``target``'s greedy decoding of ``ids``, drafted ``k`` at a time
     (fewer in the last round, so the count is exact); each round appended to ``rounds``. The
@@ -124,7 +138,8 @@ def speculative_tokens(target, draft, ids: Sequence[int], n: int, k: int, rounds
                             t_verify_end=t_verified, t_rewind_end=clock(), drafts=tuple(drafts), tokens=tuple(out)))
 
 
-def speculative_request(target, draft, prompt: Prompt, n: int, k: int, clock: Clock) -> tuple[dict, list[Round]]:
+def speculative_request(target: Engine, draft: Drafter, prompt: Prompt, n: int, k: int,
+                        clock: Clock) -> tuple[dict, list[Round]]:
     """One speculative request, stamped as a plain one is (run/phases/common.py ``_stamped``),
     both caches emptied first."""
     rounds: list[Round] = []
@@ -135,7 +150,7 @@ def speculative_request(target, draft, prompt: Prompt, n: int, k: int, clock: Cl
     return {**r, **reuse_of(target, r["prompt_tokens"], 0)}, rounds
 
 
-def native_request(target, prompt: Prompt, n: int, k: int, clock: Clock) -> dict:
+def native_request(target: NativeDrafting, prompt: Prompt, n: int, k: int, clock: Clock) -> dict:
     """One request of the engine's own speculative decoding (it empties its caches itself),
     stamped as a plain one is."""
     r = stamped_sequence(target, prompt, n, lambda ids: target.native_generate(ids, n, k), clock,
@@ -143,7 +158,7 @@ def native_request(target, prompt: Prompt, n: int, k: int, clock: Clock) -> dict
     return {**r, "reused_tokens": 0, "computed_prompt_tokens": r["prompt_tokens"]}
 
 
-def tokenizer_mismatch(target, draft, target_name: str, draft_name: str) -> str | None:
+def tokenizer_mismatch(target: EngineCore, draft: EngineCore, target_name: str, draft_name: str) -> str | None:
     """Why ``draft`` cannot draft for ``target``: another vocabulary size, or other ids for the
     probe text; None when they agree."""
     if draft.vocab_size != target.vocab_size:
@@ -200,7 +215,7 @@ class DraftParent(Parent[DraftSpec, DraftSpec]):
         return [file_input(DRAFT, f) for f in filekind.model_files(Path(prepared.path))]
 
 
-def load_draft(ctx: PhaseContext) -> tuple[Any, Any]:
+def load_draft(ctx: PhaseContext[AnyEngine]) -> tuple[Drafter | None, Engine | None]:
     """The draft the parent resolved (``ctx.prepared``, a DraftSpec), as (drafter, its engine
     or None), or (None, None) with a draft_loaded event saying why not."""
     from macprof import engines
@@ -219,7 +234,9 @@ def load_draft(ctx: PhaseContext) -> tuple[Any, Any]:
     rss0, mac0 = _rss(), _mac(False)  # the draft's load is what the process grows by from here
     t0 = time.perf_counter_ns()
     try:
-        engine = engines.create(engine_name)
+        # the parent resolves a draft to a model file; a server's stream tells no ids
+        engine = in_process(engines.create(engine_name), "a draft is a model loaded in process: a server streams "
+                                                         "text, not the token ids a draft proposes")
         engine.load_model(Path(path), EngineSettings(n_ctx=ctx.n_ctx or 4096, threads=s.threads, kv_type=s.kv_type))
         engine.load_tokenizer()
     except Exception as exc:  # noqa: BLE001 - a draft that cannot load is a recorded failure; the target goes on
@@ -264,25 +281,30 @@ def undone(heads: dict[str, dict], done: dict) -> bool:
         any(request_key(check_head(heads, key)) not in done for key in heads if key != "plain")
 
 
-def open_native(ctx: PhaseContext, draft_engine) -> bool:
+def open_native(ctx: PhaseContext[AnyEngine], draft_engine: Engine | None) -> bool:
     """Whether the engine's own speculative decoding can run with this draft (opened untimed);
     a native_refused event with the reason where it cannot."""
-    target = ctx.engine
-    why = lacks(target, "native_draft") or target.native_refusal(draft_engine)
-    if not why:
-        try:
-            target.open_native(draft_engine, ctx.settings.ngram)
-        except Exception as exc:  # noqa: BLE001 - a native path that fails to open is recorded; macprof's loop goes on
-            why = f"the engine's own speculative decoding could not be opened: {type(exc).__name__}: {exc}"
-    if why:
-        ctx.emit(NativeRefused(phase=PHASE, reason=why))
-    return not why
+    native = able(ctx.engine, NATIVE_DRAFT)
+    if isinstance(native, str):
+        why = native
+    else:
+        refused = native.native_refusal(draft_engine)
+        if refused is None:
+            try:
+                native.open_native(draft_engine, ctx.settings.ngram)
+                return True
+            except Exception as exc:  # noqa: BLE001 - a native path that fails to open is recorded; macprof's loop goes on
+                refused = f"the engine's own speculative decoding could not be opened: {type(exc).__name__}: {exc}"
+        why = refused
+    ctx.emit(NativeRefused(phase=PHASE, reason=why))
+    return False
 
 
-def run_speculative(ctx: PhaseContext) -> None:
-    target, s = ctx.engine, ctx.settings
-    why = lacks(target, "verify") or lacks(target, "cache_cut")
-    if why:
+def run_speculative(ctx: PhaseContext[AnyEngine]) -> None:
+    s = ctx.settings
+    target = able(ctx.engine, VERIFY)
+    why = target if isinstance(target, str) else lacks(target, "cache_cut")
+    if isinstance(target, str) or why:
         ctx.emit(DraftLoaded(phase=PHASE, draft=ctx.prepared.ref if ctx.prepared else NGRAM, status="refused",
                              reason=f"the target cannot verify drafts: {why}"))
         return
@@ -295,7 +317,10 @@ def run_speculative(ctx: PhaseContext) -> None:
     drafter, draft_engine = load_draft(ctx)
     if drafter is None:
         return
-    if "native" in modes and not open_native(ctx, draft_engine):
+    as_native = able(target, NATIVE_DRAFT)
+    opened = "native" in modes and open_native(ctx, draft_engine) and not isinstance(as_native, str)
+    native = None if isinstance(as_native, str) or not opened else as_native
+    if "native" in modes and native is None:
         modes = tuple(m for m in modes if m != "native")
         heads = [{key: h for key, h in group.items() if h["mode"] != "native"} for group in heads]
         if modes == ():
@@ -306,7 +331,7 @@ def run_speculative(ctx: PhaseContext) -> None:
     try:
         for i, prompt in enumerate(prompts):
             if left[i] or i == 0:
-                _prompt(ctx, drafter, prompt, i, heads[i], record=left[i])
+                _prompt(ctx, Targets(target, drafter, native), prompt, i, heads[i], record=left[i])
     finally:
         ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory={**target.memory(), **{
             f"draft_{k}": v for k, v in (draft_engine.memory() if draft_engine else {}).items()}}))
@@ -320,11 +345,22 @@ def run_speculative(ctx: PhaseContext) -> None:
             draft_engine.close()
 
 
-def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str, dict], record: bool) -> None:
+@dataclass(frozen=True)
+class Targets:
+    """What a prompt's requests run on: the target, macprof's drafter, and the target as its own
+    speculative decoding where that runs (None: not asked, or refused)."""
+
+    target: Engine
+    drafter: Drafter
+    native: NativeDrafting | None
+
+
+def _prompt(ctx: PhaseContext[AnyEngine], on: Targets, prompt: Prompt, i: int, heads: dict[str, dict],
+            record: bool) -> None:
     """One prompt: plain and every k, the plain one first on even prompts and last on odd ones
     (the first prompt warms every path up and is discarded); then each speculative output
     checked against the plain one, token by token."""
-    target, s, clock = ctx.engine, ctx.settings, ctx.clock
+    target, s, clock = on.target, ctx.settings, ctx.clock
     order = list(heads)  # plain, then macprof's loop and the engine's own per k
     if i % 2:
         order = order[1:] + order[:1]
@@ -339,14 +375,16 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
             target.reset()
             rec = announced(ctx.emit, head, lambda: timed_request(target, prompt, s.gen_tokens, clock), record=record)
         elif head["mode"] == "native":
-            k = int(key[1:])
+            native, k = on.native, int(key[1:])
+            if native is None:  # never: a native request is planned only where it opened (run_speculative)
+                continue
 
-            def run_native(k: int = k) -> dict:
-                return native_request(target, prompt, s.gen_tokens, k, clock)
+            def run_native(native: NativeDrafting = native, k: int = k) -> dict:
+                return native_request(native, prompt, s.gen_tokens, k, clock)
 
             rec = announced(ctx.emit, head, run_native, record=record)
             if record and rec.status == "ok":
-                told = target.native_report()
+                told = native.native_report()
                 ctx.emit(SpeculativeNative(phase=PHASE, index=head["index"], kind=head["kind"], case=head["case"], k=k,
                                            impl=told.impl, from_draft=told.from_draft, drafted=told.drafted,
                                            accepted=told.accepted, unknown=told.unknown))
@@ -355,7 +393,7 @@ def _prompt(ctx: PhaseContext, drafter, prompt: Prompt, i: int, heads: dict[str,
             got: list[list[Round]] = []
 
             def measure(k: int = k) -> dict:
-                r, rounds = speculative_request(target, drafter, prompt, s.gen_tokens, k, clock)
+                r, rounds = speculative_request(target, on.drafter, prompt, s.gen_tokens, k, clock)
                 got.append(rounds)
                 return r
 

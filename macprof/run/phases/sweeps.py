@@ -3,10 +3,10 @@ that cannot be set up is that case's recorded error and the next one runs."""
 
 from __future__ import annotations
 
-from typing import Callable, cast
+from typing import Callable, Sequence, cast
 
 from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
-from macprof.engines.base import CacheCutRefused, lacks
+from macprof.engines.base import BATCH, CACHE_CUT, AnyEngine, Batching, CacheCutRefused, Engine, EngineCore, able
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import DepthFill, OutputCheck
@@ -15,7 +15,7 @@ from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_
 from macprof.run.prompts import Prompt
 
 
-def _sweep(engine, phase: str, cases: list[dict], emit: Emit, one_case: Callable[[dict], None]) -> None:
+def _sweep(engine: EngineCore, phase: str, cases: list[dict], emit: Emit, one_case: Callable[[dict], None]) -> None:
     """Run each case; a case that cannot be set up (its prompts cannot be built, the engine
     cannot make room for its batch) is recorded as that case's error and the next one runs."""
     engine.reset_peak_memory()
@@ -27,19 +27,23 @@ def _sweep(engine, phase: str, cases: list[dict], emit: Emit, one_case: Callable
     emit(ev.PhaseMemory(phase=phase, engine_memory=engine.memory()))
 
 
-def run_grid(ctx: PhaseContext) -> None:
+def run_grid(ctx: PhaseContext[AnyEngine]) -> None:
     def one_case(case: dict) -> None:
         _warm_case(ctx, "grid", f"grid:{case['id']}", case["prompt_tokens"], case["gen_tokens"], {"case": case["id"]})
 
     _sweep(ctx.engine, "grid", ctx.cases, ctx.emit, one_case)
 
 
-def run_depth(ctx: PhaseContext) -> None:
+def run_depth(ctx: PhaseContext[AnyEngine]) -> None:
     """The cache is filled with d tokens once per case (timed apart, as ``fill_s``); before each
     request it is cut back to exactly those d tokens, which the request then reuses. A cache
     that cannot be cut back (sliding-window, recurrent) is refilled instead, untimed, and the
-    case records why (``reuse_not_possible``): the request still extends d cached tokens."""
-    engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
+    case records why (``reuse_not_possible``): the request still extends d cached tokens. An
+    engine that cannot cut its cache at all (a server's) cannot run the phase: the reason."""
+    builder, s, emit, clock, cases = ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
+    engine = able(ctx.engine, CACHE_CUT)
+    if isinstance(engine, str):
+        raise MacprofError(f"depth: {engine}")
     def one_case(case: dict) -> None:
         d, tags = case["depth"], {"case": case["id"]}
         left = todo(ctx, [{"phase": "depth", "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)])
@@ -76,7 +80,7 @@ def run_depth(ctx: PhaseContext) -> None:
     _sweep(engine, "depth", cases, emit, one_case)
 
 
-def _restore(engine, d: int, context: Prompt | None) -> str | None:
+def _restore(engine: Engine, d: int, context: Prompt | None) -> str | None:
     """Bring the cache back to the case's d filled tokens: cut back what the previous request
     added, or, where the cache cannot be cut (the reason is returned), empty it and fill it
     again, untimed: the request then extends d cached tokens either way."""
@@ -91,16 +95,18 @@ def _restore(engine, d: int, context: Prompt | None) -> str | None:
         return exc.reason
 
 
-def run_batch(ctx: PhaseContext) -> None:
+def run_batch(ctx: PhaseContext[AnyEngine]) -> None:
     """Per batch size: a warm-up batch, then ``reps`` measured batches of distinct prompts. The
     first measured batch is checked against the same prompts run one at a time (greedy)."""
-    engine, builder, s, emit, clock, cases = ctx.engine, ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
+    builder, s, emit, clock, cases = ctx.builder, ctx.settings, ctx.emit, ctx.clock, ctx.cases
+    batching = able(ctx.engine, BATCH)
+
     def one_case(case: dict) -> None:
         size, n, tags = case["batch"], case["gen_tokens"], {"case": case["id"], "batch": case["batch"]}
-        why = lacks(engine, "batch")
-        if why:
-            emit(ev.CaseUnsupported(phase="batch", **tags, reason=why))
+        if isinstance(batching, str):
+            emit(ev.CaseUnsupported(phase="batch", **tags, reason=batching))
             return
+        engine = batching
         heads = [{"phase": "batch", "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)]
         left = todo(ctx, heads) or [False] * len(heads)
         check = request_key({**heads[1], "mode": "check"})
@@ -124,10 +130,10 @@ def run_batch(ctx: PhaseContext) -> None:
         finally:
             engine.close_batch()
 
-    _sweep(engine, "batch", cases, emit, one_case)
+    _sweep(ctx.engine, "batch", cases, emit, one_case)
 
 
-def _batch_check(engine, prompts: list[Prompt], batched: tuple[list[int], ...], n: int) -> tuple[OutputCheck, ...]:
+def _batch_check(engine: Batching, prompts: list[Prompt], batched: Sequence[Sequence[int]], n: int) -> tuple[OutputCheck, ...]:
     out = []
     for prompt, tokens in zip(prompts, batched):
         engine.reset()

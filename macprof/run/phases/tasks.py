@@ -1,8 +1,8 @@
 """The tasks phase: does the model answer right, as an app would ask it? Each task of the task
-file (run/taskfile.py; the shipped set by default) is rendered through the model's chat
-template, or the plain form where it has none (run/chat.py), and generated as apps generate:
-the reply ends at an end-of-generation id (unlike the speed phases, which hold EOS off so that
-lengths are exact) or at the task's max_tokens. Its checker (run/checkers.py) judges the
+file (run/taskfile.py; the shipped set by default) is rendered through the chat template
+(run/chat.py: --chat-template, else the model's own, else macprof's one fallback form), and
+generated as apps generate: the reply ends at an end-of-generation id (unlike the speed
+phases, which hold EOS off so that lengths are exact) or at the task's max_tokens. Its checker (run/checkers.py) judges the
 reply; with --attempts N a failed task is asked again with the checker's message as the next
 user turn, as an agent loop does. The first attempt is greedy; with --temperature T the retries
 are sampled at T, each from its own seed (``attempt_seed``: --seed, the task, the attempt).
@@ -17,16 +17,22 @@ worker that goes on after it, skipping the tasks the journal has settled (``sett
 The task file is read, hashed and checked once per run, by the parent (``TasksParent``: a file
 that cannot run at all stops the run before any worker); each worker gets the parsed set in its
 job (``ctx.prepared``), and a cut attempt's record takes its task from the parent's copy.
+
+Through a server (``_served``) each attempt is one chat completion of the task's messages:
+the server applies its model's template (a --chat-template is refused, run/chat.py
+``rendered_by_server``) and samples with the OpenAI temperature and seed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from macprof.engines.base import lacks
+from macprof.engines.base import CHAT, SAMPLE, Chatting, Engine, EngineCore, Sampling, ServerEngine, able
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
 from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo,
@@ -34,7 +40,7 @@ from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, T
 from macprof.phases import TASKS_CONTEXT
 from macprof.run import chat, checkers, checking, taskfile
 from macprof.run.phases.api import Parent
-from macprof.run.phases.common import PhaseContext
+from macprof.run.phases.common import ByKind, Clock, PhaseContext, chat_template_input, chat_templates_checked
 
 if TYPE_CHECKING:
     from macprof.config import ModelSpec, Settings
@@ -97,10 +103,11 @@ class TasksParent(Parent[TaskSetInfo, taskfile.TaskFile]):
     plan_type = TaskSetInfo
     cuts = True
 
-    def __init__(self, models, journal_path) -> None:
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
         super().__init__(models, journal_path)
         self.sets = {path: taskfile.load(path or None)
                      for path in sorted({m.settings.tasks or "" for m in models if PHASE in m.settings.phases})}
+        chat_templates_checked(models, PHASE)  # the tasks render through it, as the conversation does
 
     def _set(self, s: Settings) -> taskfile.TaskFile:
         return self.sets[s.tasks or ""]
@@ -111,11 +118,13 @@ class TasksParent(Parent[TaskSetInfo, taskfile.TaskFile]):
                            refused=len(tf.refused))
 
     def inputs(self, model: ModelSpec, prepared: TaskSetInfo | None) -> list[dict]:
-        """The task file as it was read (one read: its size and sha256 are the parent's copy's)."""
+        """The task file as it was read (one read: its size and sha256 are the parent's copy's),
+        and the --chat-template file the prompts render through, where one is given."""
         s = model.settings
         tf = self._set(s)
         path = Path(s.tasks) if s.tasks else Path(str(resources.files("macprof") / "data" / "tasks.jsonl"))
-        return [{"role": TASK_FILE, "path": str(path), "bytes": tf.bytes, "sha256": tf.sha256}]
+        return [{"role": TASK_FILE, "path": str(path), "bytes": tf.bytes, "sha256": tf.sha256},
+                *chat_template_input(model)]
 
     def job(self, model: ModelSpec, prepared: TaskSetInfo | None, host: Host) -> taskfile.TaskFile:
         return self._set(model.settings)
@@ -167,40 +176,49 @@ def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
     return False
 
 
-def run_tasks(ctx: PhaseContext) -> None:
+@dataclass(frozen=True)
+class Local:
+    """What an in-process engine's attempts are made with: the template prompts are rendered
+    through, the ids that end a reply, the engine as its own sampler (where --temperature asks
+    for one), and the checker's judge."""
+
+    template: chat.Template
+    eos: set[int]
+    sampler: Sampling | None
+    judge: checking.Judge
+
+
+def _in_process(ctx: PhaseContext[Engine]) -> None:
+    """The tasks on an engine in this process: each prompt rendered here, its reply generated
+    token by token up to an end-of-generation id (sampled retries: capability "sample")."""
     engine, s = ctx.engine, ctx.settings
-    if s.temperature > 0:
-        why = lacks(engine, "sample")
-        if why:
-            raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {why}")
+    sampler = able(engine, SAMPLE) if s.temperature > 0 else None
+    if isinstance(sampler, str):
+        raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {sampler}")
     tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
-    settled = settled_tasks(ctx.done)
-    if not lacks(engine, "chat"):  # a server: it applies its model's template and ends at its EOS
-        _run_on_server(ctx, tf)
-        return
-    template = engine.chat_template()
+    template = chat.template_for(engine, s.chat_template)
     eos = set(engine.eos_ids)
-    tool_formats = {chat.tool_format(template)} if any(t.tools for t in tf.tasks) else set()
     ctx.emit(TasksStart.of(TasksPhase(
         task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                              refused=len(tf.refused)),
-        prompt_format=chat.prompt_format(template), tool_format=next(iter(tool_formats), None),
+        prompt_format=template.described, tool_format=template.tool_format if any(t.tools for t in tf.tasks) else None,
         generation=generation_note(len(eos), s.temperature, s.seed), attempts_allowed=s.attempts,
         temperature=s.temperature, seed=s.seed, context_tokens=TASKS_CONTEXT,
         refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
+    settled = settled_tasks(ctx.done)
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
+        local = Local(template, eos, sampler, judge)
         for task in tf.tasks:
             if task.id not in settled:
-                _task(ctx, task, template, eos, judge)
+                _attempts(ctx, task, lambda attempt, t0, messages: _attempt(ctx, local, task, attempt, t0, messages))
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
 
 
-def _task(ctx: PhaseContext, task: taskfile.Task, template, eos: set[int], judge: checking.Judge) -> None:
-    """One task's attempts on an in-process engine, until one is right, one fails, or none is left."""
-    _attempts(ctx, task, lambda attempt, t0, messages: _attempt(ctx, task, attempt, t0, messages, template, eos, judge))
+# one attempt: (attempt, its t0, the messages so far) -> its (reply, verdict) where a retry may follow, else None
+Attempt = Callable[[int, int, list[dict]], "tuple[str, checkers.Verdict] | None"]
 
 
-def _attempts(ctx: PhaseContext, task: taskfile.Task, attempt_of) -> None:
+def _attempts(ctx: PhaseContext[EngineCore], task: taskfile.Task, attempt_of: Attempt) -> None:
     """A task's attempts in turn: each announces itself before anything of it runs (rendering its
     prompt, tokenizing and generating are then under the parent's --timeout, and what the
     parent cuts is this attempt, t0 giving its wall time, never the one recorded before); a
@@ -227,17 +245,17 @@ def _attempts(ctx: PhaseContext, task: taskfile.Task, attempt_of) -> None:
                      {"role": "user", "content": chat.RETRY.format(message=verdict.message)}]
 
 
-def _attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, messages: list[dict], template,
-             eos: set[int], judge: checking.Judge) -> tuple[str, checkers.Verdict] | None:
+def _attempt(ctx: PhaseContext[Engine], local: Local, task: taskfile.Task, attempt: int, t0: int,
+             messages: list[dict]) -> tuple[str, checkers.Verdict] | None:
     engine, s = ctx.engine, ctx.settings
     if attempt == 1:
         engine.reset()  # tasks are independent: nothing of the last one's conversation is cached
     try:
-        rendered = chat.render(template, messages, task.tools)
+        text = local.template.render(messages, task.tools)
     except MacprofError as exc:  # what the template raised, or the sandbox refused, with why
         ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=f"task {task.id!r}: {exc}"))
         return None
-    ids = engine.tokenize_chat(rendered.text)
+    ids = engine.tokenize_chat(text)
     t_tok = ctx.clock()
     if len(ids) + task.max_tokens > TASKS_CONTEXT:
         ctx.emit(TaskRefused(phase=PHASE, line=task.line, task=task.id, reason=(
@@ -245,10 +263,10 @@ def _attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, mess
             f"max_tokens {task.max_tokens} exceed the phase's context of {TASKS_CONTEXT} tokens")))
         return None
     sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
-    got = _generate(engine, ids, task.max_tokens, eos, ctx.clock, sampled)
+    got = _generate(engine, local.sampler, ids, task.max_tokens, local.eos, ctx.clock, sampled)
     reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
-    verdict, checked = _checked(ctx, judge, task, attempt, reply, rendered.tool_format) \
-        if got["status"] == "ok" else (None, {})
+    fmt = local.template.tool_format if task.tools else "json"
+    verdict, checked = _checked(ctx, local.judge, task, attempt, reply, fmt) if got["status"] == "ok" else (None, {})
     _emit_attempt(ctx, task, TaskAttempt(
         task=task.id, attempt=attempt, status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok,
         token_times=tuple(got["times"]), prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"],
@@ -257,7 +275,7 @@ def _attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, mess
     return None if verdict is None or verdict.correct else (reply, verdict)
 
 
-def _emit_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: TaskAttempt) -> None:
+def _emit_attempt(ctx: PhaseContext[EngineCore], task: taskfile.Task, attempt: TaskAttempt) -> None:
     """An attempt's record, emitted once its fields are what its type holds: one the parent's
     reading refuses (a server's count that is no integer) would be dropped there, the attempt
     lost; here it raises, and the attempt is recorded as failed with the reason (``_attempts``)."""
@@ -266,7 +284,7 @@ def _emit_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: TaskAttempt) 
     ctx.emit(event)
 
 
-def _checked(ctx: PhaseContext, judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
+def _checked(ctx: PhaseContext[EngineCore], judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
              fmt: str) -> tuple[checkers.Verdict, dict]:
     """The reply's verdict, after the attempt's timed window: the parent is told the window
     ended (check_start), then the checker runs under its own bound (run/checking.py); and the
@@ -305,12 +323,17 @@ SERVER_TOOLS = ("OpenAI tools field, the call read from the reply's tool_calls (
                 "the server's template's doing), else json")
 
 
-def _run_on_server(ctx: PhaseContext, tf) -> None:
+def _served(ctx: PhaseContext[ServerEngine]) -> None:
     """The tasks through a server's chat completions: the task's messages as they are, its tools
     in the OpenAI ``tools`` field (a tool call read from the reply's ``tool_calls``), or, where the
     server refuses that field, described in a system turn and read in the JSON form; said per
     attempt's message where it happened and in the phase's tool_format."""
-    engine, s = ctx.engine, ctx.settings
+    s = ctx.settings
+    chat.rendered_by_server(s.chat_template, "through a server the tasks phase sends chat completions:")
+    server = able(ctx.engine, CHAT)
+    if isinstance(server, str):
+        raise MacprofError(f"the tasks phase through {ctx.engine.server}: {server}")
+    tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
     ctx.emit(TasksStart.of(TasksPhase(
         task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                              refused=len(tf.refused)),
@@ -322,23 +345,22 @@ def _run_on_server(ctx: PhaseContext, tf) -> None:
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
         for task in tf.tasks:
             if task.id not in settled:
-                _server_task(ctx, task, judge)
-    ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+                _attempts(ctx, task, lambda attempt, t0, messages: _server_attempt(
+                    ctx, server, task, attempt, t0, messages, judge))
+    ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=server.memory() or None))
 
 
-def _server_task(ctx: PhaseContext, task: taskfile.Task, judge: checking.Judge) -> None:
-    """One task's attempts through a server's chat completions."""
-    _attempts(ctx, task, lambda attempt, t0, messages: _server_attempt(ctx, task, attempt, t0, messages, judge))
+run_tasks = ByKind(_in_process, _served)
 
 
-def _server_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: int, messages: list[dict],
-                    judge: checking.Judge) -> tuple[str, checkers.Verdict] | None:
-    engine, s = ctx.engine, ctx.settings
+def _server_attempt(ctx: PhaseContext[ServerEngine], server: Chatting, task: taskfile.Task, attempt: int, t0: int,
+                    messages: list[dict], judge: checking.Judge) -> tuple[str, checkers.Verdict] | None:
+    s = ctx.settings
     sampled = sampling_of(s.temperature, s.seed, task.id, attempt)
     try:
-        got = engine.chat(messages, list(task.tools), task.max_tokens,
+        got = server.chat(messages, list(task.tools), task.max_tokens,
                           chat.with_tool_turn(messages, task.tools) if task.tools else (),
-                          **({"temperature": sampled[0], "seed": sampled[1]} if sampled else {}))
+                          temperature=sampled[0] if sampled else 0.0, seed=sampled[1] if sampled else None)
         status, error = "ok", None
     except Exception as exc:  # noqa: BLE001 - the server's error, or a reply its reader could not read: this attempt's
         got, status, error = {}, "error", reason(exc)
@@ -347,8 +369,6 @@ def _server_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: in
     if not isinstance(reply, str):  # a list of parts, a number: no reply text to judge
         raise TypeError(f"the server's reply content is {type(reply).__name__}, not text")
     if got.get("tool_calls"):  # the server parsed the call: checked in the documented JSON form
-        import json
-
         call = got["tool_calls"][0]
         reply = json.dumps({"name": call.get("name"), "arguments": call.get("arguments")})
     verdict, checked = _checked(ctx, judge, task, attempt, reply, "json") if status == "ok" else (None, {})
@@ -366,16 +386,21 @@ def _server_attempt(ctx: PhaseContext, task: taskfile.Task, attempt: int, t0: in
     return None if verdict is None or verdict.correct else (reply, verdict)
 
 
-def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
-              sampled: tuple[float, int] | None = None) -> dict:
-    """The reply's ids, stamped as each comes: the engine's generate() (generate_sampled() at a
-    temperature and seed) is consumed up to an end-of-generation id or max_tokens, then closed
-    (the engine's loop stops there)."""
+def _generate(engine: Engine, sampler: Sampling | None, ids: list[int], max_tokens: int, eos: set[int],
+              clock: Clock, sampled: tuple[float, int] | None = None) -> dict:
+    """The reply's ids, stamped as each comes: the engine's generate() (the sampler's
+    generate_sampled() at a temperature and seed) is consumed up to an end-of-generation id or
+    max_tokens, then closed (the engine's loop stops there)."""
     tokens: list[int] = []
     times: list[int] = []
     stop: str | None = "max_tokens"
     status, error = "ok", None
-    gen = engine.generate(ids, max_tokens) if sampled is None else engine.generate_sampled(ids, max_tokens, *sampled)
+    if sampled is None:
+        gen = engine.generate(ids, max_tokens)
+    elif sampler is not None:
+        gen = sampler.generate_sampled(ids, max_tokens, *sampled)
+    else:  # never: an attempt is sampled only at a temperature, for which the phase found a sampler
+        raise MacprofError("a sampled attempt without the engine's sampler")
     try:
         for token in gen:
             times.append(clock())
@@ -386,6 +411,8 @@ def _generate(engine, ids: list[int], max_tokens: int, eos: set[int], clock,
     except Exception as exc:  # noqa: BLE001 - an engine error is a recorded attempt
         status, error, stop = "error", reason(exc), None
     finally:
-        gen.close()
+        close = getattr(gen, "close", None)  # a generator's: the engine's loop stops there
+        if close is not None:
+            close()
     reply = tokens[:-1] if stop == "eos" else tokens
     return {"tokens": tokens, "times": times, "reply": reply, "stop": stop, "status": status, "error": error}
