@@ -167,9 +167,8 @@ def derived_from(cls: type, name: str) -> type:
     """The class whose declaration gives ``cls`` its field ``name``: the base that declares it,
     or, for a field a Journals class copied, the record's own declaration of it."""
     for klass in cls.__mro__:
-        if name in vars(klass).get("__annotations__", {}) or name in vars(klass).get("__struct_copied__", ()):
-            copied = vars(klass).get("__struct_copied__", ())
-            return derived_from(vars(klass)["FIELDS_OF"], name) if name in copied else klass
+        if name in vars(klass).get("__annotations__", {}):  # a Journals class's holds the fields it copied
+            return derived_from(vars(klass)["FIELDS_OF"], name) if name in vars(klass).get("__struct_copied__", ()) else klass
     return cls
 
 
@@ -200,7 +199,7 @@ def _with_fields_of(source: type, bases: tuple, namespace: dict) -> dict:
             continue
         if name in defaults:
             fields[name] = defaults[name]
-        elif isinstance(default_of.get(name), msgspec._core.Factory):
+        elif isinstance(default_of.get(name), msgspec._core.Factory):  # how a Struct keeps a default_factory
             fields[name] = msgspec.field(default_factory=default_of[name].factory)
         elif name in default_of:
             fields[name] = default_of[name]
