@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from macprof.errors import MacprofError
-from macprof.measure.distributed import PARALLEL  # the layouts the group's ceiling is computed for
+from macprof.measure.words import PARALLEL  # the layouts the group's ceiling is computed for
 
 BACKENDS = ("ring", "jaccl", "jaccl-ring", "mpi")
 KEYS = ("hosts", "backend", "parallel", "link_gbs")

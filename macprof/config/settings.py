@@ -31,7 +31,7 @@ from macprof.config.dist import from_cli as _distributed_from_cli
 from macprof.config.dist import partial as _distributed_table
 from macprof.engines import APIS
 from macprof.errors import MacprofError
-from macprof.measure.kvmodel import KV_TYPES
+from macprof.measure.words import KV_TYPES
 
 PHASES = macprof.phases.NAMES  # every phase, in run order, as macprof/phases.py declares them
 DEFAULT_PHASES = macprof.phases.DEFAULTS
