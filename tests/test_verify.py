@@ -173,7 +173,7 @@ def test_a_run_of_the_real_engines_verifies_and_builds_again(tiny_dir, tmp_path)
     """llama.cpp and MLX on the tiny demo models, with what each engine's own speculative path tells
     (llama-cpp-python's prompt lookup; mlx-lm refuses it, said so) and a conversation."""
     log = tmp_path / "real.json"
-    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q4_k_m,demo-tiny-mlx-4bit",
+    macprof("run", "--config", str(tiny_dir / "models.toml"), "--models", "demo-tiny-q4_k_m,demo-tiny-mlx-f16",
             "--phases", "cold,warm,prefix,speculative,conversation", "--draft", "ngram", "--speculative-impl", "both",
             "--draft-tokens", "2", "--prompt-tokens", "32", "--prefix-tokens", "24", "--gen-tokens", "8", "--reps", "2",
             "--cold-trials", "1", "--turns", "2", "--threads", "1", "--log", str(log))
