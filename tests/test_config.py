@@ -217,13 +217,21 @@ def test_the_declarations_import_no_command_line_library():
 
 def test_run_s_options_are_the_declared_ones_in_order():
     """`macprof run`'s options are exactly the declared flags (settings' and run options'), in
-    the declared order: none written by hand beside them."""
+    the declared order: none written by hand beside them; --help lists them group by group
+    (HELP_GROUPS), each group's flags together and in their declaration order."""
     from macprof.cli import run
-    from macprof.config.settings import RUN_ORDER, run_flags
+    from macprof.config.settings import HELP_GROUPS, SPECS, RunArgs, ServerArgs, run_flags
 
     options = [p for p in run.params if isinstance(p, click.Option)]
     assert [p.name for p in options] == [param for param, _, _, _ in run_flags()]
-    assert [p.opts[0] for p in options] == list(RUN_ORDER)
+    groups = [flag.group for _, flag, _, _ in run_flags()]
+    assert [HELP_GROUPS.index(g) for g in groups] == sorted(HELP_GROUPS.index(g) for g in groups)
+    declared = [f.metadata["flag"].name for cls in (RunArgs, ServerArgs) for f in dataclasses.fields(cls)]
+    declared += [flag.name for s in SPECS.values() for flag in s.flags]
+    for group in HELP_GROUPS:
+        listed = [p.opts[0] for p, g in zip(options, groups) if g == group]
+        assert listed and listed == [name for name in declared if name in listed], group
+    assert [p.opts[0] for p in options][:5] == ["--engine", "--config", "--models", "--phases", "--preset"]
 
 
 def test_an_undeclared_option_stops_the_command_rather_than_passing_as_another():

@@ -89,8 +89,8 @@ def test_every_fixture_log_matches_the_generated_schema():
 
 def test_an_event_holds_the_fields_of_the_record_it_journals():
     """An event cannot also be a record (msgspec: one base with fields), so PrefixCheck,
-    SpeculativeCheck, DepthFill and Telemetry repeat the fields of OutputCheck, DepthFill and
-    TelemetryRaw: held equal here (names, types, defaults)."""
+    SpeculativeCheck, DepthFill and Telemetry are made with the fields of OutputCheck, DepthFill
+    and TelemetryRaw (Journals, model/records.py): the same names, types and defaults."""
     from macprof.model import events as ev
     from macprof.model.phases import DepthFill, OutputCheck
     from macprof.model.speculative import SpeculativeCheck

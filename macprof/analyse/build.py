@@ -26,7 +26,7 @@ from macprof.measure.timeline import DEFINITION_EXAMPLE, DEFINITIONS
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.log import Bandwidth, KvCache, ModelMemory, ModelResult, Phases, RunLog, RunMemory
-from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, DepthFill, Failure, Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
+from macprof.model.phases import (BatchCheck, Checks, Ceiling, ColdPhase, Failure, Metrics, OutputCheck, PhaseMemory, PlannedCase, PrefixPair, PrefixPhase, PrefixSummary,
                                   Request, Sweep, SweepCase, WarmPhase)
 from macprof.model.quality import QualityPhase
 from macprof.model.records import ABSENT
@@ -201,7 +201,7 @@ def _with_telemetry(record, events: Sequence[ev.Event], phase: str, measured: Se
     any, and the thermal state at its boundaries where the worker read one (macOS); a journal
     from before either leaves its keys absent."""
     record = record.replace(**_thermal_states(events, phase))
-    found = energy.phase_telemetry([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase],
+    found = energy.phase_telemetry(energy.telemetry_of(events, phase),
                                   sorted(measured, key=lambda r: r.t0), trend)
     return record if found is None else record.replace(telemetry=found)
 
@@ -230,13 +230,15 @@ def _build_sweep(phase: str, cases: Sequence[PlannedCase], events: Sequence[ev.E
     tel = sweep.telemetry
     if tel is None:
         return sweep
-    raw = energy.merged([e for e in events if isinstance(e, ev.Telemetry) and e.phase == phase])
+    raw = energy.merged(energy.telemetry_of(events, phase))
     return sweep.replace(cases=tuple(c.replace(energy=energy.energy(
         [r for r in c.requests if r.kind == "measured"], raw, tel.baseline)) if c.requests else c for c in built))
 
 
-def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failures: list[Failure],
+def _sweep_case(phase: str, planned: PlannedCase, events: Sequence[ev.Event], failures: list[Failure],
                 shape: dict | None, file_bytes: int, bw: Bandwidth | None) -> SweepCase:
+    case = planned.record()  # what it is; what came of it, below
+
     def of(kind):
         return [e for e in events if isinstance(e, kind) and e.phase == phase and e.case == case.id]
 
@@ -249,8 +251,7 @@ def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failu
     extra: dict = {}
     if phase == "depth":
         fill = next(iter(of(ev.DepthFill)), None)
-        extra["fill"] = fill and DepthFill(t_start=fill.t_start, t_end=fill.t_end, fill_s=fill.fill_s,
-                                           cached_tokens=fill.cached_tokens, kv_cache_bytes=fill.kv_cache_bytes)
+        extra["fill"] = fill and fill.record()
         refused = next(iter(of(ev.ReuseNotPossible)), None)
         if refused:
             extra["reuse_not_possible"] = refused.reason
@@ -263,11 +264,8 @@ def _sweep_case(phase: str, case: PlannedCase, events: Sequence[ev.Event], failu
     if phase == "batch":
         aggregate = [r.aggregate_decode_tok_s for r in measured if r.status == "ok"]
         metrics = metrics.replace(aggregate_decode_tok_s=summarized(aggregate, len(fails)))
-    return SweepCase(
-        id=case.id, status=_case_status(measured, fails, unsupported),
-        **{k: getattr(case, k) for k in ("shape", "depth", "batch", "test") if case.has(k)},
-        prompt_tokens=case.prompt_tokens, gen_tokens=case.gen_tokens, context_tokens=case.context_tokens,
-        requests=tuple(reqs), summary=metrics, failures=tuple(fails),
+    return case.replace(
+        status=_case_status(measured, fails, unsupported), requests=tuple(reqs), summary=metrics, failures=tuple(fails),
         reason=(unsupported.reason if unsupported else None) or next((f.reason for f in fails), None),
         roofline=roofline, **extra)
 
@@ -323,7 +321,7 @@ def _build_prefix(events: list[ev.Event], failures: list[Failure], roof: Roof) -
         if isinstance(e, ev.Request) and e.phase == "prefix":
             pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})[e.mode] = request_record(e)
         elif isinstance(e, ev.PrefixCheck):
-            pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})["check"] = OutputCheck.of(e)
+            pairs.setdefault(e.index, {"index": e.index, "kind": e.kind})["check"] = e.record()
     built = tuple(PrefixPair(**pairs[i]) for i in sorted(pairs))
     measured = [p for p in built if p.kind == "measured"]
     reuse = [p.reuse for p in measured if p.reuse]

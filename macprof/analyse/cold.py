@@ -3,7 +3,7 @@ ready, split into interpreter, import, load and tokenizer from their timestamps 
 
 from __future__ import annotations
 
-from macprof.analyse.energy import cold_trial_energy, idle_baseline
+from macprof.analyse.energy import cold_trial_energy, idle_baseline, telemetry_of
 from macprof.analyse.requests import phase_failures, request_record, summarized
 from macprof.measure.timeline import span
 from macprof.model import events as ev
@@ -15,7 +15,7 @@ INTERRUPTED = "the run was interrupted while this trial was measured; a resumed 
 
 
 def build_cold(events: list[ev.Event], workers: dict[str, list[ev.Event]], failures: list[Failure]) -> ColdPhase:
-    base = idle_baseline([e for e in events if isinstance(e, ev.Telemetry)])
+    base = idle_baseline(telemetry_of(events))
     trials = [_cold_trial(e, worker, failures, base, again) for e, worker, again in _cold_attempts(events, workers)]
     ok = [t for t in trials if t.status == "ok"]
     # a trial the run's interruption cut short is listed as such (what it measured is kept) and
@@ -101,5 +101,5 @@ def _cold_trial(trial: ev.ColdTrial, w: list[ev.Event] | None, failures: list[Fa
         failure=(fails[0] if fails else None) if failed and not cut else ABSENT,
         note=INTERRUPTED if cut else ABSENT,
         # the windows ready_s adds up: spawn -> the worker's first line, the engine's import -> ready
-        **cold_trial_energy([e for e in w if isinstance(e, ev.Telemetry)],
+        **cold_trial_energy(telemetry_of(w),
                                   [(spawn.t_spawn, t_main), (t_import_start, t_tokenizer)], base))

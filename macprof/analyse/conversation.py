@@ -31,39 +31,30 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
     for e in events:
         if not (isinstance(e, ConversationTurn) and e.phase == PHASE):
             continue
-        if not e.fits or e.error:  # the context was full, or the turn failed: its app's conversation ended
-            stopped = stopped or e.stop_reason
+        t = e.record()
+        if not t.fits or e.error:  # the context was full, or the turn failed: its app's conversation ended
+            stopped = stopped or t.stop_reason
             continue
-        pair = requests.get((e.app, e.turn), {})
+        pair = requests.get((t.app, t.turn), {})
         natural, emptied = pair.get("natural"), pair.get("emptied")
         saved = (emptied.ttft_s - natural.ttft_s) if natural and emptied and natural.ttft_s is not None \
             and emptied.ttft_s is not None else None
         # more reused than the prompt has (a server's claim an older log kept as its count): no figure
-        reused, unreported = e.reused_tokens, e.reuse_unreported
-        if reused is not None and reused > e.prompt_tokens:
+        reused, unreported = t.reused_tokens, t.reuse_unreported
+        if reused is not None and reused > t.prompt_tokens:
             reused, unreported = None, (f"the reported reuse of {reused} tokens is impossible (more than the prompt's "
-                                        f"{e.prompt_tokens} tokens): the server's claim, not a count")
+                                        f"{t.prompt_tokens} tokens): the server's claim, not a count")
         # the engine's report against the ids it held: equal, or zero with the engine's reason; a
         # server's (whose generated ids are not known here) at most what they may allow
-        checked = None if reused is None or (e.reuse_bound is None and e.expected_reuse is None) else (
-            reused <= e.reuse_bound if e.reuse_bound is not None else
-            (reused == e.expected_reuse or (reused == 0 and bool(e.reuse_refused))))
-        turns.append(Turn(app=e.app, turn=e.turn, prompt_tokens=e.prompt_tokens, held_tokens=e.held_tokens,
-                          held_by=e.held_by, common_prefix=e.common_prefix, expected_reuse=e.expected_reuse,
-                          reused_tokens=reused, reuse_rate=stats.ratio(reused, e.prompt_tokens),
-                          ideal_reuse=e.ideal_reuse, ideal_rate=stats.ratio(e.ideal_reuse, e.prompt_tokens),
-                          reuse_refused=e.reuse_refused, reuse_bound=e.reuse_bound,
-                          reuse_unreported=unreported, reuse_checked=checked, stop_kind=e.stop_kind,
-                          stop_reason=e.stop_reason, reply_text_ids_equal=e.reply_text_ids_equal,
-                          not_emptied=e.not_emptied, fits=e.fits,
-                          natural=natural, emptied=emptied, ttft_saved_s=saved, check=e.check,
-                          reply_tokens=e.reply_tokens, reply_end=e.reply_end))
-    return ConversationPhase(
-        template_source=start.template_source if start else None, template_path=start.template_path if start else None,
-        template_sha256=start.template_sha256 if start else None, apps=start.apps if start else 1,
-        turns_planned=start.turns if start else 0, app_order=app_order, turns=tuple(turns), stopped=stopped,
-        holds=start.holds if start else None, generation=start.generation if start else None,
-        summary=summarize(turns), failures=tuple(failures), memory=memory)
+        checked = None if reused is None or (t.reuse_bound is None and t.expected_reuse is None) else (
+            reused <= t.reuse_bound if t.reuse_bound is not None else
+            (reused == t.expected_reuse or (reused == 0 and bool(t.reuse_refused))))
+        turns.append(t.replace(reused_tokens=reused, reuse_rate=stats.ratio(reused, t.prompt_tokens),
+                               ideal_rate=stats.ratio(t.ideal_reuse, t.prompt_tokens), reuse_unreported=unreported,
+                               reuse_checked=checked, natural=natural, emptied=emptied, ttft_saved_s=saved))
+    head = start.record() if start else ConversationPhase()
+    return head.replace(turns_planned=start.turns if start else 0, app_order=app_order, turns=tuple(turns),
+                        stopped=stopped, summary=summarize(turns), failures=tuple(failures), memory=memory)
 
 
 def summarize(turns: Sequence[Turn]) -> ConversationSummary:

@@ -21,7 +21,7 @@ WIRE_FORMULA = "2 (N - 1) / N x payload per rank (ring all_sum: reduce-scatter, 
 
 def build_group(events: Sequence[ev.Event], shape: dict | None, spec: dict, context: float,
                 decode: float | None, bw: Bandwidth | None) -> GroupResult:
-    group = next((e for e in events if isinstance(e, ev.RankGroup)), None)
+    group = next((e.record() for e in events if isinstance(e, ev.RankGroup)), None)
     profile = next((e for e in reversed(events) if isinstance(e, ev.CommProfile)), None)
     hosts = tuple(group.hosts if group else spec.get("hosts", ()))
     comm = tuple(_rank_comm(r) for r in profile.ranks) if profile else ()
@@ -42,7 +42,8 @@ def build_group(events: Sequence[ev.Event], shape: dict | None, spec: dict, cont
 def _timelines(events: Sequence[ev.Event]) -> tuple[dict[str, Any], ...]:
     """Each other rank's requests of each phase, with their figures and whether its tokens are
     rank 0's (they must be: every rank computes the same logits)."""
-    mine: dict[tuple, list] = {(e.phase, e.index, e.kind): list(e.tokens or ()) for e in events if isinstance(e, ev.Request)}
+    mine: dict[tuple, list] = {(e.phase, e.index, e.kind): list(e.record().tokens or ()) for e in events
+                               if isinstance(e, ev.Request)}
     out = []
     for e in events:
         if not isinstance(e, ev.RankTimeline):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from macprof.measure.stats import median
-from macprof.model.events import Telemetry
+from macprof.model.events import Event, Telemetry
 from macprof.model.phases import Request
 from macprof.model.records import record_fields
 from macprof.model.telemetry import (Baseline, ColdEnergy, Energy, PhaseTelemetry, RequestEnergy, TelemetryRaw,
@@ -51,17 +51,20 @@ def integrate(samples: Sequence[TelemetrySample], domain: str, a: int, b: int) -
     return joules if b > a and covered >= (b - a) - GAP_NS else None
 
 
-def merged(events: Sequence[Telemetry]) -> TelemetryRaw | None:
-    """One phase's telemetry from its events: a phase resumed in a second worker has two; the
+def telemetry_of(events: Sequence[Event], phase: str | None = None) -> list[TelemetryRaw]:
+    """The telemetry the journal holds, of one phase where ``phase`` names it."""
+    raws = [e.record() for e in events if isinstance(e, Telemetry)]
+    return [r for r in raws if phase is None or r.phase == phase]
+
+
+def merged(raws: Sequence[TelemetryRaw]) -> TelemetryRaw | None:
+    """One phase's telemetry from its records: a phase resumed in a second worker has two; the
     samples are pooled, the baseline window and the start readings are the first's."""
-    if not events:
+    if not raws:
         return None
-    first, last = events[0], events[-1]
-    return TelemetryRaw(**{k: getattr(first, k) for k in (
-        "phase", "source", "total_domain", "domains", "unavailable", "period_s", "t_idle_start", "t_start",
-        "power_source_start", "thermal_pressure_start")},
-        t_end=last.t_end, power_source_end=last.power_source_end, thermal_pressure_end=last.thermal_pressure_end,
-        samples=tuple(s for e in events for s in e.samples))
+    first, last = raws[0], raws[-1]
+    return first.replace(t_end=last.t_end, power_source_end=last.power_source_end,
+                         thermal_pressure_end=last.thermal_pressure_end, samples=tuple(s for r in raws for s in r.samples))
 
 
 def power_reason(raw: TelemetryRaw) -> str:
@@ -183,22 +186,22 @@ def _request_energy(r: Request, raw: TelemetryRaw, base: Baseline, period_ns: in
                                 f"({raw.period_s:g} s): not resolved" if short else None)
 
 
-def idle_baseline(events: Sequence[Telemetry]) -> tuple[Baseline | None, str | None]:
+def idle_baseline(raws: Sequence[TelemetryRaw]) -> tuple[Baseline | None, str | None]:
     """The idle power a cold trial's energy is set against: a cold worker waits for nothing
     before its requests, so the model's warm phase's baseline (else the prefix's), where measured."""
     for phase in ("warm", "prefix"):
-        raw = merged([e for e in events if e.phase == phase])
+        raw = merged([r for r in raws if r.phase == phase])
         base = baseline(raw) if raw else None
         if base and base.watts is not None:
             return base, phase
     return None, None
 
 
-def cold_trial_energy(events: Sequence[Telemetry], windows: Sequence[tuple[int | None, int | None]],
+def cold_trial_energy(raws: Sequence[TelemetryRaw], windows: Sequence[tuple[int | None, int | None]],
                       base: tuple[Baseline | None, str | None]) -> dict:
     """``energy=`` for a cold trial whose worker's telemetry was journaled; nothing (the key
     stays absent) for a log from before telemetry."""
-    return {"energy": cold_energy(merged(events), windows, *base)} if events else {}
+    return {"energy": cold_energy(merged(raws), windows, *base)} if raws else {}
 
 
 def cold_energy(raw: TelemetryRaw | None, windows: Sequence[tuple[int | None, int | None]],
@@ -263,11 +266,11 @@ def throttle(requests: Sequence[Request], raw: TelemetryRaw | None) -> Throttle:
     return found.replace(throttled=False)
 
 
-def phase_telemetry(events: Sequence[Telemetry], requests: Sequence[Request], trend: bool = True) -> PhaseTelemetry | None:
+def phase_telemetry(raws: Sequence[TelemetryRaw], requests: Sequence[Request], trend: bool = True) -> PhaseTelemetry | None:
     """The phase's telemetry record (None when none was journaled: a log from before it).
     ``trend``: whether its requests share one shape, so that their decode speeds form a trend
     (a sweep's cases do not)."""
-    raw = merged(events)
+    raw = merged(raws)
     if raw is None:
         return None
     base = baseline(raw)

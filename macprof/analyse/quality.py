@@ -11,8 +11,7 @@ from macprof.model import events as ev
 from macprof.model.log import ModelResult
 from macprof.model.phase_events import QualityChunkScored, QualityStart
 from macprof.model.phases import Failure, PhaseMemory
-from macprof.model.quality import KldSummary, QualityChunk, QualityPhase
-from macprof.model.records import ABSENT
+from macprof.model.quality import KldSummary, QualityPhase
 
 
 def build_quality(events: Sequence[ev.Event], failures: list[Failure], memory: PhaseMemory) -> QualityPhase:
@@ -23,20 +22,16 @@ def build_quality(events: Sequence[ev.Event], failures: list[Failure], memory: P
         return QualityPhase(failures=tuple(failures), memory=memory)
     head = events[starts[-1]]
     assert isinstance(head, QualityStart)
-    by_index = {e.index: e for e in events[starts[-1]:] if isinstance(e, QualityChunkScored)}
-    chunks = tuple(QualityChunk(index=e.index, t_start=e.t_start, t_end=e.t_end, tokens=e.tokens, nll=e.nll, kld=e.kld,
-                                same_top=e.same_top) for _, e in sorted(by_index.items()))
+    scored = (e.record() for e in events[starts[-1]:] if isinstance(e, QualityChunkScored))
+    chunks = tuple(c for _, c in sorted({c.index: c for c in scored}.items()))
     nll = [x for c in chunks for x in c.nll]
     kld = [x for c in chunks for x in (c.kld or ())]
     same = [x for c in chunks for x in (c.same_top or ())]
     has_kld = bool(chunks) and all(c.kld is not None for c in chunks)
     rates = [c.tokens / ((c.t_end - c.t_start) / 1e9) for c in chunks
              if c.t_start is not None and c.t_end is not None and c.t_end > c.t_start]
-    return QualityPhase(
-        text=head.text, n_ctx=head.n_ctx, chunks_planned=head.chunks, tokens_sha256=head.tokens_sha256,
-        reference=head.reference, is_reference=head.is_reference, reference_reason=head.reference_reason,
-        rescore_reason=head.rescore_reason if head.has("rescore_reason") else ABSENT,
-        scored_tokens=len(nll), **{k: v for k, v in q.perplexity(nll).items() if k != "mean_nll"},
+    return head.record().replace(
+        chunks_planned=head.chunks, scored_tokens=len(nll), **{k: v for k, v in q.perplexity(nll).items() if k != "mean_nll"},
         kld=KldSummary(**q.kld_stats(kld)) if has_kld else None,
         **(q.same_top_stats(same) if has_kld else {"same_top": None, "same_top_unc": None}),
         score_tok_s=stats.median_known(rates), chunks=chunks, failures=tuple(failures), memory=memory)

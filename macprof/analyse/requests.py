@@ -17,18 +17,19 @@ def summarized(values: Sequence[float | None], failures: int = 0) -> Summary:
 
 def request_record(e: ev.Request) -> Request:
     """A raw request event plus the figures derived from its timestamps."""
-    server = e.server  # a server's request: its stamps are chunk arrivals, its counts settled after it
-    d = derive(e.t0, e.t_tokenized, e.token_times, e.computed_prompt_tokens or e.prompt_tokens or 0,
+    raw = e.record()
+    server = raw.server  # a server's request: its stamps are chunk arrivals, its counts settled after it
+    d = derive(raw.t0, raw.t_tokenized, raw.token_times, raw.computed_prompt_tokens or raw.prompt_tokens or 0,
                server.chunk_tokens if server else None,
                (server.completion_tokens - (server.unstamped_tokens or 0)) if server and server.completion_tokens
-               is not None else None, chunked=server is not None, t_prefilled=e.t_prefilled)
+               is not None else None, chunked=server is not None, t_prefilled=raw.t_prefilled)
     itl = sorted(d.itl_s)
-    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before", "server", "t_prefilled") if e.has(k)}
-    return Request(
-        index=e.index, kind=e.kind, mode=e.mode, status=e.status, error=e.error, t0=e.t0, t_tokenized=e.t_tokenized,
-        token_times=e.token_times, tokens=e.tokens, prompt_tokens=e.prompt_tokens, reused_tokens=e.reused_tokens,
-        computed_prompt_tokens=e.computed_prompt_tokens, cached_tokens_after=e.cached_tokens_after,
-        kv_cache_bytes=e.kv_cache_bytes, engine_memory=e.engine_memory, **tags, n_tokens=d.n_tokens,
+    # its head is the event's (the phase is not the record's); a sweep's tags only where it has them
+    tags = {k: getattr(e, k) for k in ("case", "batch", "cached_tokens_before") if e.has(k)}
+    return raw.replace(
+        index=e.index, kind=e.kind, mode=e.mode, **tags, reused_tokens=raw.reused_tokens,
+        computed_prompt_tokens=raw.computed_prompt_tokens, cached_tokens_after=raw.cached_tokens_after,
+        kv_cache_bytes=raw.kv_cache_bytes, engine_memory=raw.engine_memory, n_tokens=d.n_tokens,
         ttft_s=d.ttft_s, prefill_tok_s=d.prefill_tok_s, decode_tok_s=d.decode_tok_s, e2e_tok_s=d.e2e_tok_s,
         tokenize_s=d.tokenize_s, total_s=d.total_s,
         itl=Itl(mean=sum(itl) / len(itl), p50=stats.percentile(itl, 50), p95=stats.percentile(itl, 95),

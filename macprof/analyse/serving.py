@@ -47,11 +47,11 @@ def _level(level: LoadLevel, reqs: list[Request], s, shape: dict | None, bw) -> 
     span = (max(ends) - min(starts)) / NS if ends and starts else None
     tokens = sum(r.n_tokens for r in ok)
     good, reason = _goodput(reqs, s.slo_ttft, s.slo_itl)
-    c = level.concurrency
-    return LoadLevelResult(
-        id=level.case, mode=level.mode, concurrency=c, rate=level.rate, seed=level.seed, planned=level.planned,
-        sent=level.sent, ok=len(ok), errors=bad, duration_s=(level.t_end - level.t_start) / NS,
-        time_limit_s=level.time_limit_s, ttft_s=_summary([r.ttft_s for r in ok], bad), itl_s=_summary(gaps, bad),
+    raw = level.record(id=level.case)
+    c = raw.concurrency
+    return raw.replace(
+        ok=len(ok), errors=bad, duration_s=(level.t_end - level.t_start) / NS,
+        ttft_s=_summary([r.ttft_s for r in ok], bad), itl_s=_summary(gaps, bad),
         e2e_s=_summary([r.total_s for r in ok], bad), tokens=tokens,
         aggregate_tok_s=tokens / span if span and span > 0 else None, goodput=good, goodput_reason=reason,
         prediction=batch_prediction(shape, mean_context(s.prompt_tokens, s.gen_tokens), c, bw) if c else None,

@@ -48,7 +48,7 @@ def build_speculative_phase(ctx, name: str) -> SpeculativePhase:
         elif isinstance(e, SpeculativeRounds) and e.phase == name:
             rounds[(e.case, e.index)] = e.rounds
         elif isinstance(e, SpeculativeCheck) and e.phase == name:
-            checks[(e.case, e.index)] = OutputCheck.of(e)
+            checks[(e.case, e.index)] = e.record()
     base = [r.decode_tok_s for r in plain if r.kind == "measured" and r.status == "ok" and r.decode_tok_s]
     ks = sorted((int(c[1:]), c) for c in spec if c.startswith("k") and c[1:].isdigit())
     measured = {c: [r for r in spec[c] if r.kind == "measured" and r.status == "ok" and r.decode_tok_s] for _, c in ks}

@@ -23,6 +23,7 @@ from macprof.model.log import ModelResult
 from macprof.model.phases import Failure, PhaseMemory
 from macprof.model.tasks import (Proportion, TaskAttempt, TaskAttemptDone, TaskRefusal, TaskRefused, TaskResult,
                                  TasksPhase, TasksStart, TasksSummary, ToolValiditySummary)
+from macprof.model.telemetry import TelemetryRaw
 
 PHASE = "tasks"
 CUT = ("timeout", "crashed")  # an attempt's status where the parent cut it: its wall time is known, its tokens are not
@@ -54,35 +55,26 @@ def build_tasks(events: Sequence[ev.Event], failures: list[Failure], memory: Pha
     recorded: set[tuple] = set()  # (worker, task, attempt) the worker itself recorded
     for e in tail:
         if isinstance(e, TaskAttemptDone):
-            if e.status in CUT and (e.worker, e.task, e.attempt) in recorded:
+            a = e.record()
+            if a.status in CUT and (e.worker, a.task, a.attempt) in recorded:
                 # a journal of a macprof that blamed a hang after an attempt on that attempt: the
                 # worker's own record stands, the parent's made-up one does not replace it
                 continue
-            recorded.add((e.worker, e.task, e.attempt))
-            fields: dict = {k: getattr(e, k) for k in (
-                "task", "attempt", "status", "error", "t0", "t_tokenized", "token_times", "prompt_tokens", "tokens",
-                "stop", "text", "correct", "message")}
-            for key in ("tool", "t_end", "completion_tokens", "temperature", "seed", "claims", "check_ns", "check_error"):
-                if e.has(key):
-                    fields[key] = getattr(e, key)
-            a = TaskAttempt(**fields)
-            r = results.get(e.task) if e.attempt > 1 else None
-            r = r or TaskResult(task=e.task, category=e.category, checker=e.checker)
-            results[e.task] = r.replace(attempts=(*r.attempts, a),
-                                        solved_at=r.solved_at if r.solved_at is not None else (e.attempt if e.correct else None))
+            recorded.add((e.worker, a.task, a.attempt))
+            r = results.get(a.task) if a.attempt > 1 else None
+            r = r or TaskResult(task=a.task, category=e.category, checker=e.checker)
+            results[a.task] = r.replace(attempts=(*r.attempts, a),
+                                        solved_at=r.solved_at if r.solved_at is not None else (a.attempt if a.correct else None))
     refusals = tuple(dict.fromkeys(  # each worker's tasks_start repeats the file's refused lines
-        (*(r for e in tail if isinstance(e, TasksStart) for r in e.refusals),
+        (*(r for e in tail if isinstance(e, TasksStart) for r in e.record().refusals),
          *(TaskRefusal(line=e.line, task=e.task, reason=e.reason) for e in tail if isinstance(e, TaskRefused)))))
-    telemetry = [e for e in events if isinstance(e, ev.Telemetry) and e.phase == PHASE]
+    telemetry = en.telemetry_of(events, PHASE)
     rows = tuple(results.values())
-    return TasksPhase(
-        task_set=head.task_set, prompt_format=head.prompt_format, tool_format=head.tool_format,
-        generation=head.generation, attempts_allowed=head.attempts_allowed, temperature=head.temperature,
-        seed=head.seed, context_tokens=head.context_tokens, summary=summarize(rows, telemetry),
-        results=rows, refusals=refusals, failures=tuple(failures), memory=memory)
+    return head.record().replace(summary=summarize(rows, telemetry), results=rows, refusals=refusals,
+                                 failures=tuple(failures), memory=memory)
 
 
-def summarize(results: Sequence[TaskResult], telemetry: Sequence[ev.Telemetry] = ()) -> TasksSummary:
+def summarize(results: Sequence[TaskResult], telemetry: Sequence[TelemetryRaw] = ()) -> TasksSummary:
     n = len(results)
     solved = [r for r in results if r.solved_at is not None]
     first = sum(1 for r in solved if r.solved_at == 1)
@@ -121,7 +113,7 @@ def _claimed(attempts: Sequence[TaskAttempt]) -> str:
     return next((f"{key} = {value}" for a in attempts for key, value in sorted((a.claims or {}).items())), "")
 
 
-def _energy(windows: list[tuple[int, int]], telemetry: Sequence[ev.Telemetry]) -> tuple[float | None, str | None]:
+def _energy(windows: list[tuple[int, int]], telemetry: Sequence[TelemetryRaw]) -> tuple[float | None, str | None]:
     """Net joules over the attempts' windows, or None and why."""
     raw = en.merged(list(telemetry))
     if raw is None:

@@ -14,9 +14,10 @@ from macprof.cli.dist import estimate_options, with_group
 from macprof.cli.speculative import draft_arguments, draft_options
 from macprof.cli.errors import Group, echo_err
 from macprof.errors import MacprofError, NothingMeasured
-from macprof.cli.options import csv_ints, number, run_options
+from macprof.cli.options import declared_option, number, run_options
 from macprof.sanitise import clean
-from macprof.config.settings import DRAFT_TOKENS_MAX, INT_MAX, KV_TYPES, MODEL_ENGINES, implied_phases
+from macprof.config.settings import INT_MAX, implied_phases
+from macprof.engines import APIS
 from macprof.render.formats import LOG_FORMATS
 
 if TYPE_CHECKING:
@@ -324,10 +325,10 @@ def plot(paths, output) -> None:
 @click.option("--kv-heads", type=int)
 @click.option("--head-dim", type=int)
 @click.option("--kv-bits", type=float, default=16, show_default=True)
-@click.option("--kv-type", type=click.Choice(KV_TYPES), default="f16", show_default=True,
-              help="K/V cache type the MODEL is run with (llama.cpp type_k/type_v, MLX kv_bits).")
+@declared_option("kv_type")  # the K/V cache type the MODEL is run with
 @click.option("--context", type=int, default=0, show_default=True, help="Tokens of context per sequence.")
-@click.option("--batch", "batches", callback=csv_ints, default="1", show_default=True, help="Batch sizes, e.g. 1,2,4,8.")
+@declared_option("batches", dest="batches", default="1", show_default=True,
+                 why="the batching table starts at B = 1 unless asked")
 @click.option("--json", "as_json", is_flag=True)
 @estimate_options
 @draft_options
@@ -354,8 +355,7 @@ def estimate(model, params, active_params, bits, bytes_per_param, file_size, ban
 
 @main.command()
 @click.argument("model")
-@click.option("--kv-type", type=click.Choice(KV_TYPES), default="f16", show_default=True,
-              help="K/V cache type to size the cache for.")
+@declared_option("kv_type")  # the cache sized for it
 @click.option("--json", "as_json", is_flag=True)
 def inspect(model, kv_type, as_json) -> None:
     """Model shape and bytes from metadata alone (GGUF header / MLX config + safetensors headers);
@@ -405,38 +405,43 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 
 @main.command()
 @click.argument("refs", nargs=-1, metavar="[MODEL]...")
-@click.option("--engine", type=click.Choice(MODEL_ENGINES), help="Engine for the MODEL arguments.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default="models.toml", show_default=True)
-@click.option("--models", "names", default="demo-small-q4_k_m,demo-small-mlx-f16", show_default=True,
-              help="Comma-separated model names from the config (without MODEL arguments).")
+# the options `run` declares are made from their declarations (config/settings.py); each place
+# where the benchmark reads one otherwise is an override, with its reason
+@declared_option("engine")
+@declared_option("config_path")
+@declared_option("names", default=("demo-small-q4_k_m,demo-small-mlx-f16",), show_default=True,
+                 why="without MODEL arguments the benchmark measures the two small demo models")
 @click.option("--path", "which", type=click.Choice(["loop", "run", "both", "speculative"]), default="both",
               show_default=True,
               help="loop: the decode loop in-process; run: the whole `macprof run` path against the engine's "
                    "own benchmark in its own process (llama.cpp: needs --llama-bench); speculative: macprof's "
                    "speculative loop against the engine's own (needs --draft).")
-@click.option("--draft", help="With --path speculative: the draft (any reference MODEL takes) or ngram.")
-@click.option("--draft-tokens", "draft_tokens", type=click.IntRange(1, DRAFT_TOKENS_MAX), default=4, show_default=True,
-              help="With --path speculative: tokens drafted per round (k; at most --gen-tokens - 2).")
-@click.option("--ngram", type=click.IntRange(1, INT_MAX), default=2, show_default=True,
-              help="With --draft ngram: the longest n-gram looked up (both sides).")
-@click.option("--gen-tokens", type=click.IntRange(1, INT_MAX), default=128, show_default=True)
-@click.option("--depth", type=click.IntRange(0, INT_MAX), default=256, show_default=True,
-              help="KV depth (prompt tokens) before decoding.")
+@declared_option("draft")
+@declared_option("draft_tokens", kind="int", default=4, show_default=True,
+                 help="With --path speculative: tokens drafted per round (k; at most --gen-tokens - 2).",
+                 why="the benchmark times one draft length against the engine's own, not run's sweep of them")
+@declared_option("ngram")
+@declared_option("gen_tokens", kind="int", help="Generated tokens per request, EOS ignored [{gen_tokens}].",
+                 why="one length: the benchmark's requests make no grid")
+@declared_option("depths", "--depth", "depth", kind="int", default=256, show_default=True,
+                 help="KV depth (prompt tokens) before decoding.",
+                 why="one depth, the prompt each request decodes after: not run's sweep of depths")
 @click.option("--pairs", type=click.IntRange(1, INT_MAX), default=7, show_default=True,
               help="Alternating macprof/reference pairs.")
-@click.option("--reps", type=click.IntRange(1, INT_MAX), default=5, show_default=True,
-              help="Measured requests per full-path run.")
-@click.option("--threads", type=click.IntRange(1, INT_MAX), help="Engine threads (llama.cpp) [physical cores].")
+@declared_option("reps")
+@declared_option("threads")
 @click.option("--llama-bench", "llama_bench", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="A llama-bench binary (benchmarks/build_llama_bench.sh): the loop's reference instead of the "
                    "in-process tg loop, and the full path's reference.")
-@click.option("--endpoint", help="A running server: macprof's whole server path against a minimal streaming client "
-                                "on the same prompts (--depth prompt tokens, --gen-tokens, --reps per side and pair).")
-@click.option("--model", "served_model", help="With --endpoint: the model name to request [the first it lists].")
-@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
-              help="With --endpoint or --serve: the server's API.")
-@click.option("--serve", nargs=2, metavar="mlx|llama.cpp|llama-server MODEL",
-              help="Start that server on MODEL (as `macprof run --serve`), then measure it as --endpoint does.")
+@declared_option("endpoint", help="A running server: macprof's whole server path against a minimal streaming client "
+                                  "on the same prompts (--depth prompt tokens, --gen-tokens, --reps per side and pair).",
+                 why="the benchmark measures macprof's server path against a client, not the server as a model")
+@declared_option("served_model")
+@declared_option("api", choices=tuple(a for a in APIS if a != "ollama"), default="completions", show_default=True,
+                 help="With --endpoint or --serve: the server's API.",
+                 why="the minimal client the server path is timed against speaks no Ollama; --serve's server too")
+@declared_option("serve", help="Start that server on MODEL (as `macprof run --serve`), then measure it as --endpoint "
+                               "does.", why="the server started is measured as --endpoint is here, not as a model")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def overhead(ctx, refs, engine, config_path, names, which, draft, draft_tokens, ngram, gen_tokens, depth, pairs, reps,
@@ -459,8 +464,9 @@ def overhead(ctx, refs, engine, config_path, names, which, draft, draft_tokens, 
     from macprof.bench import fullpath, loop
     from macprof.bench.fullpath import table as bench_table
     from macprof.cli.models import ensure_demo_models, selected_models
+    from macprof.config.settings import RunArgs
 
-    chosen = [] if refs else [n.strip() for n in names.split(",") if n.strip()]
+    chosen = [] if refs else RunArgs(names=names).model_names
     selected = selected_models(ctx, refs, engine, config_path, chosen, None)
     ensure_demo_models(selected)
     say = lambda s: click.echo(s, err=True)  # noqa: E731

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import click
 
+from macprof.cli.options import declared_option
+
 
 def estimate_options(f):
     """--hosts N / --link-gbs / --latency-us / --hidden for `macprof estimate`."""
     for option in reversed([
         click.option("--hosts", "group_hosts", type=int, help="Machines sharing the model (each one rank, each with --bandwidth)."),
-        click.option("--link-gbs", "group_link_gbs", type=float, help="Link bandwidth between them, GB/s."),
+        declared_option("distributed", "--link-gbs", "group_link_gbs", help="Link bandwidth between them, GB/s.",
+                        why="a prediction: no communication pass measures the link when it is not given"),
         click.option("--latency-us", "group_latency_us", type=float, default=0.0, show_default=True,
                      help="Latency per collective, microseconds."),
         click.option("--hidden", "group_hidden", type=int, help="Hidden size (read from MODEL when given)."),

@@ -1,9 +1,12 @@
 """Command-line values that need parsing beyond click's types (integer lists, numbers with a
-suffix: 8B, 1.5M), and the click options of `macprof run`, made from the declarations of
-macprof/config/settings.py: each setting's flags and the run options, nothing written here."""
+suffix: 8B, 1.5M), and the click options made from the declarations of
+macprof/config/settings.py: every option of `macprof run` (each setting's flags and the run
+options, nothing written here), and another command's option that sets what a declaration
+declares (``declared_option``: `overhead`'s, `estimate`'s and `inspect`'s)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any, Callable
@@ -98,3 +101,62 @@ def run_options(f: Callable) -> Callable:
     for param, flag, help, choices in reversed(flags):
         command = click.option(flag.decl, param, **_click_kwargs(flag, help, choices))(command)
     return command
+
+
+class DeclaredOption(click.Option):
+    """A command's option made from a declaration by ``declared_option``: what it is made from,
+    what it overrides and why (tests/test_declared_once.py reads them)."""
+
+    def __init__(self, *args: Any, declared: str, overrides: tuple[str, ...], why: str | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.declared, self.overrides, self.why = declared, overrides, why
+
+
+def declared_option(name: str, decl: str | None = None, dest: str | None = None, why: str | None = None,
+                    **override: Any) -> Callable[[Callable], Callable]:
+    """The click option of a command other than `run` that sets what the setting (or the run
+    option) ``name`` declares: its flag (``decl``, where the setting has several), help,
+    choices and default as declared, an integer or a number bounded as its check bounds it
+    (click says the range). What the command reads otherwise is an ``override`` of the flag's
+    fields (kind, help, default, choices, show_default, metavar), with ``why``: a difference is
+    explicit and says its reason where the command is declared. ``dest``: the parameter's name
+    in that command [the flag's]."""
+    if override and not why:
+        raise TypeError(f"declared_option({name!r}): an override needs its reason (why=)")
+    overrides = tuple(sorted(override))
+    if name in spec.SPECS:
+        s = spec.SPECS[name]
+        flag = next(f for f in s.flags if decl is None or f.name == decl)
+        param, check = flag.param, s.check
+        help, choices, default = spec.flag_help(s, flag), spec.flag_choices(s, flag), spec.DEFAULTS[name]
+    else:  # a run option: its field's name is its parameter's, as in `run`
+        flag = next(f.metadata["flag"] for cls in (spec.RunArgs, spec.ServerArgs) for f in dataclasses.fields(cls)
+                    if f.name == name)
+        param, check, help, choices, default = name, None, flag.help or "", flag.choices, flag.default
+    if "help" in override:
+        override["help"] = override["help"].format(**spec.HELP_FIELDS)
+    flag = dataclasses.replace(flag, **{"help": help, "choices": choices,
+                                        "default": default if flag.kind not in _LISTS else None, **override})
+    kwargs = _click_kwargs(flag, flag.help or "", flag.choices)
+    bounded = _bounded(flag.kind, check)
+    if bounded is not None:
+        kwargs["type"] = bounded
+    return click.option(flag.decl, dest or param, cls=DeclaredOption, declared=name, overrides=overrides, why=why,
+                        **kwargs)
+
+
+_LISTS = ("ints", "rates", "many")  # kinds whose click value is a list, not the setting's default tuple
+
+
+def _bounded(kind: str, check: spec.Check | None) -> click.ParamType | None:
+    """click's type for one integer or number within the check's range (of a list's items,
+    where the setting is a list read here as one value), or None."""
+    if check is None or kind not in ("int", "float"):
+        return None
+    node = check.schema.get("items", check.schema)
+    low = node.get("minimum", node.get("exclusiveMinimum"))
+    if kind == "int" and node.get("type") == "integer":
+        return click.IntRange(low, node.get("maximum"))
+    if kind == "float" and node.get("type") == "number":
+        return click.FloatRange(low, node.get("maximum"), min_open="exclusiveMinimum" in node)
+    return None

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import click
 
-from macprof.cli.options import csv_ints
+from macprof.cli.options import declared_option
 
 
 def draft_options(f):
     """--draft / --acceptance / --draft-tokens for `macprof estimate`."""
     for option in reversed([
-        click.option("--draft", "spec_draft", help="Speculative decoding: the draft model (a path or a reference, as "
-                     "MODEL) or ngram (prompt lookup, no weights read)."),
+        declared_option("draft", dest="spec_draft"),
         click.option("--acceptance", "spec_acceptance", type=float,
                      help="With --draft: the per-token acceptance, 0 to 1 (the chance each drafted token is accepted)."),
-        click.option("--draft-tokens", "spec_draft_tokens", callback=csv_ints,
-                     help="With --draft: tokens drafted per round, e.g. 1,2,4,8 [as `run --draft-tokens`]."),
+        declared_option("draft_tokens", dest="spec_draft_tokens",
+                        help="With --draft: tokens drafted per round, e.g. 1,2,4,8 [as `run --draft-tokens`: "
+                             "{draft_tokens}].",
+                        why="a prediction has no --gen-tokens to bound k by; its own bounds are analyse/estimate.py's"),
     ]):
         f = option(f)
     return f

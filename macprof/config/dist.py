@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from macprof.errors import MacprofError
+from macprof.measure.words import PARALLEL  # the layouts the group's ceiling is computed for
 
 BACKENDS = ("ring", "jaccl", "jaccl-ring", "mpi")
-PARALLEL = ("tensor", "pipeline")
 KEYS = ("hosts", "backend", "parallel", "link_gbs")
 LINK_GBS_MAX = 1_000_000  # GB/s (a petabyte a second): far past any link, and every figure made of it finite
 

@@ -3,24 +3,24 @@ name, type and default are the dataclass's; its metadata (``setting(...)``) hold
 the check a value must pass (with the "must be ..." text and the JSON Schema of what a log may
 hold), the help, the unit, the phases it applies to, whether models.toml and the command line
 may set it, its command-line flags and how their values read as settings, and how the run log
-records it. The options of `macprof run` that are no setting are declared here too, as the
-fields of ``RunArgs`` and ``ServerArgs``.
+records it, its place in --help and what it is to `macprof share`. The options of `macprof run`
+that are no setting are declared here too, as the fields of ``RunArgs`` and ``ServerArgs``.
 
-Derived from these declarations: the click options of `macprof run` (macprof/cli/options.py),
-models.toml's validation (``check_value``, macprof/config/__init__.py), the settings the command line
-sets (``command_line_settings``), the phases sweep and server options ask for alone
-(``implied_phases``), and the run log's settings object of the JSON Schema
-(``settings_schema``; tests/test_model_schema.py holds the checked-in schema and the log's
-``ModelSettings`` record to it).
+Derived from these declarations: the click options of `macprof run` and another command's
+options of the same flags (macprof/cli/options.py), models.toml's validation (``check_value``,
+macprof/config/__init__.py), the settings the command line sets (``command_line_settings``), the
+phases sweep and server options ask for alone (``implied_phases``), the run log's record of a
+model's settings (model/log.py ModelSettings) and its settings object of the JSON Schema
+(``settings_schema``; tests/test_model_schema.py holds the checked-in schema to it).
 
-Nothing here imports click, an engine or numpy: a worker imports this module with macprof/config/__init__.py.
+Nothing here imports click, an engine adapter or numpy: a worker imports this module with macprof/config/__init__.py.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -29,13 +29,13 @@ import macprof.phases
 from macprof.config.dist import BACKENDS, LINK_GBS_MAX, PARALLEL, Distributed
 from macprof.config.dist import from_cli as _distributed_from_cli
 from macprof.config.dist import partial as _distributed_table
+from macprof.engines import APIS
 from macprof.errors import MacprofError
+from macprof.measure.words import KV_TYPES
 
 PHASES = macprof.phases.NAMES  # every phase, in run order, as macprof/phases.py declares them
 DEFAULT_PHASES = macprof.phases.DEFAULTS
-KV_TYPES = ("f16", "q8_0", "q4_0")  # llama.cpp type_k / type_v, MLX kv_bits (macprof.measure.kvmodel)
 MODEL_ENGINES = ("llama.cpp", "mlx", "fake")  # engines a MODEL argument may name (openai: --endpoint)
-SERVER_APIS = ("completions", "chat", "ollama")
 # phases a server can run when none are asked for: a cold start is --serve's start-up, and
 # recorded as such (a running server's model cannot be unloaded over its API)
 ENDPOINT_PHASES = ("warm", "prefix")
@@ -156,6 +156,7 @@ class Flag:
     default: Any = None
     show_default: bool = False
     metavar: str | None = None
+    group: str | None = None  # a run option's place in --help (HELP_GROUPS); a setting's flags take the setting's
 
     @property
     def name(self) -> str:
@@ -184,6 +185,15 @@ class Spec:
     read: Callable[..., dict] | None = None  # the flags' values (in order) -> settings [{name: value}]
     set_by: str | None = None  # set by that setting's flags (--prompt-tokens sets prompt_grid)
     logged: Logged = "added"  # required by the log's schema; always written; or absent from older logs
+    # its flags' place in --help (HELP_GROUPS) [the first of its phases]
+    group: str | None = None
+    # what a string value is to `macprof share` (a word of model/kind.py, which this layer does not
+    # import; tests/test_share_kinds.py holds it to them) [a word of its choices: vocabulary; a file: path]
+    kind: str | None = None
+
+    @property
+    def help_group(self) -> str | None:
+        return self.group or (self.phases[0] if self.phases else None)
 
 
 def setting(default: Any, check: Check, help: str, **spec: Any) -> Any:
@@ -244,35 +254,35 @@ class Settings:
     """One model's settings. Field order is the run log's key order (ModelSettings)."""
 
     phases: tuple[str, ...] = setting(
-        DEFAULT_PHASES, _names(PHASES, "phases"), logged="required", flags=(Flag("--phases"),), read=_words("phases"),
+        DEFAULT_PHASES, _names(PHASES, "phases"), logged="required", group="phases", flags=(Flag("--phases"),), read=_words("phases"),
         help="Comma-separated phases: {phase_names} [{phases}; with sweep options, just the sweeps].")
     prompt_tokens: int = setting(
         512, POSITIVE_INT, "Prompt length in tokens [{prompt_tokens}]; a list (128,512,2048) makes a grid with --gen-tokens.",
-        unit="tokens", logged="required", flags=(Flag("--prompt-tokens", "ints"),), read=_grid("prompt_tokens", "prompt_grid"))
+        unit="tokens", logged="required", group="requests", flags=(Flag("--prompt-tokens", "ints"),), read=_grid("prompt_tokens", "prompt_grid"))
     gen_tokens: int = setting(
         128, POSITIVE_INT, "Generated tokens per request, EOS ignored [{gen_tokens}] (a conversation's reply ends at EOS or here); "
         "a list (16,256) makes a grid.",
-        unit="tokens", logged="required", flags=(Flag("--gen-tokens", "ints"),), read=_grid("gen_tokens", "gen_grid"))
+        unit="tokens", logged="required", group="requests", flags=(Flag("--gen-tokens", "ints"),), read=_grid("gen_tokens", "gen_grid"))
     prefix_tokens: int = setting(
         448, POSITIVE_INT, "Shared prefix length for the prefix phase [{prefix_tokens}; unset, "
         "{prefix_tokens}/{prompt_tokens} of the prompt length].",
         unit="tokens", phases=("prefix",), logged="required", flags=(Flag("--prefix-tokens", "int"),))
     reps: int = setting(5, POSITIVE_INT, "Measured requests per phase (per case in a sweep) [{reps}].",
-                        unit="requests", logged="required", flags=(Flag("--reps", "int"),))
+                        unit="requests", logged="required", group="requests", flags=(Flag("--reps", "int"),))
     cold_trials: int = setting(3, POSITIVE_INT, "Fresh-process cold starts per model [{cold_trials}].", unit="trials",
                                phases=("cold",), logged="required", flags=(Flag("--cold-trials", "int"),))
     threads: int | None = setting(None, POSITIVE_INT, "Engine threads [engine default: physical cores for llama.cpp].",
-                                  unit="threads", logged="always", flags=(Flag("--threads", "int"),))
+                                  unit="threads", logged="always", group="engine", flags=(Flag("--threads", "int"),))
     timeout: float = setting(300.0, SECONDS, "Per-request timeout in seconds [{timeout}].", unit="s", logged="required",
-                             flags=(Flag("--timeout", "float"),))
+                             group="requests", flags=(Flag("--timeout", "float"),))
     delay: float = setting(0.0, _number("a number of seconds", exclusive=False),
                            "Cool-down seconds before each trial [{delay}].", unit="s", logged="always",
-                           flags=(Flag("--delay", "float"),))
+                           group="requests", flags=(Flag("--delay", "float"),))
     drop_cache: bool = setting(
         False, FLAG, "Evict the model's files from the page cache before each cold trial (where the OS allows).",
         phases=("cold",), logged="always", flags=(Flag("--drop-cache/--no-drop-cache", "switch"),))
     force: bool = setting(False, FLAG, "Load a model even when it plainly cannot fit in memory.", logged="always",
-                          flags=(Flag("--force/--no-force", "switch"),))
+                          group="engine", flags=(Flag("--force/--no-force", "switch"),))
     # sweeps (macprof/cases.py): grid of lengths, named shapes, KV depths, batch sizes
     prompt_grid: tuple[int, ...] = setting((), _ints(1), "The grid's prompt lengths (--prompt-tokens with two or more).",
                                            unit="tokens", phases=_GRID, selects=True, set_by="prompt_tokens")
@@ -289,11 +299,11 @@ class Settings:
         flags=(Flag("--batch", "ints"),), read=_levels("batches"))
     kv_type: str = setting(
         "f16", _one_of(KV_TYPES), "K/V cache type: llama.cpp type_k/type_v (with flash attention), MLX kv_bits 8/4 "
-        "[{kv_type}].", flags=(Flag("--kv-type", "choice"),))
+        "[{kv_type}].", group="engine", flags=(Flag("--kv-type", "choice"),))
     # sharded over an MLX distributed group (macprof/config/dist.py)
     distributed: Distributed | None = setting(
         None, _DISTRIBUTED, "The MLX distributed group each model is sharded over: hosts, backend, parallel, link_gbs.",
-        read=lambda *values: {"distributed": _distributed_from_cli(*values)}, flags=(
+        read=lambda *values: {"distributed": _distributed_from_cli(*values)}, group="distributed", flags=(
             Flag("--hosts", help="Shard each model over an MLX distributed group launched by mlx.launch: one host per "
                                  "rank, comma-separated (127.0.0.1,127.0.0.1: two local ranks), or N for N local ranks."),
             Flag("--backend", "choice", choices=BACKENDS, help="MLX distributed backend [{backend}]."),
@@ -313,7 +323,7 @@ class Settings:
     reference: str | None = setting(
         None, Check(str, lambda v: bool(v.strip()), "a model name", _TEXT),
         "quality: the model the others are compared with [the highest-precision one].", phases=_QUALITY,
-        flags=(Flag("--reference"),))
+        kind="model name", flags=(Flag("--reference"),))
     text: str | None = setting(
         None, Check(str, lambda v: bool(v.strip()), "the path of a UTF-8 text file", _TEXT),
         "quality: a UTF-8 text file to score [the text shipped with macprof].", phases=_QUALITY,
@@ -323,7 +333,7 @@ class Settings:
     draft: str | None = setting(
         None, Check(str, lambda v: bool(v.strip()), "a model reference (as MODEL takes) or ngram", _TEXT),
         "speculative: the draft model (any reference MODEL takes) or ngram (prompt lookup).", phases=_SPEC,
-        flags=(Flag("--draft"),))
+        kind="model reference", flags=(Flag("--draft"),))
     draft_tokens: tuple[int, ...] = setting(
         (1, 2, 4, 8), _ints(1, DRAFT_TOKENS_MAX), "speculative: tokens drafted per round, each less than "
         "--gen-tokens - 1 (a round drafts no more: the first token is the prefill's, every round ends with the "
@@ -402,7 +412,7 @@ class Settings:
     # the preset the command line named (its values are set as if given, PRESETS), for the log
     preset: str | None = setting(
         None, _one_of(tuple(PRESETS)), "A named set of settings, each overridden by its own flag given beside it: "
-        "{presets}.", toml=False, flags=(Flag("--preset", "choice"),))
+        "{presets}.", toml=False, group="phases", flags=(Flag("--preset", "choice"),))
 
 
 def spec(f: Field) -> Spec:
@@ -447,12 +457,21 @@ def setting_flags() -> list[tuple[str, Flag, str, tuple[str, ...]]]:
     out = []
     for s in SPECS.values():
         for flag in s.flags:
-            choices = flag.choices or (s.check.choices if flag.kind == "choice" else ())
-            text = (flag.help or s.help).format(**HELP_FIELDS)
+            flag = replace(flag, group=flag.group or s.help_group)
+            text = flag_help(s, flag)
             if s.check.bounds and not flag.help:
                 text = f"{text.rstrip('.')} ({s.check.bounds}{' ' + s.unit if s.unit in UNITS_SAID else ''})."
-            out.append((flag.param, flag, text, choices))
+            out.append((flag.param, flag, text, flag_choices(s, flag)))
     return out
+
+
+def flag_help(s: Spec, flag: Flag) -> str:
+    """A setting's flag's help, its defaults filled in (without its range)."""
+    return (flag.help or s.help).format(**HELP_FIELDS)
+
+
+def flag_choices(s: Spec, flag: Flag) -> tuple[str, ...]:
+    return flag.choices or (s.check.choices if flag.kind == "choice" else ())
 
 
 UNITS_SAID = ("s", "tokens")  # units a range in the help names (a range of "attempts" reads as well without)
@@ -489,8 +508,9 @@ def implied_phases(given: dict[str, Any], phases_given: bool, serving: bool, res
 
 # -- the options of `macprof run` that are no setting ------------------------------------------
 def run_option(value: Any, decl: str, help: str, kind: Kind = "str", **flag: Any) -> Any:
-    """A RunArgs / ServerArgs field: its value when not given, and its flag as the metadata."""
-    return field(default=value, metadata={"flag": Flag(decl, kind, help=help, **flag)})
+    """A RunArgs / ServerArgs field: its value when not given, and its flag as the metadata (a
+    ServerArgs flag's place in --help is the server's)."""
+    return field(default=value, metadata={"flag": Flag(decl, kind, help=help, **{"group": "server", **flag})})
 
 
 @dataclass(frozen=True)
@@ -498,16 +518,18 @@ class RunArgs:
     """What to measure and where the log goes."""
 
     engine: str | None = run_option(None, "--engine", "Engine for the MODEL arguments [from the format: GGUF -> "
-                                    "llama.cpp, MLX directory -> mlx].", "choice", choices=MODEL_ENGINES)
+                                    "llama.cpp, MLX directory -> mlx].", "choice", choices=MODEL_ENGINES, group="models")
     config_path: Path = run_option(Path("models.toml"), "--config", "models.toml listing the models to measure (with MODEL "
                                    "arguments: only its [settings], when given).", "path", default="models.toml",
-                                   show_default=True)
-    names: tuple[str, ...] = run_option((), "--models", "Only these model names (repeat or comma-separate).", "many")
-    log_path: Path | None = run_option(None, "--log", "Run log path [runs/<UTC time>-<host id>.json].", "path")
+                                   show_default=True, group="models")
+    names: tuple[str, ...] = run_option((), "--models", "Only these model names (repeat or comma-separate).", "many",
+                                        group="models")
+    log_path: Path | None = run_option(None, "--log", "Run log path [runs/<UTC time>-<host id>.json].", "path",
+                                       group="output")
     resume: Path | None = run_option(None, "--resume", "Continue an interrupted run from its journal (what it measured is "
-                                     "kept; same config and options).", "file")
+                                     "kept; same config and options).", "file", group="output")
     force_overwrite: bool = run_option(False, "--force-overwrite", "Replace a run log (and its journal) already at --log.",
-                                       "flag")
+                                       "flag", group="output")
 
     @property
     def model_names(self) -> list[str]:
@@ -522,7 +544,7 @@ class ServerArgs:
                                       "URL, e.g. http://127.0.0.1:8080/v1 (Ollama: http://127.0.0.1:11434 with --api ollama).")
     served_model: str | None = run_option(None, "--model", "With --endpoint: the model name to request [the first it lists].")
     api: str | None = run_option(None, "--api", "With --endpoint: the server's API [completions].", "choice",
-                                 choices=SERVER_APIS)
+                                 choices=APIS)
     serve: tuple[str, str] | None = run_option(None, "--serve", "Start mlx_lm.server, llama-cpp-python's server or llama.cpp's "
                                                "llama-server (from PATH) on MODEL on a free loopback port, measure it, stop "
                                                "it.", "pair", metavar="mlx|llama.cpp|llama-server MODEL")
@@ -540,23 +562,20 @@ def flag_of(cls: type, name: str) -> Flag:
     return next(f.metadata["flag"] for f in fields(cls) if f.name == name)
 
 
+# The groups `macprof run --help` lists its options in, in this order; within a group, the
+# options keep their declaration order (a setting's group: its own, else its first phase's).
+HELP_GROUPS = ("models", "phases", "requests", "grid", "depth", "batch", "prefix", "cold", "engine", "output",
+               "distributed", "speculative", "quality", "server", "concurrency", "conversation", "tasks")
+
+
 def run_flags() -> list[tuple[str, Flag, str, tuple[str, ...]]]:
     """(dest, flag, help, choices) of every option of `macprof run`, in the order --help lists
-    them (RUN_ORDER; a flag it does not name comes last, never missing)."""
+    them: by HELP_GROUPS, then as declared (a flag in no group comes last, never missing:
+    declaration_errors names it)."""
     declared = [(f.name, f.metadata["flag"], f.metadata["flag"].help, f.metadata["flag"].choices)
                 for cls in (RunArgs, ServerArgs) for f in fields(cls)] + setting_flags()
-    rank = {name: i for i, name in enumerate(RUN_ORDER)}
-    return sorted(declared, key=lambda d: rank.get(d[1].name, len(rank)))
-
-
-RUN_ORDER = ("--engine", "--config", "--models", "--preset", "--phases", "--prompt-tokens", "--gen-tokens", "--shape", "--depth",
-             "--batch", "--prefix-tokens", "--reps", "--cold-trials", "--threads", "--kv-type", "--timeout", "--delay",
-             "--drop-cache", "--force", "--log", "--resume", "--force-overwrite", "--hosts", "--backend", "--parallel",
-             "--link-gbs", "--draft", "--draft-tokens", "--ngram", "--speculative-impl", "--quality-tokens", "--quality-ctx", "--reference", "--text", "--endpoint", "--model", "--api",
-             "--serve", "--in-process", "--concurrency", "--rate", "--slo", "--load-requests", "--load-seconds",
-             "--turns", "--turn-tokens", "--system-tokens", "--tool-tokens", "--apps", "--app-order", "--serve-slots",
-             "--chat-template",
-             "--tasks", "--attempts", "--temperature", "--seed")
+    rank = {name: i for i, name in enumerate(HELP_GROUPS)}
+    return sorted(declared, key=lambda d: rank.get(d[1].group or "", len(rank)))  # sorted is stable: declaration order
 
 
 def run_groups(values: dict[str, Any]) -> tuple[RunArgs, ServerArgs, dict[str, Any]]:
@@ -614,6 +633,6 @@ def declaration_errors() -> list[str]:
     out += [f"click parameter {p!r} declared twice" for p in sorted({p for p in params if params.count(p) > 1})]
     names = [flag.name for _, flag, _, _ in run_flags()]
     out += [f"flag {n} declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
-    out += [f"{n}: not placed in RUN_ORDER" for n in names if n not in RUN_ORDER]
-    out += [f"RUN_ORDER names {n}, no declared flag" for n in RUN_ORDER if n not in names]
+    out += [f"{flag.name}: in no group of HELP_GROUPS ({flag.group})" for _, flag, _, _ in run_flags()
+            if flag.group not in HELP_GROUPS]
     return out

@@ -28,6 +28,9 @@ ENGINES = {
 }
 # what a model path must be for each engine: one GGUF file, or an MLX model directory
 MODEL_FORMAT = {"llama.cpp": "gguf", "mlx": "mlx", "fake": "gguf", "openai": "endpoint"}
+# the dialects the openai engine speaks to a server in (engines/wire.py), declared here, with no
+# import, so that the command line's --api choices (config/settings.py) need not load the client
+APIS = ("completions", "chat", "ollama")
 
 
 def names() -> list[str]:

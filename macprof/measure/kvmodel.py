@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from macprof.measure.words import KV_TYPES  # noqa: F401  # the types the tables below are keyed by; readers import it here
+
 KINDS = ("full", "sliding", "latent", "state")
 
 # Bytes per element of a K/V cache type: llama.cpp's ggml block sizes (q8_0: 32 int8 + one f16
 # scale = 34 bytes per 32; q4_0: 16 bytes of nibbles + f16 scale = 18 per 32)
 GGML_KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
-KV_TYPES = ("f16", "q8_0", "q4_0")  # the run option's choices
 MLX_KV_GROUP = 64  # mlx-lm's kv_group_size default
 MLX_KV_BITS = {"q8_0": 8, "q4_0": 4}  # the run option mapped to mlx-lm's kv_bits
 

@@ -9,34 +9,22 @@ from msgspec import field
 
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, OutputCheck, PhaseMemory, Request, Summary
-from macprof.model.records import ABSENT, Number, Record
+from macprof.model.records import ABSENT, Journals, Number, Record
 from macprof.model.vocab import STOP_KINDS, StopKind, TaskStop  # noqa: F401  # STOP_KINDS: readers import it from here
 from macprof.model.kind import OWN, PATH, TEXT, VOCAB
 
 
 
-class ConversationStart(Event):
-    """The phase's template and schedule, before its first request."""
+class Turn(Record):
+    """One turn of one app: its prompt against what the cache held before its natural request,
+    and what its two requests (the cache as the turn found it, and emptied) gave."""
 
-    KIND = "conversation_start"
-    phase: str
-    template_source: str  # "model", "file" or "fallback" (run/chat.py)
-    template_path: str | None = None
-    template_sha256: str | None = None
-    apps: int = 1
-    turns: int = 0
-    order: tuple[tuple[int, int], ...] = ()  # (app, turn) in the order they ran
-    holds: str | None = None  # where --apps is more than the cache holds at once, or that is not known: said so
-    generation: str | None = None  # how a reply ends and goes back into the history, in words
-
-
-class ConversationTurn(Event):
-    """One turn of one app: its prompt against what the cache held before its natural request."""
-
-    KIND = "conversation_turn"
-    phase: str
-    app: int
-    turn: int
+    KINDS = {"reuse_refused": OWN, "stop_kind": VOCAB, "stop_reason": OWN, "reuse_unreported": OWN, "not_emptied": OWN,
+             "reply_end": VOCAB}
+    # from its requests and the reports (analyse/conversation.py): conversation_turn journals the rest
+    BUILT = ("reuse_rate", "ideal_rate", "reuse_checked", "natural", "emptied", "ttft_saved_s")
+    app: int = 0
+    turn: int = 0
     prompt_tokens: int = 0
     held_tokens: int = 0  # what the cache held before the natural request
     held_by: int | None = None  # the app whose request left it (None: nothing held)
@@ -45,56 +33,28 @@ class ConversationTurn(Event):
     common_prefix: int | None = 0
     expected_reuse: int | None = 0
     reused_tokens: int | None = None  # what the engine reported it reused
+    reuse_rate: Number | None = None  # reused_tokens / prompt_tokens
+    ideal_reuse: int | None = 0  # what a cache of this app's own last prompt and reply would allow (a server's: at most)
+    ideal_rate: Number | None = None
     reuse_refused: str | None = None  # the engine's reason for keeping nothing (cut_refusal)
     # through a server (its generated ids are not returned): the most it may have reused, and why
     # its reuse is unknown where it reported none
     reuse_bound: int | None = None
     reuse_unreported: str | None = None
-    ideal_reuse: int | None = 0  # what a cache of this app's own last prompt and reply would allow (a server's: at most)
-    stop_kind: str = "empty"  # one of STOP_KINDS
+    # the engine's report equals what the held ids allow (or it said why not); a server's is at most reuse_bound
+    reuse_checked: bool | None = None
+    stop_kind: StopKind = "empty"  # one of STOP_KINDS
     stop_reason: str = ""  # in words, with the position
     reply_text_ids_equal: bool | None = None  # the previous reply re-tokenized gives the generated ids
     not_emptied: str | None = None  # through a server: its emptied half found more than an emptied cache holds
-    check: OutputCheck | None = None  # natural vs emptied outputs, token by token
     fits: bool = True  # False: the prompt no longer fits the context; the conversation stopped here
-    # the natural request's reply: its ids, and how it ended ("eos": at the model's end-of-generation
-    # id, counted among them; "max_tokens": at --gen-tokens); a server's: not known (its EOS held off)
-    reply_tokens: int | None = None
-    reply_end: TaskStop | None = None
-    # the turn failed (its template or tokenizer raised, a request failed): why; the app's
-    # conversation stopped here (stop_reason says so), the other apps went on
-    error: str | None = ABSENT
-
-
-class Turn(Record):
-    KINDS = {"reuse_refused": OWN, "stop_kind": VOCAB, "stop_reason": OWN, "reuse_unreported": OWN, "not_emptied": OWN,
-             "reply_end": VOCAB}
-    app: int = 0
-    turn: int = 0
-    prompt_tokens: int = 0
-    held_tokens: int = 0
-    held_by: int | None = None
-    common_prefix: int | None = 0
-    expected_reuse: int | None = 0
-    reused_tokens: int | None = None
-    reuse_rate: Number | None = None  # reused_tokens / prompt_tokens
-    ideal_reuse: int | None = 0
-    ideal_rate: Number | None = None
-    reuse_refused: str | None = None
-    reuse_bound: int | None = None
-    reuse_unreported: str | None = None
-    # the engine's report equals what the held ids allow (or it said why not); a server's is at most reuse_bound
-    reuse_checked: bool | None = None
-    stop_kind: StopKind = "empty"
-    stop_reason: str = ""
-    reply_text_ids_equal: bool | None = None
-    not_emptied: str | None = None
-    fits: bool = True
     natural: Request | None = ABSENT
     emptied: Request | None = ABSENT
     ttft_saved_s: Number | None = None  # emptied TTFT - natural TTFT
-    check: OutputCheck | None = None
-    reply_tokens: int | None = None  # ConversationTurn.reply_tokens, reply_end
+    check: OutputCheck | None = None  # natural vs emptied outputs, token by token
+    # the natural request's reply: its ids, and how it ended ("eos": at the model's end-of-generation
+    # id, counted among them; "max_tokens": at --gen-tokens); a server's: not known (its EOS held off)
+    reply_tokens: int | None = None
     reply_end: TaskStop | None = None
 
 
@@ -125,7 +85,9 @@ class ConversationPhase(Record):
     # stopped: macprof's sentence, or a failed turn's reason quoting an engine's, a template's or a server's words
     KINDS = {"template_source": VOCAB, "template_path": PATH, "template_sha256": VOCAB, "app_order": VOCAB,
              "stopped": TEXT, "holds": OWN, "generation": OWN}
-    template_source: str | None = None
+    # from the settings and the turns (analyse/conversation.py): conversation_start journals the rest
+    BUILT = ("turns_planned", "app_order", "turns", "stopped", "summary", "failures", "memory")
+    template_source: str | None = None  # "model", "file" or "fallback" (run/chat.py)
     template_path: str | None = None
     template_sha256: str | None = None
     apps: int = 1
@@ -133,11 +95,34 @@ class ConversationPhase(Record):
     app_order: str | None = None
     turns: tuple[Turn, ...] = ()
     stopped: str | None = None  # why a conversation stopped early (the context was full, or a turn failed)
-    holds: str | None = None  # where --apps is more than the cache holds at once (ConversationStart.holds)
-    generation: str | None = None  # how a reply ends and goes back into the history (ConversationStart.generation)
+    holds: str | None = None  # where --apps is more than the cache holds at once, or that is not known: said so
+    generation: str | None = None  # how a reply ends and goes back into the history, in words
     summary: ConversationSummary = field(default_factory=ConversationSummary)
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
+
+
+# -- events (registered in model/events.py EVENTS) -------------------------------------------
+class ConversationStart(Event, Journals[ConversationPhase]):
+    """The phase's template and schedule, before its first request."""
+
+    KIND = "conversation_start"
+    REQUIRED = ("template_source",)  # "model", "file" or "fallback" (run/chat.py)
+    phase: str
+    turns: int = 0  # per app (the phase's record: turns_planned)
+    order: tuple[tuple[int, int], ...] = ()  # (app, turn) in the order they ran
+
+
+class ConversationTurn(Event, Journals[Turn]):
+    """One turn of one app: its prompt against what the cache held before its natural request
+    (the Turn the log keeps, less what its requests give)."""
+
+    KIND = "conversation_turn"
+    REQUIRED = ("app", "turn")
+    phase: str
+    # the turn failed (its template or tokenizer raised, a request failed): why; the app's
+    # conversation stopped here (stop_reason says so), the other apps went on
+    error: str | None = ABSENT
 
 
 # the phase's journal events (macprof/phases.py ``events``: model/events.py EVENTS has them)

@@ -12,6 +12,9 @@ from macprof.model.kind import HOST, TEXT, VOCAB
 class GroupResult(Record):
     KINDS = {"backend": VOCAB, "parallel": VOCAB, "hosts": HOST, "ranks": TEXT, "timelines": TEXT,
              "comm_method": VOCAB, "comm": TEXT, "bytes_per_token": TEXT, "prediction": TEXT, "reason": TEXT}
+    # from the ranks' timelines, the communication pass and the warm phase (analyse/distributed.py): rank_group
+    # journals the rest
+    BUILT = ("timelines", "comm_method", "comm", "bytes_per_token", "prediction", "decode_tok_s", "efficiency", "reason")
     backend: str | None = None
     parallel: str | None = None
     hosts: tuple[str, ...] = ()

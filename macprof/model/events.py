@@ -1,21 +1,22 @@
 """The journal's events: what the orchestrator, the worker and the measurement protocols write,
 one JSON object per line with its kind under ``"event"``. Writers construct these records and
 emit ``to_json()``; readers get them back from ``parse_event``. The orchestrator adds ``model``
-(and ``worker``, for what a worker streamed) by building a new event, never by editing one."""
+(and ``worker``, for what a worker streamed) by building a new event, never by editing one. An
+event that journals a record is made from it (``Journals``, model/records.py): written with
+``of(record, ...)``, read with ``record()``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from macprof.model import phases
 from macprof.model.log import Bandwidth, Identity, Machine, ModelSettings, SystemMemory
-from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency, ServerReport
+from macprof.model.phases import DropCache, OutputCheck, PlannedCase, Residency
 from macprof.model.event_base import Event
 from macprof.model.phase_events import CommProfile, RankGroup, RankTimeline
-from msgspec import field
-
-from macprof.model.records import ABSENT, Number
+from macprof.model.records import ABSENT, Journals
 from macprof.model.resolved import Resolved
-from macprof.model.telemetry import TelemetrySample
+from macprof.model.telemetry import TelemetryRaw
 from macprof.phases import REGISTRY, load
 
 
@@ -72,20 +73,13 @@ class WorkerSpawn(Event):
     pid: int | None = None
 
 
-class Failure(Event):
-    """A worker that crashed, hung or reported an error, or a model or case refused."""
+class Failure(Event, Journals[phases.Failure]):
+    """A worker that crashed, hung or reported an error, or a model or case refused: the log's
+    failure record as the orchestrator journals it."""
 
     KIND = "failure"
-    status: str
-    reason: str | None = None
-    phase: str | None = None
-    index: int | None = ABSENT
-    kind: str | None = ABSENT
-    case: str | None = ABSENT
-    mode: str | None = ABSENT
-    exit_code: int | None = ABSENT
-    signal: str | None = ABSENT
-    stderr_tail: str | None = ABSENT
+    REQUIRED = ("status",)
+    DEFAULTS = {"phase": None}  # a line without a phase failed none (the log's record: the key absent)
 
 
 class Interrupted(Event):
@@ -205,55 +199,34 @@ class RequestEnd(_RequestHead):
     ENDS_ITEM = True
 
 
-class Request(_RequestHead):
-    """One measured request: raw timestamps and token ids (a batch's: one list per sequence)."""
+class Request(_RequestHead, Journals[phases.Request]):
+    """One measured request: the log's request record less what its timestamps give, raw
+    timestamps and token ids (a batch's: one list per sequence; a server's: its chunks' arrivals
+    and texts, and what it reported)."""
 
     KIND = "request"
     ENDS_ITEM = True
-    status: str
-    error: str | None = None
-    t0: int
-    t_tokenized: int | None = None
-    token_times: tuple[int, ...] = ()
-    tokens: tuple[Any, ...] = ()
-    prompt_tokens: int = 0
-    reused_tokens: int | None = ABSENT  # a batch has none of these three
-    computed_prompt_tokens: int | None = ABSENT
-    cached_tokens_after: int | None = ABSENT
-    kv_cache_bytes: int | None = ABSENT
-    engine_memory: dict[str, Any] | None = None
-    # a server's request (engine openai): token_times are the chunks' arrivals, tokens their
-    # texts; what the server reported (count, tokens per chunk, its timings, flags)
-    server: ServerReport | None = ABSENT
-    t_prefilled: int | None = ABSENT  # the bench phase's pp test: its prompt computed, no token generated
+    REQUIRED = ("status", "t0")
+    # a batch's request has no reuse figures of its own (absent from its line; the log's record:
+    # null), and a line says the engine's memory (null where unknown)
+    DEFAULTS = {"reused_tokens": ABSENT, "computed_prompt_tokens": ABSENT, "cached_tokens_after": ABSENT,
+                "kv_cache_bytes": ABSENT, "engine_memory": None}
 
 
-class PrefixCheck(Event):
+class PrefixCheck(Event, Journals[OutputCheck]):
     """The reuse and noreuse outputs of one prompt compared: an OutputCheck, journaled."""
 
     KIND = "prefix_check"
     CHECKS = True
-    # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
-    identical_fraction: Number | None = None
-    first_divergence: int | None = None
-    margin: Number | None = None
-    near_tie: bool | None = None
-    passed: bool = False
     phase: str
     index: int
     kind: str
 
 
-class DepthFill(Event):
+class DepthFill(Event, Journals[phases.DepthFill]):
     """A depth case's cache filled once (a phases.DepthFill, journaled with its case)."""
 
     KIND = "depth_fill"
-    # phases.DepthFill's fields (held equal by tests/test_model_schema.py)
-    t_start: int | None = None
-    t_end: int | None = None
-    fill_s: Number | None = None
-    cached_tokens: int | None = None
-    kv_cache_bytes: int | None = None
     phase: str
     case: str
     depth: int
@@ -295,25 +268,10 @@ class CaseUnsupported(Event):
     reason: str | None = None
 
 
-class Telemetry(Event):
+class Telemetry(Event, Journals[TelemetryRaw]):
     """The parent's telemetry of one phase (run/sampling.py), journaled after its phase_end."""
 
     KIND = "telemetry"
-    # TelemetryRaw's fields (held equal by tests/test_model_schema.py)
-    phase: str = ""
-    source: str | None = None
-    total_domain: str | None = None
-    domains: tuple[str, ...] = ()
-    unavailable: dict[str, str] = field(default_factory=dict)
-    period_s: Number | None = None
-    t_idle_start: int | None = None
-    t_start: int | None = None
-    t_end: int | None = None
-    power_source_start: str | None = None
-    power_source_end: str | None = None
-    thermal_pressure_start: str | None = None
-    thermal_pressure_end: str | None = None
-    samples: tuple[TelemetrySample, ...] = ()
 
 
 # -- the registry ----------------------------------------------------------------------------

@@ -4,10 +4,17 @@ memory. ``RunLog.to_json()`` is the file `macprof run` writes (schema SCHEMA_VER
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
+import types
+import typing
 from msgspec import field
 from typing import TYPE_CHECKING, Any, Self
 
 from macprof.config import Settings, settings_from_dict
+from macprof.config.dist import Distributed
+from macprof.config.settings import SPECS, Spec
 from macprof.errors import MacprofError
 from macprof.model.definitions import SCHEMA_VERSION
 from macprof.model.conversation import ConversationPhase
@@ -22,7 +29,6 @@ from macprof.model.vocab import EngineName, Store
 from macprof.model.serving import ConcurrencyPhase
 from macprof.model.kind import HOST_ID, MODEL_PATH, NAME, OWN, PATH, REF, TEXT, VOCAB
 
-_DEFAULT = Settings()
 
 
 # -- the machine ---------------------------------------------------------------------------
@@ -152,64 +158,67 @@ class Identity(Record):
         return self.quant_declared or self.quant_label
 
 
-class ModelSettings(Record):
-    """macprof.config.Settings as the log records it: each setting is declared once, as a field
-    of config.settings.Settings, whose order is this record's key order. These fields are written
-    out for the type checker; tests/test_model_schema.py holds them to the declarations (names,
-    order, types, defaults). A setting added after the first logs ("added") defaults to ABSENT:
-    older logs lack its key."""
+def _as_logged(hint: Any) -> Any:
+    """A declared setting's type as the log holds it: a float is a Number (the log keeps 512 as
+    512), the distributed group its record."""
+    if hint is float:
+        return Number
+    if hint is Distributed:
+        return DistributedSettings
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, map(_as_logged, args))
+    if typing.get_origin(hint) is tuple:
+        return tuple[tuple(a if a is Ellipsis else _as_logged(a) for a in args)]  # type: ignore[misc]
+    return hint
 
-    KINDS = {"phases": VOCAB, "shapes": VOCAB, "kv_type": VOCAB, "reference": NAME, "text": PATH, "app_order": VOCAB,
-             "chat_template": PATH, "tasks": PATH, "draft": REF, "speculative_impl": VOCAB, "preset": VOCAB}
 
-    phases: tuple[str, ...] = _DEFAULT.phases
-    prompt_tokens: int = _DEFAULT.prompt_tokens
-    gen_tokens: int = _DEFAULT.gen_tokens
-    prefix_tokens: int = _DEFAULT.prefix_tokens
-    reps: int = _DEFAULT.reps
-    cold_trials: int = _DEFAULT.cold_trials
-    threads: int | None = _DEFAULT.threads
-    timeout: Number = _DEFAULT.timeout
-    delay: Number = _DEFAULT.delay
-    drop_cache: bool = _DEFAULT.drop_cache
-    force: bool = _DEFAULT.force
-    prompt_grid: tuple[int, ...] | None = ABSENT
-    gen_grid: tuple[int, ...] | None = ABSENT
-    shapes: tuple[str, ...] | None = ABSENT
-    depths: tuple[int, ...] | None = ABSENT
-    batches: tuple[int, ...] | None = ABSENT
-    kv_type: str | None = ABSENT  # absent from logs before the option: f16
-    distributed: DistributedSettings | None = ABSENT  # a sharded model: hosts, backend, parallel, link_gbs
-    quality_tokens: int | None = ABSENT  # absent from logs before the quality phase
-    quality_ctx: int | None = ABSENT
-    reference: str | None = ABSENT
-    text: str | None = ABSENT
-    draft: str | None = ABSENT  # the speculative phase's (absent before it)
-    draft_tokens: tuple[int, ...] | None = ABSENT
-    ngram: int | None = ABSENT
-    speculative_impl: str | None = ABSENT  # absent before the native paths: macprof's loop
-    concurrency: tuple[int, ...] | None = ABSENT  # the concurrency phase's levels (absent before it)
-    rates: tuple[Number, ...] | None = ABSENT
-    load_requests: int | None = ABSENT
-    load_seconds: Number | None = ABSENT
-    slo_ttft: Number | None = ABSENT
-    slo_itl: Number | None = ABSENT
-    turns: int | None = ABSENT  # the conversation phase's (absent before it)
-    turn_tokens: int | None = ABSENT
-    system_tokens: int | None = ABSENT
-    tool_tokens: int | None = ABSENT
-    apps: int | None = ABSENT
-    app_order: str | None = ABSENT
-    serve_slots: int | None = ABSENT
-    chat_template: str | None = ABSENT
-    tasks: str | None = ABSENT  # the tasks phase's (absent before it)
-    attempts: int | None = ABSENT
-    temperature: Number | None = ABSENT
-    seed: int | None = ABSENT
-    preset: str | None = ABSENT  # --preset (absent before it)
+def _share_kind(spec: Spec) -> str | None:
+    """What a setting's string value is to `macprof share`: as declared, else a word of its
+    choices (vocabulary) or a file's path."""
+    if spec.kind is not None:
+        return spec.kind
+    if spec.check.choices:
+        return VOCAB
+    return PATH if any(flag.kind == "file" for flag in spec.flags) else None
+
+
+class _LoggedSettings(Record):
+    """The base of ModelSettings: what it gives beside its fields."""
 
     def to_settings(self) -> Settings:
         return settings_from_dict(self.to_json())
+
+
+def _model_settings() -> type[_LoggedSettings]:
+    """ModelSettings from the declarations (config/settings.py Settings): a field per setting,
+    in their order (the log's key order), typed as the log holds it (``_as_logged``). A setting
+    every log has ("required", "always") keeps its declared default; one added after the first
+    logs ("added") is nullable and defaults to ABSENT, as older logs lack its key. Its share
+    kinds are its declarations' (``_share_kind``)."""
+    hints = typing.get_type_hints(Settings)
+    annotations: dict[str, Any] = {}
+    namespace: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        logged = _as_logged(hints[f.name])
+        added = SPECS[f.name].logged == "added"
+        annotations[f.name] = logged | None if added else logged
+        namespace[f.name] = ABSENT if added else f.default
+    namespace.update(__annotations__=annotations, __module__=__name__, __qualname__="ModelSettings",
+                     __doc__="macprof.config.Settings as the log records it (model/log.py _model_settings).",
+                     KINDS={name: kind for name, spec in SPECS.items() if (kind := _share_kind(spec)) is not None})
+    meta: Any = type(_LoggedSettings)  # the records' metaclass: keyword-only, ABSENT read as None
+    return meta("ModelSettings", (_LoggedSettings,), namespace)
+
+
+if TYPE_CHECKING:
+    class ModelSettings(_LoggedSettings):
+        """Its fields are made from the declarations at import, so the type checker does not
+        see them: a read is typed Any (``to_settings()`` gives the typed Settings)."""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    ModelSettings = _model_settings()
 
 
 class KvCache(Record):

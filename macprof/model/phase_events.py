@@ -5,27 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from macprof.model.distributed import GroupResult
 from macprof.model.event_base import Event
-from macprof.model.quality import QualityText
-
-from macprof.model.records import ABSENT, Number
+from macprof.model.quality import QualityChunk, QualityPhase
+from macprof.model.records import Journals
+from macprof.model.serving import LoadLevelResult
 
 
 # -- the quality phase (run/phases/quality.py) -------------------------------------------------
-class QualityStart(Event):
+class QualityStart(Event, Journals[QualityPhase]):
     """The quality phase's tokens are ready: what will be scored, against what."""
 
     KIND = "quality_start"
     phase: str
-    text: QualityText | None = None
-    n_ctx: int | None = None
-    chunks: int | None = None
-    tokens_sha256: str | None = None
+    chunks: int | None = None  # planned (the phase's record: chunks_planned)
     vocab_size: int | None = None
-    reference: str | None = None
-    is_reference: bool = False
-    reference_reason: str | None = None
-    rescore_reason: str | None = ABSENT  # the reference scored again: why its stored log-probs were not used
 
 
 class QualityStored(Event):
@@ -38,48 +32,32 @@ class QualityStored(Event):
     bytes: int
 
 
-class QualityChunkScored(Event):
+class QualityChunkScored(Event, Journals[QualityChunk]):
     """One chunk scored: its forward pass's stamps and the raw figures per scored position."""
 
     KIND = "quality_chunk"
+    REQUIRED = ("index",)
     phase: str
-    index: int
-    t_start: int | None = None
-    t_end: int | None = None
-    tokens: int = 0
-    nll: tuple[Number, ...] = ()
-    kld: tuple[Number, ...] | None = None
-    same_top: tuple[bool, ...] | None = None
 
 
 # -- the concurrency phase against a server (run/phases/serving.py) ----------------------------
-class LoadLevel(Event):
+class LoadLevel(Event, Journals[LoadLevelResult]):
     """One level of the concurrency phase ended: closed (C clients) or open (Poisson at R/s)."""
 
     KIND = "load_level"
+    REQUIRED = ("mode", "planned", "sent", "time_limit_s")
     phase: str
-    case: str
-    mode: str
-    concurrency: int | None = None
-    rate: Number | None = None
-    planned: int
-    sent: int
-    seed: int | None = None
+    case: str  # the level's id
     t_start: int
     t_end: int
-    time_limit_s: Number
 
 
 # -- a distributed model's ranks (run/rank.py), streamed by rank 0 ---------------------------------
-class RankGroup(Event):
+class RankGroup(Event, Journals[GroupResult]):
     """The group once the model is loaded: every rank's own machine facts."""
 
     KIND = "rank_group"
-    size: int
-    backend: str | None = None
-    parallel: str | None = None
-    hosts: tuple[str, ...] = ()
-    ranks: tuple[dict[str, Any], ...] = ()
+    REQUIRED = ("size",)
 
 
 class RankTimeline(Event):

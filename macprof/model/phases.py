@@ -8,7 +8,7 @@ from __future__ import annotations
 from msgspec import field
 from typing import Any
 
-from macprof.model.records import ABSENT, Count, Number, Positive, Record
+from macprof.model.records import ABSENT, Count, Journals, Number, Positive, Record
 from macprof.model.vocab import BenchTest, CaseStatus, CountStatus, FailureStatus, OkOrError, PairKind, PhaseName, RequestKind, RequestMode, ThermalState, TrialStatus, WeightsHeld
 from macprof.model.telemetry import ColdEnergy, Energy, PhaseTelemetry
 from macprof.model.kind import NAME, OWN, TEXT, VOCAB
@@ -113,6 +113,9 @@ class Request(Record):
     REQUIRED_KEYS = (
         "kind", "status", "t0", "t_tokenized", "token_times", "tokens", "prompt_tokens", "n_tokens", "ttft_s",
         "decode_tok_s", "e2e_tok_s", "prefill_tok_s")
+    # what its timestamps give (analyse/requests.py request_record): the request event has the rest
+    BUILT = ("n_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s", "e2e_tok_s", "tokenize_s", "total_s", "itl",
+             "aggregate_decode_tok_s", "aggregate_e2e_tok_s")
     index: int | None = None
     kind: RequestKind = ""
     mode: RequestMode | None = None
@@ -179,11 +182,6 @@ class OutputCheck(Record):
     near_tie: bool | None = None
     passed: bool = False
 
-    @classmethod
-    def of(cls, event: Any) -> OutputCheck:
-        """The check an event journaled: prefix_check and speculative_check repeat these fields
-        (an event cannot also be a record; tests/test_model_schema.py holds them equal)."""
-        return cls(**{name: getattr(event, name) for name in cls.__struct_fields__})
 
 
 class Checks(Record):
@@ -407,19 +405,6 @@ class PrefixPhase(Record):
     thermal_state_end: ThermalState | None = ABSENT
 
 
-class PlannedCase(Record):
-    """A sweep case as planned (macprof.cases.plan): what the case is, before it runs."""
-
-    id: str
-    shape: str | None = ABSENT  # grid
-    depth: int | None = ABSENT  # depth
-    batch: int | None = ABSENT  # batch
-    test: str | None = ABSENT  # bench: llama-bench's test, pp or tg
-    prompt_tokens: int
-    gen_tokens: int
-    context_tokens: Number
-
-
 class DepthFill(Record):
     t_start: int | None = None
     t_end: int | None = None
@@ -437,6 +422,9 @@ class SweepCase(Record):
     REQUIRED_KEYS = (
         "id", "status", "prompt_tokens", "gen_tokens", "context_tokens", "requests", "summary", "failures",
         "roofline")
+    # what came of it (analyse/build.py): the rest is the case as planned (PlannedCase)
+    BUILT = ("status", "requests", "summary", "failures", "reason", "roofline", "fill", "reuse_not_possible", "prediction",
+             "check", "energy")
     id: str = ""
     status: CaseStatus = "not run"
     shape: str | None = ABSENT
@@ -472,3 +460,10 @@ class Sweep(Record):
     # macOS: NSProcessInfo.thermalState at the phase's boundaries, not telemetry's pressure level
     thermal_state_start: ThermalState | None = ABSENT
     thermal_state_end: ThermalState | None = ABSENT
+
+
+class PlannedCase(Record, Journals[SweepCase]):
+    """A sweep case as planned (macprof.cases.plan; journaled in the plan event): what the case
+    is, before it runs, its record's fields less what came of it."""
+
+    REQUIRED = ("id", "prompt_tokens", "gen_tokens", "context_tokens")

@@ -55,6 +55,9 @@ class KldSummary(Record):
 class QualityPhase(Record):
     KINDS = {"tokens_sha256": VOCAB, "reference": NAME, "reference_reason": TEXT, "rescore_reason": TEXT}
     REQUIRED_KEYS = ("chunks", "failures")  # in every log (the schema's required), though code may leave them out
+    # from the chunks scored (analyse/quality.py): quality_start journals the rest (its chunks: chunks_planned)
+    BUILT = ("chunks_planned", "scored_tokens", "ppl", "ppl_unc", "kld", "same_top", "same_top_unc", "score_tok_s", "chunks",
+             "failures", "memory")
     text: QualityText | None = None
     n_ctx: int | None = None
     chunks_planned: int | None = None
@@ -62,7 +65,7 @@ class QualityPhase(Record):
     reference: str | None = None  # the model compared against
     is_reference: bool = False
     reference_reason: str | None = None  # why there is no KLD (no reference, tokenizers differ, ...)
-    rescore_reason: str | None = ABSENT  # the reference: why it scored again (its stored log-probs changed)
+    rescore_reason: str | None = ABSENT  # the reference scored again: why its stored log-probs were not used
     scored_tokens: Count = 0
     ppl: Number | None = None
     ppl_unc: Number | None = None

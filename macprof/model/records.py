@@ -18,13 +18,21 @@ journal have one typed vocabulary, nothing reads them through string paths, and 
   512 as 512.0 and write it back so; the log keeps what was measured, as it was written.
 - An event (model/event_base.py) is one arm of a tagged union on the ``"event"`` key, its tag
   the class's ``KIND``.
+- An event that journals a record (a task attempt, a request, a chunk scored) declares it as a
+  base, ``Journals[TheRecord]``: its fields are the record's, copied when the class is made
+  (their types, constraints and defaults), so the two cannot drift. The record's ``BUILT``
+  fields (what its builder computes from the journal) are not journaled; a field the event
+  declares itself is its own (another key, or the same key typed otherwise), its ``REQUIRED``
+  are the record's fields a journal line must have (the record gives them defaults for code) and
+  its ``DEFAULTS`` what a line lacking a field holds where that is not the record's default.
 """
 
 from __future__ import annotations
 
 import numbers
 import re
-from typing import Annotated, Any, ClassVar, Self, dataclass_transform
+import typing
+from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar, dataclass_transform
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -66,6 +74,10 @@ class _RecordMeta(msgspec.StructMeta):
         kwargs.setdefault("kw_only", True)
         if "KIND" in namespace:
             kwargs.setdefault("tag", namespace["KIND"])
+        source = next((typing.get_args(b)[0] for b in namespace.get("__orig_bases__", ())
+                       if typing.get_origin(b) is Journals), None)
+        if source is not None:
+            namespace = _with_fields_of(source, bases, namespace)
         cls = super().__new__(mcls, name, bases, namespace, **kwargs)
         # the defaults are the last fields' (msgspec's layout); structs.fields would evaluate every
         # annotation, most of the data model's import time
@@ -91,6 +103,9 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
     # field and its kind are written together: `macprof share` removes by it (model/kinds.py),
     # and tests/test_share_kinds.py fails on a string field of the run log that has none.
     KINDS: ClassVar[dict[str, str]] = {}
+    # The fields its builder computes (from the journal's other events or keys): an event that
+    # journals this record (Journals) does not carry them.
+    BUILT: ClassVar[tuple[str, ...]] = ()
 
     def has(self, name: str) -> bool:
         """Whether the key ``name`` is there (a null is there; an absent key is not)."""
@@ -114,6 +129,96 @@ class Record(msgspec.Struct, metaclass=_RecordMeta, frozen=True):
     def to_json(self) -> dict:
         """The record as JSON values (lists, not the tuples it holds), as json.loads gives them."""
         return _DECODE(_ENCODE(self))
+
+
+R = TypeVar("R", bound=Record)
+
+
+class Journals(Generic[R]):
+    """The base that makes an event (or any record) the journal's form of the record ``R``: the
+    records' metaclass copies R's fields into the class (module docstring). The type checker
+    does not see the copied fields: a writer makes the event with ``of``, a reader reads
+    ``record()``, both typed by R."""
+
+    __slots__ = ()
+    FIELDS_OF: ClassVar[type]  # R, set when the class is made
+    REQUIRED: ClassVar[tuple[str, ...]] = ()  # R's fields a journal line must have
+    DEFAULTS: ClassVar[dict[str, Any]] = {}  # R's fields whose default in the journal is not R's
+
+    @classmethod
+    def of(cls, record: R, **own: Any) -> Self:
+        """The event of ``record`` (its built fields left out), with the event's ``own`` fields."""
+        return cls(**_present(record, _copied(cls)), **own)
+
+    def record(self, **built: Any) -> R:
+        """The record this event journals, its ``built`` fields given (the others at their defaults)."""
+        made: R = type(self).FIELDS_OF(**_present(self, _copied(type(self))), **built)
+        return made
+
+
+def _present(struct: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """``struct``'s fields of ``names`` that hold a value: an absent one is left to the other
+    class's default (absent there too, or what a line lacking it holds)."""
+    values = msgspec.structs.asdict(struct)
+    return {name: values[name] for name in names if values[name] is not UNSET}
+
+
+def derived_from(cls: type, name: str) -> type:
+    """The class whose declaration gives ``cls`` its field ``name``: the base that declares it,
+    or, for a field a Journals class copied, the record's own declaration of it."""
+    for klass in cls.__mro__:
+        if name in vars(klass).get("__annotations__", {}):  # a Journals class's holds the fields it copied
+            return derived_from(vars(klass)["FIELDS_OF"], name) if name in vars(klass).get("__struct_copied__", ()) else klass
+    return cls
+
+
+def _copied(cls: type) -> tuple[str, ...]:
+    return next(vars(k)["__struct_copied__"] for k in cls.__mro__ if "__struct_copied__" in vars(k))
+
+
+def _with_fields_of(source: type, bases: tuple, namespace: dict) -> dict:
+    """``namespace`` with the fields of the record ``source`` declared ahead of its own: each
+    with the record's type and default (none, where REQUIRED names it; the class's own, where
+    DEFAULTS gives one), less the record's BUILT fields, those the class declares itself and
+    those its bases declare (an event's model, worker, seq; its tag is ``event``). An annotation
+    is copied as written, to be read in its own module when msgspec first needs it: evaluating
+    them here would be most of the data model's import time."""
+    own = namespace.get("__annotations__", {})
+    inherited = {f for b in bases for f in getattr(b, "__struct_fields__", ())} | {"event"}
+    required, defaults = namespace.get("REQUIRED", ()), namespace.get("DEFAULTS", {})
+    built = getattr(source, "BUILT", ())
+    names, values = getattr(source, "__struct_fields__"), getattr(source, "__struct_defaults__")  # a Struct's layout
+    default_of = dict(zip(names[len(names) - len(values):], values))
+    annotations: dict[str, Any] = {}
+    fields = {}
+    for name in names:
+        if name in own or name in inherited or name in built:
+            continue
+        annotations[name] = _annotation(source, name)
+        if name in required:
+            continue
+        if name in defaults:
+            fields[name] = defaults[name]
+        elif isinstance(default_of.get(name), msgspec._core.Factory):  # how a Struct keeps a default_factory
+            fields[name] = msgspec.field(default_factory=default_of[name].factory)
+        elif name in default_of:
+            fields[name] = default_of[name]
+    unknown = (set(required) | set(defaults)) - set(annotations)
+    if unknown:
+        raise TypeError(f"{namespace['__qualname__']}: REQUIRED or DEFAULTS name {sorted(unknown)}, no field it copies")
+    return {**namespace, **fields, "__annotations__": {**annotations, **own}, "FIELDS_OF": source,
+            "__struct_copied__": tuple(annotations)}
+
+
+def _annotation(cls: type, name: str) -> Any:
+    """The field's annotation as the class that declares it wrote it, a string to be read in
+    that class's module."""
+    for klass in cls.__mro__:
+        written = vars(klass).get("__annotations__", {})
+        if name in written:
+            value = written[name]
+            return typing.ForwardRef(value, module=klass.__module__) if isinstance(value, str) else value
+    raise AttributeError(f"{cls.__qualname__} declares no field {name!r}")
 
 
 def record_fields(cls: type) -> tuple[msgspec.structs.FieldInfo, ...]:

@@ -17,6 +17,9 @@ class LoadLevelResult(Record):
     KINDS = {"id": VOCAB, "mode": VOCAB, "goodput_reason": OWN, "error_messages": TEXT}
 
     REQUIRED_KEYS = ("id", "mode")  # in every log (the schema's required), though code may leave them out
+    # from the level's requests and its stamps (analyse/serving.py): load_level journals the rest (its id: case)
+    BUILT = ("id", "ok", "errors", "duration_s", "ttft_s", "itl_s", "e2e_s", "tokens", "aggregate_tok_s", "goodput",
+             "goodput_reason", "prediction", "error_messages", "requests")
     id: str
     mode: LoadMode
     concurrency: int | None = None

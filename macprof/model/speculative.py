@@ -9,7 +9,7 @@ from typing import Any
 from macprof.model.event_base import Event
 from macprof.model.phases import Checks, Failure, OutputCheck, PhaseMemory, Request
 
-from macprof.model.records import ABSENT, Count, Number, Positive, Record
+from macprof.model.records import ABSENT, Count, Journals, Number, Positive, Record
 from macprof.model.vocab import DraftStatus
 from macprof.model.kind import NAME, OWN, PATH, REF, TEXT, VOCAB
 
@@ -65,29 +65,30 @@ class DraftEnd(Event):
     mapped_resident_bytes: int | None = None
 
 
-class SpeculativeRounds(Event):
-    """A speculative request's rounds, journaled after its request event."""
+class _OfRequest(Event):
+    """What an event about a speculative request names: its request (phase, index, kind), its
+    case and the case's draft length."""
 
-    KIND = "speculative_rounds"
-    phase: str
-    index: int
-    kind: str
-    case: str
-    k: int
-    rounds: tuple[Round, ...] = ()
-
-
-class SpeculativeNative(Event):
-    """A request of the engine's own speculative decoding (engines/base.py NativeReport),
-    journaled after its request event: what the engine told of it, None where it told nothing
-    (``unknown`` says why)."""
-
-    KIND = "speculative_native"
     phase: str
     index: int
     kind: str
     case: str
     k: Positive
+
+
+class SpeculativeRounds(_OfRequest):
+    """A speculative request's rounds, journaled after its request event."""
+
+    KIND = "speculative_rounds"
+    rounds: tuple[Round, ...] = ()
+
+
+class SpeculativeNative(_OfRequest):
+    """A request of the engine's own speculative decoding (engines/base.py NativeReport),
+    journaled after its request event: what the engine told of it, None where it told nothing
+    (``unknown`` says why)."""
+
+    KIND = "speculative_native"
     impl: str
     from_draft: tuple[bool, ...] | None = None
     drafted: tuple[int, ...] | None = None
@@ -104,17 +105,11 @@ class NativeRefused(Event):
     reason: str
 
 
-class SpeculativeCheck(Event):
+class SpeculativeCheck(Event, Journals[OutputCheck]):
     """A speculative request's output against the plain greedy one of the same prompt."""
 
     KIND = "speculative_check"
     CHECKS = True
-    # OutputCheck's fields (an event cannot also be a record: tests/test_model_schema.py holds them equal)
-    identical_fraction: Number | None = None
-    first_divergence: int | None = None
-    margin: Number | None = None
-    near_tie: bool | None = None
-    passed: bool = False
     phase: str
     index: int
     kind: str

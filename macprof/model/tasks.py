@@ -8,7 +8,7 @@ from __future__ import annotations
 from macprof.model.event_base import Event
 from macprof.model.phases import Failure, PhaseMemory
 
-from macprof.model.records import ABSENT, Count, NonNegative, Number, Positive, Record
+from macprof.model.records import ABSENT, Count, Journals, NonNegative, Number, Positive, Record
 from macprof.model.vocab import AttemptStatus, TaskStop
 from macprof.model.kind import OWN, PATH, TEXT, VOCAB
 
@@ -141,6 +141,9 @@ class TasksPhase(Record):
     # the task set's own words (a task's id, its reply, the checker's message): free text
     KINDS = {"prompt_format": TEXT, "tool_format": VOCAB, "generation": OWN}
     REQUIRED_KEYS = ("results", "refusals", "failures")  # in every log, though code may leave them out
+    # from the attempts and the parent's records (analyse/tasks.py): tasks_start journals the rest
+    # (its refusals are the file's lines; a task refused in this model adds its own)
+    BUILT = ("summary", "results", "failures", "memory")
     task_set: TaskSetInfo | None = None
     prompt_format: str | None = None  # the chat template (--chat-template, the model's), or macprof's fallback form
     tool_format: str | None = None  # how tool calls were read (run/checkers.py TOOL_FORMATS)
@@ -157,52 +160,21 @@ class TasksPhase(Record):
 
 
 # -- events (registered in model/events.py EVENTS) -------------------------------------------
-class TasksStart(Event):
+class TasksStart(Event, Journals[TasksPhase]):
     """The task set is read and the prompts' form known: what will run, how, and the lines refused."""
 
     KIND = "tasks_start"
     phase: str
-    task_set: TaskSetInfo | None = None
-    prompt_format: str | None = None
-    tool_format: str | None = None
-    generation: str | None = None
-    attempts_allowed: int = 1
-    temperature: Number = 0.0
-    seed: int | None = None
-    context_tokens: int | None = None
-    refusals: tuple[TaskRefusal, ...] = ()
 
 
-class TaskAttemptDone(Event):
-    """One attempt's raw record (TaskAttempt's fields)."""
+class TaskAttemptDone(Event, Journals[TaskAttempt]):
+    """One attempt's raw record: a TaskAttempt, with the task's phase, category and checker."""
 
     KIND = "task_attempt"
     ENDS_ITEM = True
     phase: str
     category: str | None = None
     checker: str = ""
-    task: str = ""
-    attempt: int = 1
-    status: str = "ok"
-    error: str | None = None
-    t0: int | None = None
-    t_tokenized: int | None = None
-    token_times: tuple[int, ...] = ()
-    prompt_tokens: int = 0
-    tokens: tuple[int, ...] = ()
-    stop: str | None = None
-    text: str = ""
-    correct: bool | None = None
-    message: str | None = None
-    tool: ToolCall | None = ABSENT
-    # through a server (one chat completion, not streamed), or an attempt cut by the parent: its end stamp
-    t_end: int | None = ABSENT
-    completion_tokens: int | None = ABSENT
-    temperature: Number | None = ABSENT  # a sampled attempt's
-    seed: int | None = ABSENT
-    claims: dict[str, str] | None = ABSENT  # through a server: what its usage said that is no count
-    check_ns: int | None = ABSENT  # the checker's own time, after the attempt's window
-    check_error: str | None = ABSENT  # why the checker could not judge the reply
 
 
 class TaskCheckStart(Event):

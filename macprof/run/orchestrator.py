@@ -30,7 +30,7 @@ from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.measure import fit
 from macprof.model.log import Machine
-from macprof.model.phases import PlannedCase
+from macprof.model.phases import Failure, PlannedCase
 from macprof.model.records import ABSENT
 from macprof.run import distributed, resume, signals, watch
 from macprof.run.job import WorkerJob
@@ -183,7 +183,7 @@ class Runner:
             self.progress.note(f"{model.name}: checking the {s.distributed.backend} backend and {len(s.distributed.hosts)} hosts")
             refusal = distributed.preflight(self.python, model)
         if refusal:
-            journal.write(ev.Failure(model=model.name, phase=None, status="refused", reason=refusal))
+            journal.write(ev.Failure.of(Failure(phase=None, status="refused", reason=refusal), model=model.name))
             self.progress.note(f"{model.name}: skipped: {refusal}")
             journal.write(ev.ModelEnd(model=model.name, memory=facts.system_memory()))
             return None
@@ -193,15 +193,15 @@ class Runner:
             for case in list(cases):
                 if context and macprof.cases.tokens_per_sequence(case) > context:  # this case only: the others run
                     cases.remove(case)
-                    journal.write(ev.Failure(
-                        model=model.name, phase=phase, case=case["id"], status="refused",
+                    journal.write(ev.Failure.of(Failure(
+                        phase=phase, case=case["id"], status="refused",
                         reason=f"{model.path}: case {case['id']} needs {macprof.cases.tokens_per_sequence(case)} tokens of "
-                               f"context per sequence; the model holds {context}"))
+                               f"context per sequence; the model holds {context}"), model=model.name))
         return plan, set(refused)
 
     def _refuse(self, model: ModelSpec, journal: Journal, phase: str, why: str) -> None:
         """A phase refused before any worker ran it; a resumed run reads it as settled (run/resume.py)."""
-        journal.write(ev.Failure(model=model.name, phase=phase, status="refused", reason=why))
+        journal.write(ev.Failure.of(Failure(phase=phase, status="refused", reason=why), model=model.name))
 
     def _trials(self, model: ModelSpec, journal: Journal, past: resume.ModelPast) -> None:
         """The phases that run a fresh worker per trial (macprof/phases.py ``trials``), before the others."""
@@ -286,12 +286,13 @@ class Runner:
                             sampler, rss_pid=_server_pid(model))
         rc = watch.wait(proc)
         self._proc = None
-        recorded = watch.failure_record(model, worker_id, state, rc, stderr)
+        journaled = watch.failure_record(model, worker_id, state, rc, stderr)
+        recorded = journaled.record() if journaled else None
         goes_on = False
-        if recorded:
-            journal.write(recorded)
+        if journaled and recorded:
+            journal.write(journaled)
             self.progress.note(f"{model.name}: FAILED in {recorded.phase}: {recorded.reason}")
-            cut = self._cut_record(model, recorded, state)
+            cut = self._cut_record(model, journaled, state)
             if cut is not None:
                 journal.write(cut.replace(model=model.name, worker=worker_id))
                 self.progress.note(f"{model.name}: {recorded.phase} goes on after {recorded.case}")
@@ -316,14 +317,13 @@ class Runner:
     def _cut_record(self, model: ModelSpec, failure: ev.Failure, state) -> ev.Event | None:
         """The parent's record of the request a timeout or a crash cut, where its phase goes on
         after one (run/phases/api.py Parent.cut); None where the phase ends there."""
-        request = state.request
-        side = self.parents.of(failure.phase or "")
+        request, phase = state.request, failure.record().phase or ""
+        side = self.parents.of(phase)
         if side is None or not side.cuts or request is None or request.phase != state.phase or not state.loaded:
             return None
-        return side.cut(model.settings, self._prepared.get(model.name, {}).get(failure.phase or ""), failure, request,
-                        state.t_end)
+        return side.cut(model.settings, self._prepared.get(model.name, {}).get(phase), failure, request, state.t_end)
 
-    def _between_items(self, failure: ev.Failure, state) -> bool:
+    def _between_items(self, failure: Failure, state) -> bool:
         """A worker killed or dead between two items of a phase that goes on after a cut (no item
         was announced and not yet recorded: nothing to cut, and none recorded to blame), after it
         recorded at least one of them: the phase goes on from the journal, as a resumed run would.
@@ -402,7 +402,7 @@ def _request_line(name: str, e: ev.Request, s) -> str:
         f"{e.index + 1}/{phase.line_total(s, e.case) if phase else s.reps}"
     mode = f" {e.mode}" if e.mode else ""
     case = f" {e.case}" if e.case else ""
-    return f"{name}: {e.phase}{case}{mode} {what}: {e.status}"
+    return f"{name}: {e.phase}{case}{mode} {what}: {e.record().status}"
 
 
 def _endpoint_job(model: ModelSpec, timeout: float) -> dict | None:

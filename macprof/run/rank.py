@@ -112,11 +112,12 @@ def facts(ctx: RankContext) -> dict:
 def group_event(ctx: RankContext, emit: Callable) -> None:
     """Every rank's machine facts, gathered once the model is loaded."""
     from macprof.model import events as ev
+    from macprof.model.distributed import GroupResult
 
     every = ctx.gather(facts(ctx))
     if every is not None:
-        emit(ev.RankGroup(size=ctx.size, backend=ctx.spec["backend"], parallel=ctx.spec["parallel"],
-                          hosts=tuple(ctx.spec["hosts"]), ranks=tuple(every)))
+        emit(ev.RankGroup.of(GroupResult(size=ctx.size, backend=ctx.spec["backend"], parallel=ctx.spec["parallel"],
+                                         hosts=tuple(ctx.spec["hosts"]), ranks=tuple(every))))
 
 
 class _Timer:

@@ -63,8 +63,8 @@ def job(model: ModelSpec, reference: str | None, store: Path | None, events: Seq
     if reference is None or store is None:
         return QualityJob(missing="no reference model in this run")
     is_reference = model.name == reference
-    failed = [] if is_reference else [e for e in events if isinstance(e, ev.Failure) and e.model == reference
-                                      and e.phase in (None, PHASE)]
+    failed = [] if is_reference else [f for e in events if isinstance(e, ev.Failure) and e.model == reference
+                                      and (f := e.record()).phase in (None, PHASE)]
     return QualityJob(reference=reference, store=str(store), is_reference=is_reference, rescore_reason=rescore,
                       missing=f"{reference} failed: {failed[-1].reason}" if failed else None)
 

@@ -226,19 +226,20 @@ def _reader(phase: str | None) -> Reader | None:
 def _read(out: ModelPast, e: ev.Event, spawn: ev.WorkerSpawn | None) -> None:
     trial = trial_phase(spawn)
     if isinstance(e, ev.Failure):
+        failure = e.record()
         if spawn is None:  # the orchestrator's own: a refused case, or a phase refused before any worker
-            if e.case:
-                out.skip_cases.setdefault(e.phase or "", set()).add(e.case)
-            elif e.phase:
-                out.phases_done.add(e.phase)
+            if failure.case:
+                out.skip_cases.setdefault(failure.phase or "", set()).add(failure.case)
+            elif failure.phase:
+                out.phases_done.add(failure.phase)
         elif trial is not None:
             out.trials_done.setdefault(trial, set()).add(spawn.trial)
-        elif e.phase is None:
+        elif failure.phase is None:
             out.load_failed = True
-        elif e.case:
-            out.failed_case[e.phase] = e.case
+        elif failure.case:
+            out.failed_case[failure.phase] = failure.case
         else:
-            out.phases_done.add(e.phase)
+            out.phases_done.add(failure.phase)
         return
     if spawn is None:
         return
@@ -267,4 +268,5 @@ def request_entry(e: ev.Request) -> dict:
     replays = phase.replays if phase is not None else None
     if replays is None:
         return key
-    return {**key, "tokens": list(e.tokens) if replays == "all" or e.status == "ok" else []}
+    r = e.record()
+    return {**key, "tokens": list(r.tokens) if replays == "all" or r.status == "ok" else []}

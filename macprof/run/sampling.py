@@ -15,7 +15,7 @@ import time
 
 from macprof.collect.telemetry import TELEMETRY_PERIOD_S, Source
 from macprof.model import events as ev
-from macprof.model.telemetry import TelemetrySample
+from macprof.model.telemetry import TelemetryRaw, TelemetrySample
 
 KEEP_BEFORE_PHASE = 64  # samples kept between phases (the idle wait needs a few; loading needs none)
 
@@ -53,10 +53,10 @@ class TelemetrySampler:
         t_from = self.t_from or ((start.t_idle_start or start.t) if start else None)
         kept = tuple(s for s in self.samples if t_from is None or s.t1 > t_from)
         self.samples, self.start, self.t_from = [], None, None
-        return ev.Telemetry(
+        return ev.Telemetry.of(TelemetryRaw(
             phase=event.phase, source=self.source.name, total_domain=self.source.total,
             domains=tuple(self.source.domains), unavailable=dict(self.source.unavailable), period_s=self.period_s,
             t_idle_start=start.t_idle_start if start else None, t_start=start.t if start else None, t_end=event.t,
             power_source_start=self.boundary.get("power_source"), power_source_end=end.get("power_source"),
             thermal_pressure_start=self.boundary.get("thermal_pressure"),
-            thermal_pressure_end=end.get("thermal_pressure"), samples=kept)
+            thermal_pressure_end=end.get("thermal_pressure"), samples=kept))

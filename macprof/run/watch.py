@@ -26,6 +26,7 @@ from macprof.collect import footprint, lifeline
 from macprof.config import ModelSpec, settings_from_dict
 from macprof.errors import MacprofError
 from macprof.model import events as ev
+from macprof.model.phases import Failure
 from macprof.model.tasks import TaskCheckStart
 from macprof.run import distributed
 from macprof.run.job import WorkerJob, encode
@@ -39,7 +40,7 @@ CHECK_GRACE_S = 30.0  # past a checker's own bound (the worker kills its checker
 @dataclass
 class WorkerResult:
     phases_done: list[str]
-    failure: ev.Failure | None = None
+    failure: Failure | None = None  # what the failure journaled records
     loaded: bool = True  # False: the model never loaded, so another worker would fail the same way
     goes_on: bool = False  # the failed phase goes on after the request cut (run/phases/api.py Parent.cut)
 
@@ -197,13 +198,14 @@ def failure_record(model: ModelSpec, worker_id: str, state: _State, rc: int | No
     if spec is not None and failure[0] == "crashed":  # mlx.launch exits 0 whatever its ranks did: name the rank
         failure = (failure[0], distributed.rank_reason(_tail(stderr), len(spec.hosts)) or failure[1])
     request = state.request
-    return ev.Failure(
-        model=model.name, worker=worker_id, status=failure[0], reason=failure[1],
+    return ev.Failure.of(Failure(
+        status=failure[0], reason=failure[1],
         # a worker that died before the model loaded failed the load, not a phase
         phase=(request.phase if request else None) or state.phase if state.loaded else None,
         index=request.index if request else None, kind=request.kind if request else None,
         case=request.case if request else None, mode=request.mode if request else None, exit_code=rc,
-        signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None, stderr_tail=_tail(stderr))
+        signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None, stderr_tail=_tail(stderr)),
+        model=model.name, worker=worker_id)
 
 
 def _ps(pid: int) -> psutil.Process | None:

@@ -17,7 +17,7 @@ from macprof.engines.base import TOP2, AnyEngine, Batching, Engine, EngineCore, 
 from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
-from macprof.model.phases import OutputCheck
+from macprof.model.phases import OutputCheck, Request
 from macprof.run.phases.api import file_input
 from macprof.run.phases.context import Clock, Emit, PhaseContext
 from macprof.run.prompts import Prompt, PromptBuilder
@@ -171,9 +171,10 @@ def timed_batch(engine: Batching, prompts: list[Prompt], n: int, clock: Clock = 
             "computed_prompt_tokens": sum(len(x) for x in ids), "engine_memory": engine.memory() or None}
 
 
-def announced(emit: Emit, head: dict, measure: Callable[[], dict], record: bool = True) -> ev.Request:
+def announced(emit: Emit, head: dict, measure: Callable[[], dict], record: bool = True) -> Request:
     """``request_start`` before the measurement (the parent's per-request timeout runs from
-    it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...).
+    it), then the ``request`` record; both carry ``head`` (phase, index, kind, case...); the
+    request as measured is returned.
     ``record=False``: a warm-up a resumed run recorded before (or the conversation's, never
     recorded), run again but not recorded twice: a ``request_end`` then tells the parent it
     ended, so that neither its deadline nor the blame for what comes next stays on it. What
@@ -186,7 +187,7 @@ def announced(emit: Emit, head: dict, measure: Callable[[], dict], record: bool 
         fields = {"status": "error", "error": reason(exc), "t0": t0}
     rec = ev.Request(**{**head, **fields})
     emit(rec if record else ev.RequestEnd(**head))
-    return rec
+    return rec.record()
 
 
 def todo(ctx: PhaseContext[EngineCore], heads: list[dict]) -> list[bool]:

@@ -52,8 +52,9 @@ from typing import TYPE_CHECKING, Sequence
 from macprof.engines.base import AnyEngine, Engine, ServerEngine, lacks
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
-from macprof.model.conversation import ConversationStart, ConversationTurn
-from macprof.model.phases import OutputCheck
+from macprof.model.conversation import ConversationPhase, ConversationStart, ConversationTurn
+from macprof.model.conversation import Turn as LoggedTurn  # the log's record of a turn (Turn here: the schedule's)
+from macprof.model.phases import OutputCheck, Request
 from macprof.run import chat
 from macprof.run.phases.api import Parent
 from macprof.run.phases.common import (ByKind, PhaseContext, _pause, announced, chat_template_input, chat_templates_checked,
@@ -142,11 +143,12 @@ def _converse(ctx: PhaseContext[AnyEngine], cache: Cache) -> None:
     s, builder = ctx.settings, ctx.builder
     template = chat.template_for(ctx.engine, s.chat_template)  # with --api chat its text only names the request
     order = schedule(s.apps, s.turns, s.app_order)
-    ctx.emit(ConversationStart(
-        phase=PHASE, template_source="server" if cache.renders else template.source,
+    ctx.emit(ConversationStart.of(ConversationPhase(
+        template_source="server" if cache.renders else template.source,
         template_path=None if cache.renders else template.path,
         template_sha256=None if cache.renders else hashlib.sha256(template.text.encode()).hexdigest(),
-        apps=s.apps, turns=s.turns, order=tuple(order), holds=cache.holds(s.apps), generation=cache.generation(s.gen_tokens)))
+        apps=s.apps, holds=cache.holds(s.apps), generation=cache.generation(s.gen_tokens)),
+        phase=PHASE, turns=s.turns, order=tuple(order)))
     apps = [App(a, [{"role": "system", "content": builder.words_text(f"conversation:system:{a}", s.system_tokens)}])
             for a in range(s.apps)]
     turns = [Turn(a, t, i, {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
@@ -189,9 +191,10 @@ def _turn(ctx: PhaseContext[AnyEngine], cache: Cache, template: chat.Template, a
     if prompt is None:
         return
     if ctx.n_ctx and not cache.renders and len(prompt.ids) + s.gen_tokens > ctx.n_ctx:
-        ctx.emit(ConversationTurn(phase=PHASE, app=app.index, turn=turn.turn, prompt_tokens=len(prompt.ids), fits=False,
-                                  stop_kind="empty", stop_reason=f"{len(prompt.ids)} prompt + {s.gen_tokens} generated "
-                                  f"tokens exceed the context of {ctx.n_ctx}: app {app.index}'s conversation stops here"))
+        ctx.emit(ConversationTurn.of(LoggedTurn(
+            app=app.index, turn=turn.turn, prompt_tokens=len(prompt.ids), fits=False, stop_kind="empty",
+            stop_reason=f"{len(prompt.ids)} prompt + {s.gen_tokens} generated tokens exceed the context of {ctx.n_ctx}: "
+                        f"app {app.index}'s conversation stops here"), phase=PHASE))
         app.stopped = True
         return
     try:
@@ -243,7 +246,7 @@ def _measured(ctx: PhaseContext[AnyEngine], cache: Cache, prompt: Prompt, turn: 
     """The turn measured both ways (the natural cache first at an even place), checked against
     each other, and recorded with where and why reuse stopped."""
     held = cache.held_before(prompt)
-    requests: dict[str, ev.Request] = {}
+    requests: dict[str, Request] = {}
     natural: Natural | None = None
     counted = len(prompt.ids)
     for mode in turn.modes:
@@ -271,13 +274,13 @@ def _measured(ctx: PhaseContext[AnyEngine], cache: Cache, prompt: Prompt, turn: 
 
 def _recorded(turn: Turn, held: Held, seen: Seen, stop: Stop, check: OutputCheck) -> ConversationTurn:
     natural = seen.natural
-    return ConversationTurn(
-        phase=PHASE, app=turn.app, turn=turn.turn, prompt_tokens=seen.prompt_tokens, held_tokens=stop.held_tokens,
+    return ConversationTurn.of(LoggedTurn(
+        app=turn.app, turn=turn.turn, prompt_tokens=seen.prompt_tokens, held_tokens=stop.held_tokens,
         held_by=held.app, common_prefix=stop.common_prefix, expected_reuse=stop.expected_reuse,
         reused_tokens=natural.reused, reuse_refused=natural.refused, reuse_bound=stop.reuse_bound,
         reuse_unreported=natural.unreported, ideal_reuse=stop.ideal_reuse, stop_kind=stop.kind,
         stop_reason=stop.reason, reply_text_ids_equal=stop.reply_text_ids_equal, not_emptied=stop.not_emptied,
-        check=check, reply_tokens=natural.reply_tokens, reply_end=natural.ended)
+        check=check, reply_tokens=natural.reply_tokens, reply_end=natural.ended), phase=PHASE)
 
 
 def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, exc: Exception) -> None:
@@ -286,8 +289,9 @@ def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, ex
     conversation stops there, as at a full context, the turns before kept and the other apps
     going on; what the cache holds is no longer known, so it is put back before the next turn."""
     why = reason(exc)
-    ctx.emit(ConversationTurn(phase=PHASE, app=app.index, turn=turn.turn, error=why,
-                              stop_reason=f"{turn.where} failed: {why}: app {app.index}'s conversation stops here"))
+    ctx.emit(ConversationTurn.of(LoggedTurn(
+        app=app.index, turn=turn.turn, stop_reason=f"{turn.where} failed: {why}: app {app.index}'s conversation stops here"),
+        phase=PHASE, error=why))
     app.stopped = True
     cache.forget()
 
@@ -312,13 +316,15 @@ def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
     between its halves is measured again, both halves, its new requests superseding the old."""
     held: dict[tuple[int, int], list[dict]] = past.state.setdefault(PHASE, {})
     if isinstance(event, ev.Request) and event.kind == "measured" and event.case:
+        r = event.record()
         held.setdefault((int(event.case.removeprefix("app")), event.index), []).append(
             {"phase": event.phase, "case": event.case, "mode": event.mode, "kind": event.kind, "index": event.index,
-             "tokens": list(event.tokens),
-             "cached_tokens_after": event.cached_tokens_after if isinstance(event.cached_tokens_after, int) else None})
+             "tokens": list(r.tokens),
+             "cached_tokens_after": r.cached_tokens_after if isinstance(r.cached_tokens_after, int) else None})
         return True
     if isinstance(event, ConversationTurn):
-        for request in held.pop((event.app, event.turn), []):
+        logged = event.record()
+        for request in held.pop((logged.app, logged.turn), []):
             past.request_done(request)
         return True
     return False

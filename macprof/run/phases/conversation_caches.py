@@ -17,12 +17,11 @@ stopped (``stop``, from the pure functions below).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence, Union
+from typing import NamedTuple, Sequence, Union, cast
 
 from macprof.engines.base import Engine, EngineCore, ServerEngine, common_prefix, reusable_prefix
 from macprof.errors import MacprofError
-from macprof.model import events as ev
-from macprof.model.phases import ServerReport
+from macprof.model.phases import Request, ServerReport
 from macprof.run.phases.common import reply_end
 from macprof.run.prompts import Prompt
 
@@ -101,7 +100,7 @@ class Seen:
     prompt: Prompt
     last: Previous | None
     natural: Natural
-    emptied: ev.Request
+    emptied: Request
     prompt_tokens: int
 
 
@@ -125,7 +124,7 @@ class _RenderedHere:
     def prompt_of(self, text: str, messages: Sequence[dict]) -> Prompt:
         return Prompt(text, tuple(self.engine.tokenize_chat(text)), chat=True)
 
-    def prompt_tokens(self, prompt: Prompt, rec: ev.Request, where: str) -> int:
+    def prompt_tokens(self, prompt: Prompt, rec: Request, where: str) -> int:
         """The prompt's tokens: the request tokenizes its text again, timed, and must read the same ids."""
         if rec.prompt_tokens != len(prompt.ids):
             raise MacprofError(f"conversation: {where}: the request read {rec.prompt_tokens} prompt tokens, the "
@@ -172,11 +171,11 @@ class InProcessCache(_RenderedHere):
     def forget(self) -> None:
         self.ids = None
 
-    def sent(self, prompt: Prompt, rec: ev.Request) -> None:
+    def sent(self, prompt: Prompt, rec: Request) -> None:
         self.ids = held_after(list(prompt.ids), rec)
 
-    def natural(self, prompt: Prompt, rec: ev.Request) -> Natural:
-        tokens = list(rec.tokens)
+    def natural(self, prompt: Prompt, rec: Request) -> Natural:
+        tokens = list(cast(tuple[int, ...], rec.tokens))  # an in-process request's: ids
         return Natural(tokens, rec.reused_tokens, self.engine.reuse_refused, None, len(tokens),
                        reply_end(tokens, self.eos), held_after(list(prompt.ids), rec))
 
@@ -271,12 +270,12 @@ class ServerTextCache(_RenderedHere):
     def forget(self) -> None:
         self.state = None
 
-    def sent(self, prompt: Prompt, rec: ev.Request) -> None:
+    def sent(self, prompt: Prompt, rec: Request) -> None:
         # a counting request after it (the same prompt, after a displacement) leaves it alone
         held = self.state or [] if self.engine.displacements == self.seen else []
         self.state, self.seen = after(held, prompt, self.slots), self.engine.displacements
 
-    def natural(self, prompt: Prompt, rec: ev.Request) -> Natural:
+    def natural(self, prompt: Prompt, rec: Request) -> Natural:
         told = rec.server or ServerReport()
         return Natural(list(rec.tokens), rec.reused_tokens, None, self.engine.reuse_unreported, told.completion_tokens,
                        SERVER_ENDS.get(told.finish_reason or ""), [])
@@ -326,7 +325,7 @@ class ServerChatCache(ServerTextCache):
     def prompt_of(self, text: str, messages: Sequence[dict]) -> Prompt:
         return Prompt(text, (), chat=True, messages=tuple(dict(m) for m in messages))
 
-    def prompt_tokens(self, prompt: Prompt, rec: ev.Request, where: str) -> int:
+    def prompt_tokens(self, prompt: Prompt, rec: Request, where: str) -> int:
         return rec.prompt_tokens  # the server rendered and counted it
 
     def stop(self, held: Held, seen: Seen) -> Stop:
@@ -341,11 +340,11 @@ class ServerChatCache(ServerTextCache):
 Cache = Union[InProcessCache, ServerTextCache]
 
 
-def held_after(ids: list[int], rec: ev.Request) -> list[int]:
+def held_after(ids: list[int], rec: Request) -> list[int]:
     """The ids an in-process engine's cache holds after the request ``rec`` of ``ids``: the prompt
     and reply, as far as the engine says it holds them (``cached_tokens_after``: llama.cpp has not
     fed the last id it yielded; MLX has queued it already where the reply ended at EOS)."""
-    whole = list(ids) + list(rec.tokens)
+    whole = list(ids) + list(cast(tuple[int, ...], rec.tokens))  # an in-process request's: ids
     return whole[:rec.cached_tokens_after] if isinstance(rec.cached_tokens_after, int) else whole[:-1]
 
 

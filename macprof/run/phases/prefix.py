@@ -9,6 +9,8 @@ reuse) and the phase records the reason once (``reuse_not_possible``)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from macprof.engines.base import AnyEngine
 from macprof.model import events as ev
 from macprof.run.phases.common import (PhaseContext, _kind, _pause, announced, compare_outputs, prime, request_key,
@@ -49,7 +51,7 @@ def _pair(ctx: PhaseContext[AnyEngine], prefix: Prompt, prompt: Prompt, i: int, 
             prime(engine, prefix)
         rec = announced(ctx.emit, heads[mode], lambda: timed_request(engine, prompt, s.gen_tokens, ctx.clock),
                         record=record)
-        outputs[mode] = rec.tokens
+        outputs[mode] = cast(tuple[int, ...], rec.tokens)  # an in-process request's: ids
         refused = engine.reuse_refused if engine.kind == "in_process" else None  # a server's: its report
         if mode == "reuse" and refused and record and not noted:
             ctx.emit(ev.ReuseNotPossible(phase="prefix", reason=refused))

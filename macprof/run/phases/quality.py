@@ -25,7 +25,7 @@ from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
 from macprof.model.phase_events import QualityChunkScored, QualityStart, QualityStored
-from macprof.model.quality import QualityJob, QualityText
+from macprof.model.quality import QualityChunk, QualityJob, QualityPhase, QualityText
 from macprof.model.records import ABSENT
 from macprof.run import reference
 from macprof.run.phases.api import Host, Parent, file_input
@@ -78,11 +78,12 @@ def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
     store = Path(job.store) if job.store else None
     is_ref = job.is_reference
     base, reason = (None, None) if is_ref else _open_reference(job, sha, vocab)
-    ctx.emit(QualityStart(phase=PHASE, text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, chunks=len(chunks),
-                             tokens_sha256=sha, vocab_size=vocab, reference=job.reference, is_reference=is_ref,
-                             reference_reason=reason,
-                             # ABSENT, not null, where the reference does not score again
-                             rescore_reason=job.rescore_reason if is_ref and job.rescore_reason else ABSENT))
+    ctx.emit(QualityStart.of(QualityPhase(
+        text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, tokens_sha256=sha, reference=job.reference,
+        is_reference=is_ref, reference_reason=reason,
+        # ABSENT, not null, where the reference does not score again
+        rescore_reason=job.rescore_reason if is_ref and job.rescore_reason else ABSENT),
+        phase=PHASE, chunks=len(chunks), vocab_size=vocab))
     per_chunk = len(q.scored_range(n_ctx))
     writer = None
     if is_ref and store is not None:
@@ -100,9 +101,9 @@ def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
         if writer is not None:
             writer[rows] = mine
         figures = q.score(scored, targets, mine if is_ref else (base[rows] if base is not None else None))
-        ctx.emit(QualityChunkScored(phase=PHASE, index=k, t_start=t_start, t_end=t_end, tokens=len(chunk),
-                                       nll=tuple(figures["nll"]), kld=_tuple(figures.get("kld")),
-                                       same_top=_tuple(figures.get("same_top"))))
+        ctx.emit(QualityChunkScored.of(QualityChunk(
+            index=k, t_start=t_start, t_end=t_end, tokens=len(chunk), nll=tuple(figures["nll"]),
+            kld=_tuple(figures.get("kld")), same_top=_tuple(figures.get("same_top"))), phase=PHASE))
     if writer is not None and store is not None:
         writer.flush()
         del writer

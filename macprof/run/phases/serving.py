@@ -18,6 +18,7 @@ from macprof.engines.base import IN_PROCESS, Engine, ServerEngine
 from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.phase_events import LoadLevel
+from macprof.model.serving import LoadLevelResult
 from macprof.run.phases.common import ByKind, Clock, Emit, PhaseContext
 from macprof.run.phases.server_request import finish, stream_request
 from macprof.run.prompts import Prompt
@@ -57,9 +58,9 @@ def _served(ctx: PhaseContext[ServerEngine]) -> None:
             except Exception as exc:  # noqa: BLE001 - what its settling raised (a server's count) fails that request alone
                 result = {"status": "error", "error": reason(exc), "t0": raw["t0"], "token_times": raw["times"]}
             _emit_request(emit, case, i, result)
-        emit(LoadLevel(phase="concurrency", case=case["id"], mode=case["mode"], concurrency=case.get("concurrency"),
-                          rate=case.get("rate"), planned=case["requests"], sent=sent, seed=case.get("seed"),
-                          t_start=t_start, t_end=t_end, time_limit_s=case["seconds"]))
+        level = LoadLevelResult(id=case["id"], mode=case["mode"], concurrency=case.get("concurrency"), rate=case.get("rate"),
+                                planned=case["requests"], sent=sent, seed=case.get("seed"), time_limit_s=case["seconds"])
+        emit(LoadLevel.of(level, phase="concurrency", case=case["id"], t_start=t_start, t_end=t_end))
 
 
 run_concurrency = ByKind(_in_process, _served)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, cast
 
 from macprof.engines.base import (NATIVE_DRAFT, VERIFY, AnyEngine, Engine, EngineCore, EngineSettings, NativeDrafting,
                                   able, in_process, lacks)
@@ -401,7 +401,7 @@ def _prompt(ctx: PhaseContext[AnyEngine], on: Targets, prompt: Prompt, i: int, h
             if record:
                 ctx.emit(SpeculativeRounds(phase=PHASE, index=head["index"], kind=head["kind"], case=key, k=k,
                                            rounds=tuple(got[0] if got else ())))
-        outputs[key] = tuple(rec.tokens)
+        outputs[key] = cast(tuple[int, ...], tuple(rec.tokens))  # an in-process request's: ids
     if not record:
         return
     plain = outputs.get("plain", ())

@@ -3,13 +3,13 @@ that cannot be set up is that case's recorded error and the next one runs."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
 from macprof.engines.base import BATCH, CACHE_CUT, AnyEngine, Batching, CacheCutRefused, Engine, EngineCore, able
 from macprof.errors import MacprofError
 from macprof.model import events as ev
-from macprof.model.phases import OutputCheck
+from macprof.model.phases import DepthFill, OutputCheck
 from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_case, announced, compare_outputs,
                                        request_key, timed_batch, timed_request, todo)
 from macprof.run.prompts import Prompt
@@ -62,9 +62,8 @@ def run_depth(ctx: PhaseContext[AnyEngine]) -> None:
             prompts = [builder.prefixed(context, f"depth:{d}:{i}", d + 1) for i in range(s.reps + 1)]
         else:
             prompts = [builder.prompt(f"depth:0:{i}", 1) for i in range(s.reps + 1)]
-        emit(ev.DepthFill(phase="depth", **tags, depth=d, t_start=t_start, t_end=t_end,
-                          fill_s=fill_s, cached_tokens=engine.cached_tokens(),
-                          kv_cache_bytes=engine.kv_cache_bytes()))
+        emit(ev.DepthFill.of(DepthFill(t_start=t_start, t_end=t_end, fill_s=fill_s, cached_tokens=engine.cached_tokens(),
+                                       kv_cache_bytes=engine.kv_cache_bytes()), phase="depth", **tags, depth=d))
         noted = False
         for i, prompt in enumerate(prompts):
             if not (left[i] or i == 0):
@@ -122,7 +121,8 @@ def run_batch(ctx: PhaseContext[AnyEngine]) -> None:
                     _pause(s)
                     engine.reset()
                     rec = announced(emit, head, lambda: timed_batch(engine, prompts, n, clock), record=left[i])
-                    tokens = rec.tokens if rec.status == "ok" else None
+                    # a batch's tokens: one list of ids per sequence
+                    tokens = cast(tuple[list[int], ...], rec.tokens) if rec.status == "ok" else None
                 else:  # recorded before a resume: its check, if that is what is missing, from its tokens
                     tokens = ctx.done.get(request_key(head))
                 if i == 1 and tokens and check not in ctx.done:

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from macprof.engines.base import CHAT, SAMPLE, Chatting, Engine, EngineCore, Sampling, ServerEngine, able
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
-from macprof.model.tasks import (TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo, TasksStart,
-                                 ToolCall)
+from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo,
+                                 TasksPhase, TasksStart, ToolCall)
 from macprof.phases import TASKS_CONTEXT
 from macprof.run import chat, checkers, checking, taskfile
 from macprof.run.phases.api import Parent
@@ -148,15 +148,16 @@ def cut_attempt(s: Settings, tf: taskfile.TaskFile, failure: ev.Failure, request
     The task (looked up in the set ``tf`` the parent read) is then settled (``resumed``): the
     next worker goes on with the task after it. None for anything else (an error the worker
     reported ends the phase, as before)."""
-    if request.kind != "task" or not request.case or failure.status not in ("timeout", "crashed"):
+    cut = failure.record()
+    if request.kind != "task" or not request.case or cut.status not in ("timeout", "crashed"):
         return None
     task = next((t for t in tf.tasks if t.id == request.case), None)
     attempt = request.index + 1
-    return TaskAttemptDone(
-        phase=PHASE, category=task.category if task else None, checker=task.checker["type"] if task else "",
-        task=request.case, attempt=attempt, status=failure.status, error=failure.reason, t0=request.t0,
+    return TaskAttemptDone.of(TaskAttempt(
+        task=request.case, attempt=attempt, status=cut.status, error=cut.reason, t0=request.t0,
         t_tokenized=None, token_times=(), tokens=(), stop=None, text="", correct=None, message=None, t_end=t_end,
-        **_sampling_fields(sampling_of(s.temperature, s.seed, request.case, attempt)))
+        **_sampling_fields(sampling_of(s.temperature, s.seed, request.case, attempt))),
+        phase=PHASE, category=task.category if task else None, checker=task.checker["type"] if task else "")
 
 
 def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
@@ -164,13 +165,13 @@ def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
     is settled, named as a done item of kind "task" (``settled_tasks``; no request event); a task
     interrupted between its attempts is run again from its first."""
     if isinstance(event, TasksStart):
-        past.state[PHASE] = event.attempts_allowed
+        past.state[PHASE] = event.record().attempts_allowed
         return True
     if isinstance(event, TaskAttemptDone):
-        allowed = past.state.get(PHASE)
-        if event.status != "ok" or event.correct or (allowed is not None and event.attempt >= allowed):
-            past.item_done({"phase": event.phase, "case": event.task, "mode": None, "kind": "task",
-                            "index": event.attempt - 1})
+        allowed, attempt = past.state.get(PHASE), event.record()
+        if attempt.status != "ok" or attempt.correct or (allowed is not None and attempt.attempt >= allowed):
+            past.item_done({"phase": event.phase, "case": attempt.task, "mode": None, "kind": "task",
+                            "index": attempt.attempt - 1})
         return True
     return False
 
@@ -197,13 +198,13 @@ def _in_process(ctx: PhaseContext[Engine]) -> None:
     tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
     template = chat.template_for(engine, s.chat_template)
     eos = set(engine.eos_ids)
-    ctx.emit(TasksStart(
-        phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
-                                          refused=len(tf.refused)),
+    ctx.emit(TasksStart.of(TasksPhase(
+        task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
+                             refused=len(tf.refused)),
         prompt_format=template.described, tool_format=template.tool_format if any(t.tools for t in tf.tasks) else None,
         generation=generation_note(len(eos), s.temperature, s.seed), attempts_allowed=s.attempts,
         temperature=s.temperature, seed=s.seed, context_tokens=TASKS_CONTEXT,
-        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
+        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
     settled = settled_tasks(ctx.done)
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
         local = Local(template, eos, sampler, judge)
@@ -232,10 +233,10 @@ def _attempts(ctx: PhaseContext[EngineCore], task: taskfile.Task, attempt_of: At
         try:
             outcome = attempt_of(attempt, t0, messages)
         except Exception as exc:  # noqa: BLE001 - whatever one attempt raises fails that attempt alone
-            ctx.emit(TaskAttemptDone(
-                phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-                status="error", error=reason(exc), t0=t0, t_end=ctx.clock(),
-                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))))
+            ctx.emit(TaskAttemptDone.of(TaskAttempt(
+                task=task.id, attempt=attempt, status="error", error=reason(exc), t0=t0, t_end=ctx.clock(),
+                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))),
+                phase=PHASE, category=task.category, checker=task.checker["type"]))
             return
         if outcome is None:
             return
@@ -266,21 +267,21 @@ def _attempt(ctx: PhaseContext[Engine], local: Local, task: taskfile.Task, attem
     reply = engine.detokenize(got["reply"]) if got["status"] == "ok" else ""
     fmt = local.template.tool_format if task.tools else "json"
     verdict, checked = _checked(ctx, local.judge, task, attempt, reply, fmt) if got["status"] == "ok" else (None, {})
-    _emit_attempt(ctx, TaskAttemptDone(
-        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-        status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok, token_times=tuple(got["times"]),
-        prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"], text=reply,
-        correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
+    _emit_attempt(ctx, task, TaskAttempt(
+        task=task.id, attempt=attempt, status=got["status"], error=got["error"], t0=t0, t_tokenized=t_tok,
+        token_times=tuple(got["times"]), prompt_tokens=len(ids), tokens=tuple(got["tokens"]), stop=got["stop"],
+        text=reply, correct=verdict.correct if verdict else None, message=verdict.message if verdict else None,
         **checked, **_sampling_fields(sampled)))
     return None if verdict is None or verdict.correct else (reply, verdict)
 
 
-def _emit_attempt(ctx: PhaseContext[EngineCore], attempt: TaskAttemptDone) -> None:
+def _emit_attempt(ctx: PhaseContext[EngineCore], task: taskfile.Task, attempt: TaskAttempt) -> None:
     """An attempt's record, emitted once its fields are what its type holds: one the parent's
     reading refuses (a server's count that is no integer) would be dropped there, the attempt
     lost; here it raises, and the attempt is recorded as failed with the reason (``_attempts``)."""
-    TaskAttemptDone.from_json(attempt.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
-    ctx.emit(attempt)
+    event = TaskAttemptDone.of(attempt, phase=PHASE, category=task.category, checker=task.checker["type"])
+    TaskAttemptDone.from_json(event.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
+    ctx.emit(event)
 
 
 def _checked(ctx: PhaseContext[EngineCore], judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
@@ -333,13 +334,13 @@ def _served(ctx: PhaseContext[ServerEngine]) -> None:
     if isinstance(server, str):
         raise MacprofError(f"the tasks phase through {ctx.engine.server}: {server}")
     tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
-    ctx.emit(TasksStart(
-        phase=PHASE, task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
-                                          refused=len(tf.refused)),
+    ctx.emit(TasksStart.of(TasksPhase(
+        task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
+                             refused=len(tf.refused)),
         prompt_format=SERVER_FORMAT, tool_format=SERVER_TOOLS
         if any(t.tools for t in tf.tasks) else None, generation=server_generation(s.temperature, s.seed),
         attempts_allowed=s.attempts, temperature=s.temperature, seed=s.seed, context_tokens=None,
-        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)))
+        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
     settled = settled_tasks(ctx.done)
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
         for task in tf.tasks:
@@ -375,9 +376,8 @@ def _server_attempt(ctx: PhaseContext[ServerEngine], server: Chatting, task: tas
     if verdict is not None and got.get("tools_refused"):
         message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
     finish = got.get("finish_reason")
-    _emit_attempt(ctx, TaskAttemptDone(
-        phase=PHASE, category=task.category, checker=task.checker["type"], task=task.id, attempt=attempt,
-        status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
+    _emit_attempt(ctx, task, TaskAttempt(
+        task=task.id, attempt=attempt, status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
             got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
         "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
         message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
