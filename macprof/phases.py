@@ -53,6 +53,10 @@ class Phase:
     # the "i/total" of a request line of the progress display ((settings, its case) -> total)
     line_total: Callable[[Any, str | None], int] = lambda s, case: s.reps
     progress_event: str = "request"  # the event that is one unit of its progress (the fault hook counts it)
+    # "module:function": its record in a log read back as the events it was built from, for `macprof
+    # verify` to build it again ((its record's JSON, the model's JSON, its name) -> events); None: a
+    # sweep's cases, else its requests alone (analyse/unbuild.py reader)
+    unbuild: str | None = None
 
 
 # the tasks phase's context: a task whose prompt and max_tokens do not fit is refused alone, in one line
@@ -85,6 +89,7 @@ def _concurrency_total(s, case: str | None) -> int:
 SERVER_COLD = ("cold: a server's model cannot be unloaded over its API; a cold start of a server is its start-up "
                "(--serve records when it answered)")
 SERVER_DEPTH = "depth: a server's cache cannot be filled and cut back to a depth over its API"
+UNBUILD = "macprof.analyse.unbuild:"  # where the shipped phases' records are read back as events (verify)
 
 REGISTRY: dict[str, Phase] = {p.name: p for p in (
     # a fresh worker per trial, the page cache's residency recorded before it (cold_trial)
@@ -92,11 +97,12 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           requests=lambda s, cases: 2 * s.cold_trials, default=True,  # a first and a second request a trial
           parent="macprof.run.phases.cold:ColdParent", resume="macprof.run.phases.cold:resumed",
           trials=lambda s: s.cold_trials, idle_baseline=False,
-          refusal=SERVER_COLD, line_total=lambda s, case: s.cold_trials),
+          refusal=SERVER_COLD, line_total=lambda s, case: s.cold_trials, unbuild=f"{UNBUILD}cold_events"),
     Phase("warm", "macprof.run.phases.warm:run_warm", "macprof.analyse.build:build_warm_phase",
           requests=lambda s, cases: s.reps + 1, default=True),
     Phase("prefix", "macprof.run.phases.prefix:run_prefix", "macprof.analyse.build:build_prefix_phase",
-          requests=lambda s, cases: 2 * (s.reps + 1), default=True, replays="all"),  # a pair (reuse, no reuse) each
+          requests=lambda s, cases: 2 * (s.reps + 1), default=True, replays="all",  # a pair (reuse, no reuse) each
+          unbuild=f"{UNBUILD}prefix_events"),
     Phase("grid", "macprof.run.phases.sweeps:run_grid", "macprof.analyse.build:build_sweep_phase",
           "macprof.cases:grid_cases", _per_case, _longest_case, sweep=True),
     Phase("depth", "macprof.run.phases.sweeps:run_depth", "macprof.analyse.build:build_sweep_phase",
@@ -112,7 +118,7 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           context=lambda s, cases: s.quality_ctx, figures="macprof.analyse.quality:quality_figures",
           report="macprof.render.quality:REPORT", parent="macprof.run.phases.quality:QualityParent",
           prepared="macprof.model.quality:QualityJob", events="macprof.model.phase_events:QUALITY_EVENTS",
-          progress_event="quality_chunk"),
+          progress_event="quality_chunk", unbuild=f"{UNBUILD}quality_events"),
     # a plain request and one per draft length (and implementation: macprof's, the engine's own, or
     # both) for each prompt; a verify of k + 1 tokens past the plain context. The draft is resolved
     # once per model by the parent
@@ -122,24 +128,25 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           context=lambda s, cases: s.prompt_tokens + s.gen_tokens + max(s.draft_tokens, default=0) + 1,
           figures="macprof.analyse.speculative:figures", report="macprof.render.speculative:REPORT",
           parent="macprof.run.phases.speculative:DraftParent", prepared="macprof.model.speculative:DraftSpec",
-          events="macprof.model.speculative:EVENTS", replays="ok"),
+          events="macprof.model.speculative:EVENTS", replays="ok", unbuild=f"{UNBUILD}speculative_events"),
     Phase("concurrency", "macprof.run.phases.serving:run_concurrency", "macprof.analyse.build:build_concurrency_phase",
           "macprof.run.phases.serving:load_cases", lambda s, cases: sum(c["requests"] for c in cases),
-          events="macprof.model.phase_events:CONCURRENCY_EVENTS", line_total=_concurrency_total),
+          events="macprof.model.phase_events:CONCURRENCY_EVENTS", line_total=_concurrency_total,
+          unbuild=f"{UNBUILD}concurrency_events"),
     # a natural and an emptied request per turn of each app
     Phase("conversation", "macprof.run.phases.conversation:run_conversation",
           "macprof.analyse.conversation:build_conversation_phase", requests=lambda s, cases: 2 * s.apps * s.turns,
           context=lambda s, cases: _conversation_context(s), figures="macprof.analyse.conversation:figures",
           report="macprof.render.conversation:REPORT", parent="macprof.run.phases.conversation:ConversationParent",
           events="macprof.model.conversation:EVENTS", resume="macprof.run.phases.conversation:resumed",
-          line_total=lambda s, case: s.turns),
+          line_total=lambda s, case: s.turns, unbuild=f"{UNBUILD}conversation_events"),
     # right answers: one task_attempt per attempt, none of them a request event (an app's generation:
     # EOS ends it); the task file is read once per run, by the parent, which records an attempt cut
     Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
           context=lambda s, cases: TASKS_CONTEXT, figures="macprof.analyse.tasks:tasks_figures",
           report="macprof.render.tasks:REPORT", parent="macprof.run.phases.tasks:TasksParent",
           prepared="macprof.run.taskfile:TaskFile", events="macprof.model.tasks:EVENTS",
-          resume="macprof.run.phases.tasks:resumed"),
+          resume="macprof.run.phases.tasks:resumed", unbuild=f"{UNBUILD}tasks_events"),
 )}
 NAMES = tuple(REGISTRY)
 SWEEPS = tuple(p.name for p in REGISTRY.values() if p.sweep)

@@ -233,6 +233,9 @@ def test_a_phase_is_its_own_modules_and_one_registry_line(tmp_path, fake_dir):
     show = _run(root, tmp_path, "-m", "macprof", "show", str(log)).stdout
     assert "Probe:" in show and "workers were handed: prepared for fake-b" in show and "probe: 3 requests" in show
     assert "Probe requests per model" in checked["svg"] and "probe 2 probes after a warm-up" in checked["svg"]
+    # verify builds its record again from its requests (no reader of its own: analyse/unbuild.py reader)
+    verified = _run(root, tmp_path, "-m", "macprof", "verify", str(log)).stdout
+    assert "does not verify" not in verified and "verifies" in verified
 
     changed = _changed(root)
     assert changed == {**dict.fromkeys(NEW_FILES, "new"), "phases.py": "changed", SCHEMA: "changed"}

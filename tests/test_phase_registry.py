@@ -29,6 +29,8 @@ def test_every_phase_resolves_to_its_code(name):
         from macprof.render.report import PhaseReport
 
         assert isinstance(load(phase.report), PhaseReport)
+    if phase.unbuild:  # how `macprof verify` reads its record back as events
+        assert callable(load(phase.unbuild))
     _check_parent_side(phase)
 
 

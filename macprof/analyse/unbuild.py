@@ -20,7 +20,7 @@ a distributed group's communication figures (the pass's steps are not).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from macprof.errors import MacprofError
 from macprof.model import events as ev
@@ -30,7 +30,7 @@ from macprof.model.phase_events import LoadLevel, QualityChunkScored, QualitySta
 from macprof.model.speculative import (DraftEnd, DraftLoaded, NativeRefused, SpeculativeCheck, SpeculativeNative,
                                        SpeculativeRounds)
 from macprof.model.tasks import TaskAttemptDone, TasksStart
-from macprof.phases import REGISTRY, SWEEPS
+from macprof.phases import REGISTRY, SWEEPS, Phase, load
 
 NS = 1e9
 # a model's figures whose raw records the log does not keep, as paths under models/<i>/ ("*": any key or index)
@@ -106,7 +106,7 @@ def _model(m: dict, key: str) -> list[ev.Event]:
         phase = phases.get(name)
         if phase is None:
             continue
-        body = _PHASES[name](phase, m, name) if name in _PHASES else _sweep(phase, m, name)
+        body = reader(REGISTRY[name])(phase, m, name)
         out += _bounds(phase, name, body)
     out += _distributed(m)
     # after the workers' events, as the orchestrator journals them: a worker's first event is its spawn
@@ -169,7 +169,7 @@ def _target_weights(end: dict, mem: dict, draft: dict | None) -> dict:
 
 
 # -- the phases ----------------------------------------------------------------------------------
-def _cold(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def cold_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     out: list[ev.Event] = []
     for n, trial in enumerate(phase.get("trials") or ()):
         out.append(_event(ev.ColdTrial, trial))
@@ -216,11 +216,11 @@ def _cold_worker(trial: dict) -> list[ev.Event]:
     return out + _requests("cold", (first, second))
 
 
-def _warm(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def request_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     return _requests(name, phase.get("requests"))
 
 
-def _prefix(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def prefix_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     out: list[ev.Event] = []
     for pair in phase.get("pairs") or ():
         out += _requests(name, (pair.get("reuse"), pair.get("noreuse")))
@@ -236,7 +236,7 @@ def _planned(case: dict) -> dict:
             if k in case}
 
 
-def _sweep(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def sweep_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     ours = [f for f in m.get("failures") or () if f.get("phase") == name]
     out: list[ev.Event] = []
     for case in phase.get("cases") or ():
@@ -259,7 +259,7 @@ def _sweep(phase: dict, m: dict, name: str) -> list[ev.Event]:
     return out
 
 
-def _quality(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def quality_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     if not phase.get("chunks") and all(phase.get(k) is None for k in ("text", "n_ctx", "chunks_planned",
                                                                        "tokens_sha256", "reference_reason")):
         return []  # no quality_start: the phase never read its text
@@ -267,7 +267,7 @@ def _quality(phase: dict, m: dict, name: str) -> list[ev.Event]:
             *(_event(QualityChunkScored, c, phase=name) for c in phase.get("chunks") or ())]
 
 
-def _speculative(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def speculative_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     out: list[ev.Event] = []
     if phase.get("draft_status") is not None:
         mem = phase.get("draft_memory") or {}
@@ -328,7 +328,7 @@ def _engine_unknown(text: str | None) -> str | None:
     return text[:cut].removesuffix("; ") or None if text else None
 
 
-def _concurrency(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def concurrency_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     out: list[ev.Event] = []
     for level in phase.get("levels") or ():
         out.append(_event(LoadLevel, level, phase=name, case=level.get("id"), t_start=0,
@@ -337,7 +337,7 @@ def _concurrency(phase: dict, m: dict, name: str) -> list[ev.Event]:
     return out
 
 
-def _conversation(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def conversation_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     out: list[ev.Event] = []
     if phase.get("template_source") is not None:
         out.append(_event(ConversationStart, phase, phase=name, turns=phase.get("turns_planned") or 0))
@@ -349,7 +349,7 @@ def _conversation(phase: dict, m: dict, name: str) -> list[ev.Event]:
     return out
 
 
-def _tasks(phase: dict, m: dict, name: str) -> list[ev.Event]:
+def tasks_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     if phase.get("summary") is None:
         return []  # no tasks_start: the phase never read its task file
     out: list[ev.Event] = [_event(TasksStart, phase, phase=name)]
@@ -372,8 +372,12 @@ def _distributed(m: dict) -> list[ev.Event]:
     return out
 
 
-_PHASES = {"cold": _cold, "warm": _warm, "prefix": _prefix, "quality": _quality, "speculative": _speculative,
-           "concurrency": _concurrency, "conversation": _conversation, "tasks": _tasks}
+def reader(phase: Phase) -> Callable[[dict, dict, str], list[ev.Event]]:
+    """How a phase's record in a log is read back as the events it was built from: the function
+    its registry line names (``unbuild``), else a sweep's cases, else its requests alone."""
+    if phase.unbuild:
+        return load(phase.unbuild)
+    return sweep_events if phase.sweep else request_events
 
 
 def rebuilt(log: RunLog, data: dict | None = None) -> RunLog:
