@@ -196,8 +196,10 @@ def _as_declared(option: click.Option, name: str, flag: str) -> list[str]:
 
     fresh = declared_option(name, flag, option.name)(lambda **kw: None).__click_params__[0]  # type: ignore[attr-defined]
     out = []
+    # a kind overridden decides how the default reads (a list setting read as one value: its one default)
+    skip = set(option.overrides) | ({"default"} if "kind" in option.overrides else set())
     for what in ("help", "default", "show_default", "multiple", "nargs", "is_flag", "metavar"):
-        if what not in option.overrides and getattr(option, what) != getattr(fresh, what):
+        if what not in skip and getattr(option, what) != getattr(fresh, what):
             out.append(f"{what} {getattr(option, what)!r}, declared {getattr(fresh, what)!r}")
     if not {"kind", "choices"} & set(option.overrides) and option.type.to_info_dict() != fresh.type.to_info_dict():
         out.append(f"type {option.type.to_info_dict()}, declared {fresh.type.to_info_dict()}")
@@ -292,3 +294,24 @@ def test_the_words_check_finds_a_copy():
     sources = {Path("measure/kvmodel.py"): 'KV_TYPES = ("f16", "q8_0", "q4_0")\n',
                SETTINGS: 'KV_TYPES = ("f16", "q8_0", "q4_0")  # llama.cpp type_k / type_v\nOTHER = ("a", "b")\n'}
     assert _word_lists(sources) == ["measure/kvmodel.py:KV_TYPES and config/settings.py:KV_TYPES"]
+
+
+def test_an_option_read_as_one_value_defaults_to_its_setting_s_default():
+    """Another command's option of a setting it reads as one value (overhead's --gen-tokens, a
+    list in `run`) takes the setting's declared default where it overrides none: `macprof
+    overhead` with no --gen-tokens once ran with None ("unsupported operand ... NoneType")."""
+    from macprof.cli import main
+    from macprof.cli.options import DeclaredOption
+    from macprof.config import settings as spec
+
+    checked = 0
+    for command in main.commands.values():
+        for p in getattr(command, "params", ()):
+            if not isinstance(p, DeclaredOption) or p.declared not in spec.SPECS or "default" in p.overrides:
+                continue
+            want = spec.DEFAULTS[p.declared]
+            if want is None or isinstance(want, tuple):  # none declared, or a list the command parses itself
+                continue
+            assert p.default == want, f"{command.name} {p.opts[0]}: default {p.default!r}, declared {want!r}"
+            checked += 1
+    assert checked >= 4  # overhead's --gen-tokens, --reps, --ngram; estimate's and inspect's --kv-type

@@ -135,8 +135,10 @@ def declared_option(name: str, decl: str | None = None, dest: str | None = None,
         param, check, help, choices, default = name, None, flag.help or "", flag.choices, flag.default
     if "help" in override:
         override["help"] = override["help"].format(**spec.HELP_FIELDS)
+    # a list setting read here as one value (kind="int") defaults to the setting's own default
+    kind = override.get("kind", flag.kind)
     flag = dataclasses.replace(flag, **{"help": help, "choices": choices,
-                                        "default": default if flag.kind not in _LISTS else None, **override})
+                                        "default": default if kind not in _LISTS else None, **override})
     kwargs = _click_kwargs(flag, flag.help or "", flag.choices)
     bounded = _bounded(flag.kind, check)
     if bounded is not None:
