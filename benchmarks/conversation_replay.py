@@ -69,6 +69,8 @@ class Turn:
 class LlamaCppReplay:
     """llama-cpp-python's Llama: one KV cache, reused by its generate's prefix matching."""
 
+    kind = "in_process"  # what PromptBuilder asks of an engine: not a server's (whose words it offers)
+
     def __init__(self, path: str, threads: int | None, n_ctx: int, flash_attn: bool) -> None:
         import llama_cpp
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -133,6 +135,8 @@ class LlamaCppReplay:
 
 class MlxReplay:
     """mlx-lm: one prompt cache, cut back to the longest common prefix with trim_prompt_cache."""
+
+    kind = "in_process"  # what PromptBuilder asks of an engine: not a server's (whose words it offers)
 
     def __init__(self, path: str) -> None:
         import mlx_lm
