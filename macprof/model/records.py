@@ -29,6 +29,7 @@ journal have one typed vocabulary, nothing reads them through string paths, and 
 
 from __future__ import annotations
 
+import functools
 import numbers
 import re
 import typing
@@ -221,6 +222,7 @@ def _annotation(cls: type, name: str) -> Any:
     raise AttributeError(f"{cls.__qualname__} declares no field {name!r}")
 
 
+@functools.cache  # msgspec resolves the class's annotations on every call: 0.4 ms a record, 14 per verify
 def record_fields(cls: type) -> tuple[msgspec.structs.FieldInfo, ...]:
     """The fields of a record class (each has ``name``, ``type``, ``default``), in key order."""
     return msgspec.structs.fields(cls)
