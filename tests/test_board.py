@@ -208,6 +208,29 @@ def test_runs_on_battery_in_low_power_mode_or_under_thermal_pressure_are_marked_
     assert board.marks({"complete": 0, "status": "refused"}) == ("incomplete run", "refused")
 
 
+BENCH = LOGS / "tiny-bench.json"  # a default run's phases on one llama.cpp model: cold, warm, prefix, bench
+
+
+def test_a_default_runs_bench_tests_are_rows_of_the_page_after_the_resident_phases(tmp_path):
+    _, data, _ = _board(tmp_path, BENCH)
+    cols = [c["id"] for c in data["columns"]]
+    phase = data["key_columns"].index("phase")
+    order = [g["key"][phase] for g in data["groups"]]
+    assert order == ["warm", "prefix", "cold", "bench", "bench"]  # the resident model first, then the registry's order
+    bench = {g["cells"][cols.index("test")][0]: g for g in data["groups"] if g["key"][phase] == "bench"}
+    assert sorted(bench) == ["bench pp512", "bench tg128"]
+    pp, tg = bench["bench pp512"], bench["bench tg128"]
+    case_pp, case_tg = runlog.load(BENCH).models[0].phases.bench.cases
+    assert pp["cells"][cols.index("test")][1].startswith("512 → 0")
+    assert pp["cells"][cols.index("prefill_tok_s")][2] == case_pp.summary.prefill_tok_s.median
+    assert pp["cells"][cols.index("decode_tok_s")][0] == pp["cells"][cols.index("measured_efficiency")][0] == ""
+    assert tg["cells"][cols.index("test")][1].startswith("1 → 128")
+    assert tg["cells"][cols.index("decode_tok_s")][2] == case_tg.summary.decode_tok_s.median
+    text, under, value, _ = tg["cells"][cols.index("measured_efficiency")]
+    assert value == case_tg.roofline.measured.efficiency and text == fmt_pct(value)
+    assert under == f"of {fmt_rate(case_tg.roofline.measured.ceiling_tok_s)} tok/s"
+
+
 def _hostile_log(tmp_path: Path) -> Path:
     data = runlog.load(OTHER).to_json()
     data["models"][0]["identity"]["name"] = HOSTILE

@@ -13,6 +13,7 @@ from macprof.cli import main
 from macprof.collect import telemetry
 from macprof.model.phases import Request
 from macprof.model.telemetry import TelemetryRaw, TelemetrySample
+from macprof.render.energy import energy_lines
 from macprof.render.summary import render_summary, warnings
 from macprof.store import runlog
 from tests.conftest import FIXTURES
@@ -171,3 +172,21 @@ def test_a_worker_that_dies_mid_phase_keeps_its_samples(fake_dir, tmp_path, monk
     warm = runlog.load(log).models[0].phases.warm
     assert warm.failures and warm.telemetry is not None and warm.telemetry.t_end is None
     assert warm.telemetry.energy.requests == 2 and warm.telemetry.energy.decode_gross_j > 0
+
+
+def test_the_energy_lines_name_every_phase_whose_record_holds_telemetry(fake_dir, tmp_path, monkeypatch):
+    """The summary's energy lines (and its throttling warnings, from the same list) cover each
+    phase whose record holds telemetry, read from the log's JSON: a sweep's and bench's too."""
+    monkeypatch.setattr(telemetry, "open_source", lambda platform=None: ConstantSource())
+    monkeypatch.setattr(telemetry, "IDLE_BASELINE_S", 0.6)  # two whole samples at 0.25 s
+    log = tmp_path / "run.json"
+    r = CliRunner().invoke(main, ["run", "--config", str(fake_dir / "models.toml"), "--models", "fake-b", "--phases",
+                                  "warm,depth,bench", "--prompt-tokens", "16", "--gen-tokens", "8", "--reps", "2",
+                                  "--depth", "0", "--log", str(log)])
+    assert r.exit_code == 0, r.output
+    phases = json.loads(log.read_text())["models"][0]["phases"]
+    held = [name for name, record in phases.items() if isinstance(record, dict) and record.get("telemetry")]
+    assert held == ["warm", "depth", "bench"]
+    lines = energy_lines(runlog.load(log))
+    assert lines[0] == "Energy (telemetry):"
+    assert [line.split(":")[0] for line in lines[1:]] == [f"fake-b {name}" for name in held]

@@ -191,6 +191,52 @@ def test_the_rows_hold_the_logs_own_figures(tmp_path):
     assert [r["batch"] for r in batch] == [c.batch for c in sweeps.models[0].phases.batch.cases]
 
 
+BENCH = LOGS / "tiny-bench.json"  # a default run's phases on one llama.cpp model: cold, warm, prefix, bench
+
+
+def test_a_default_runs_bench_tests_are_rows_pp_with_its_prefill_and_tg_with_its_decode_and_ceiling(tmp_path):
+    db = tmp_path / "r.sqlite"
+    out = cli("collect", BENCH, "--db", db)
+    assert out.exit_code == 0, out.output
+    con = database.connect(db)
+    try:
+        got = database.rows(con, "SELECT * FROM results ORDER BY result_id")
+    finally:
+        con.close()
+    m = runlog.load(BENCH).models[0]
+    assert [(r["phase"], r["case_id"]) for r in got] == [
+        ("cold", ""), ("warm", ""), ("prefix", ""), ("bench", "pp512"), ("bench", "tg128")]
+    pp, tg = got[3:]
+    case_pp, case_tg = m.phases.bench.cases
+    measured = [r for r in case_pp.requests if r.kind == "measured"]
+    # pp512: the prompt computed, nothing generated: its prefill (t_prefilled), no decode, no decode ceiling
+    assert (pp["prompt_tokens"], pp["gen_tokens"], pp["depth_tokens"], pp["batch"]) == (512, 0, 0, 1)
+    assert pp["status"] == "ok" and pp["requests"] == len(measured) and pp["failures"] == 0
+    assert pp["prefill_tok_s"] == case_pp.summary.prefill_tok_s.median > 0
+    assert pp["decode_tok_s"] is pp["spec_efficiency"] is pp["measured_efficiency"] is None
+    assert pp["spec_ceiling_tok_s"] is pp["measured_ceiling_tok_s"] is None and pp["ceiling_reason"] == results.NO_DECODE
+    # tg128: its decode, against the ceiling at its context, as a grid case's
+    assert (tg["prompt_tokens"], tg["gen_tokens"], tg["status"]) == (1, 128, "ok")
+    assert tg["decode_tok_s"] == case_tg.summary.decode_tok_s.median > 0
+    assert tg["measured_ceiling_tok_s"] == case_tg.roofline.measured.ceiling_tok_s > 0
+    assert tg["measured_efficiency"] == case_tg.roofline.measured.efficiency > 0
+    assert pp["peak_memory_bytes"] == tg["peak_memory_bytes"] is not None  # the phase's, both its cases'
+
+
+def test_every_phase_of_the_registry_gives_its_rows_or_says_why_not():
+    """A phase added to the registry is collected (a sweep: its cases; another: its ROWS entry)
+    or named in NO_ROWS with its reason; the phase column's doc lists those that give rows."""
+    from macprof.phases import NAMES, SWEEPS
+
+    others = [n for n in NAMES if n not in SWEEPS]
+    assert not set(results.ROWS) & set(results.NO_ROWS)
+    missing = [n for n in others if n not in results.ROWS and n not in results.NO_ROWS]
+    assert not missing, f"analyse/results.py: give {missing} rows (ROWS) or say why not (NO_ROWS)"
+    assert set(results.ROWS) | set(results.NO_ROWS) == set(others)  # no entry for a phase that is gone
+    phase_doc = next(c.doc for c in database.RESULTS if c.name == "phase")
+    assert re.findall(r"`(\w+)`", phase_doc) == [n for n in NAMES if n not in results.NO_ROWS]
+
+
 def test_every_column_is_written_and_documented():
     rows = results.result_rows(runlog.load(OTHER))
     written = set(rows[0]) | {"result_id", "log_id", "model_id"}

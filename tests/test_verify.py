@@ -281,12 +281,41 @@ def test_impossible_figures_are_named_as_such(everything):
     _alpha(m)
     m["phases"]["conversation"]["summary"]["hit_rate"] = -3.0
     m["phases"]["warm"]["requests"][1]["token_times"][3] = 1  # a time that runs backwards
+    pp = m["phases"]["bench"]["cases"][0]["requests"][1]  # a pp test's prompt computed before it was tokenized
+    assert m["phases"]["bench"]["cases"][0]["test"] == "pp" and pp["t_prefilled"] > pp["t_tokenized"]
+    pp["t_prefilled"] = pp["t_tokenized"] - 1
     found = {p.path: p.what for p in _problems(data)}
     assert found["models/0/phases/tasks/summary/within/k"] == "9 is more than n (2)"
     assert found["models/0/phases/tasks/summary/within/value"] == "4.5 is a proportion outside 0..1"
     assert found["models/0/phases/speculative/cases/0/acceptance"] == "5 is a proportion outside 0..1"
     assert found["models/0/phases/conversation/summary/hit_rate"] == "-3 is a proportion outside 0..1"
     assert found["models/0/phases/warm/requests/1/token_times/3"].startswith("a time that runs backwards: 1 after ")
+    assert found["models/0/phases/bench/cases/0/requests/1/t_prefilled"] == (
+        f"a time that runs backwards: {pp['t_prefilled']} is before t_tokenized ({pp['t_tokenized']})")
+
+
+def _efficiencies(x, at: str = "") -> dict:
+    """Every ceiling's efficiency in a log's JSON, by path: read from the JSON, not the registry."""
+    if isinstance(x, dict):
+        found = {f"{at}/efficiency": x["efficiency"]} if at.endswith(("/spec", "/measured")) and "roofline" in at \
+            and isinstance(x.get("efficiency"), (int, float)) else {}
+        for k, v in x.items():
+            found |= _efficiencies(v, f"{at}/{k}" if at else k)
+        return found
+    if isinstance(x, list):
+        return {k: v for i, item in enumerate(x) for k, v in _efficiencies(item, f"{at}/{i}").items()}
+    return {}
+
+
+def test_decode_above_a_ceiling_is_flagged_in_every_phase_and_case_that_has_one(everything):
+    """The fake engine decodes far above any bandwidth ceiling: every such efficiency in the log,
+    wherever it is (warm, prefix, each sweep case, bench's tg tests), is a flag, never a problem."""
+    data = json.loads(everything.read_text())
+    above = {path for path, value in _efficiencies(data).items() if value > 1}
+    assert "models/0/phases/bench/cases/1/roofline/measured/efficiency" in above  # tg8
+    assert {p.split("/")[3] for p in above} >= {"warm", "prefix", "grid", "depth", "batch", "bench"}
+    found = verify(runlog.load(everything), data)
+    assert found.ok and {f.path for f in found.flags} == above
 
 
 def test_a_phase_its_settings_do_not_list_is_named(everything):

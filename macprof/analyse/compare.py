@@ -24,6 +24,7 @@ from macprof.measure import proportions
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import PrefixPhase, Sweep, SweepCase, WarmPhase
 from macprof.model.resolved import known, word
+from macprof.model.vocab import THERMAL_STATES
 from macprof.phases import figures_of
 
 # metric -> (what, higher is better); memory is named after the figure judged (memory_label)
@@ -138,7 +139,7 @@ def _flag_name(key: str, mine, theirs) -> str:
     if key == "engine_settings":
         return "engine settings: " + ", ".join(settings_differ(mine, theirs))
     return _FLAG_NAMES[key]
-THERMAL_RANK = {"nominal": 0, "fair": 1, "serious": 2, "critical": 3}
+THERMAL_RANK = {state: rank for rank, state in enumerate(THERMAL_STATES)}
 
 
 def thermal_state_of(phase: WarmPhase | PrefixPhase | Sweep | None) -> str | None:

@@ -53,8 +53,8 @@ def integrate(samples: Sequence[TelemetrySample], domain: str, a: int, b: int) -
 
 def telemetry_of(events: Sequence[Event], phase: str | None = None) -> list[TelemetryRaw]:
     """The telemetry the journal holds, of one phase where ``phase`` names it."""
-    raws = [e.record() for e in events if isinstance(e, Telemetry)]
-    return [r for r in raws if phase is None or r.phase == phase]
+    # filtered before a record is made of each: a build asks once per phase
+    return [e.record() for e in events if isinstance(e, Telemetry) and (phase is None or getattr(e, "phase") == phase)]
 
 
 def merged(raws: Sequence[TelemetryRaw]) -> TelemetryRaw | None:

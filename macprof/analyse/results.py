@@ -4,26 +4,31 @@ with its lengths, figures and the conditions it ran under. Pure: a RunLog in, pl
 the database's column names out; every figure is one the log already holds (the summaries'
 medians, the ceilings, the headline's memory and energy), never computed again here.
 
-Which phases give rows: cold (its time to first token from launch), warm, prefix (the reuse
-half, which its ceiling is computed on), each case of grid, depth and batch, each k of
-speculative (macprof's loop, and the engine's own as ``native-k<k>``), quality and tasks. The
-concurrency and conversation phases measure a server's load levels and a chat's turns, figures of
-another kind than these columns: they give no row (their logs are collected for the rest).
+Which phases give rows: each case of a sweep (grid, depth, batch, and bench's llama-bench tests:
+a pp test its prefill, a tg test its decode against the ceiling at its context), and each phase
+``ROWS`` names: cold (its time to first token from launch), warm, prefix (the reuse half, which
+its ceiling is computed on), each k of speculative (macprof's loop, and the engine's own as
+``native-k<k>``), quality and tasks. ``NO_ROWS`` names the others and why: a phase of the
+registry is in one or the other (tests/test_results_db.py holds it so).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any, Callable
 
 from macprof.analyse.compare import thermal_state_of
 from macprof.analyse.headline import case_energy, energy_figures, engine_version, memory_figures
 from macprof.analyse.quality import quality_figures
 from macprof.analyse.tasks import tasks_figures
 from macprof.model.log import Machine, ModelResult, RunLog
-from macprof.model.phases import Ceiling, Metrics, PhaseMemory, SweepCase
-from macprof.model.speculative import SpeculativeCase
+from macprof.model.phases import Ceiling, ColdPhase, Metrics, PhaseMemory, PrefixPhase, SweepCase, WarmPhase
+from macprof.model.quality import QualityPhase
+from macprof.model.speculative import SpeculativeCase, SpeculativePhase
+from macprof.model.tasks import TasksPhase
 from macprof.model.telemetry import PhaseTelemetry
+from macprof.phases import NAMES, SWEEPS
 
 MACHINE_FACTS = ("chip", "gpu_cores", "cpu_model", "arch", "cores_logical", "cores_physical", "cores_performance",
                  "cores_efficiency", "memory_bytes", "os", "os_version")
@@ -52,7 +57,7 @@ def model_row(m: ModelResult) -> dict:
     return {"key": sha if sha else f"served:{ident.name}",
             "file_name": max(files, key=lambda f: f.bytes).name if files else None,
             "sha256": sha, "files": len(files), "total_bytes": ident.total_bytes,
-            "quant": ident.quant_declared or ident.quant_label, "architecture": ident.architecture,
+            "quant": ident.quant, "architecture": ident.architecture,
             "n_params": ident.n_params}
 
 
@@ -98,50 +103,67 @@ def _model_common(index: int, m: ModelResult, log: RunLog) -> dict:
 
 
 def _phase_rows(m: ModelResult, log: RunLog) -> list[dict]:
-    ph, s = m.phases, m.settings
-    engine = m.identity.engine
+    """The model's rows, phase by phase in the registry's order."""
     out = []
-    if ph.cold:
-        t = ph.cold.summary.time_to_first_token_s
-        out.append({"phase": "cold", "case_id": "", **_status(t.n), "prompt_tokens": s.prompt_tokens,
-                    "gen_tokens": s.gen_tokens, "depth_tokens": 0, "batch": 1, "requests": t.n,
-                    "failures": sum(tr.status == "failed" for tr in ph.cold.trials), "ttft_s": t.median})
-    if ph.warm:
-        w = ph.warm
-        out.append({"phase": "warm", "case_id": "", "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens,
-                    "depth_tokens": 0, "batch": 1, **_metrics(w.summary), **_ceiling(w.roofline),
-                    **_memory(w.memory, engine), **_conditions(w.telemetry, thermal_state_of(w)),
-                    **_energy(energy_figures(w.telemetry))})
-    if ph.prefix:
-        p = ph.prefix
-        out.append({"phase": "prefix", "case_id": "", "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens,
-                    "depth_tokens": s.prefix_tokens, "batch": 1, **_metrics(p.summary.reuse), **_ceiling(p.roofline),
-                    **_memory(p.memory, engine), **_conditions(p.telemetry, thermal_state_of(p)),
-                    **_energy(energy_figures(p.telemetry))})
-    for name in ("grid", "depth", "batch"):
-        sweep = ph.sweep(name)
-        if sweep is None:
+    for name in NAMES:
+        record = m.phases.get(name)
+        if record is None or name in NO_ROWS:
             continue
-        shared = {**_memory(sweep.memory, engine), **_conditions(sweep.telemetry, thermal_state_of(sweep))}
-        out += [{"phase": name, **shared, **_case(c)} for c in sweep.cases]
-    if ph.speculative:
-        sp = ph.speculative
-        cases = [(c.id, c) for c in sp.cases] + [(f"native-{c.id}", c) for c in sp.native or ()]
-        out += [{"phase": "speculative", "case_id": cid, **_speculative(c), "prompt_tokens": s.prompt_tokens,
-                 "gen_tokens": s.gen_tokens, "depth_tokens": 0, "batch": 1, **_memory(sp.memory, engine)}
-                for cid, c in cases]
-    if ph.quality:
-        q = quality_figures(m)
-        out.append({"phase": "quality", "case_id": "", **_status(len(ph.quality.chunks)),
-                    "requests": len(ph.quality.chunks),
-                    "failures": len(ph.quality.failures), "kld_mean": q["kld_mean"], "ppl": q["ppl"],
-                    **_memory(ph.quality.memory, engine)})
-    if ph.tasks:
-        tf = tasks_figures(m)
-        out.append({"phase": "tasks", "case_id": "", **_status(tf["tasks_n"] or 0), "requests": tf["tasks_n"],
-                    "failures": len(ph.tasks.failures), "accuracy": tf["accuracy"],
-                    "accuracy_first": tf["accuracy_first"], **_memory(ph.tasks.memory, engine)})
+        if name in SWEEPS:
+            shared = {**_memory(record.memory, m.identity.engine),
+                      **_conditions(record.telemetry, thermal_state_of(record))}
+            out += [{"phase": name, **shared, **_case(c)} for c in record.cases]
+        else:
+            out += [{"phase": name, **row} for row in ROWS[name](m, record)]
     return out
+
+
+def _cold(m: ModelResult, cold: ColdPhase) -> list[dict]:
+    s, t = m.settings, cold.summary.time_to_first_token_s
+    return [{"case_id": "", **_status(t.n), "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens,
+             "depth_tokens": 0, "batch": 1, "requests": t.n, "failures": sum(tr.status == "failed" for tr in cold.trials),
+             "ttft_s": t.median}]
+
+
+def _warm(m: ModelResult, w: WarmPhase) -> list[dict]:
+    return [_resident(m, w, w.summary, depth=0)]
+
+
+def _prefix(m: ModelResult, p: PrefixPhase) -> list[dict]:
+    return [_resident(m, p, p.summary.reuse, depth=m.settings.prefix_tokens)]  # the reuse half
+
+
+def _resident(m: ModelResult, phase: WarmPhase | PrefixPhase, summary: Metrics, depth: int) -> dict:
+    s = m.settings
+    return {"case_id": "", "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens, "depth_tokens": depth,
+            "batch": 1, **_metrics(summary), **_ceiling(phase.roofline), **_memory(phase.memory, m.identity.engine),
+            **_conditions(phase.telemetry, thermal_state_of(phase)), **_energy(energy_figures(phase.telemetry))}
+
+
+def _speculative_rows(m: ModelResult, sp: SpeculativePhase) -> list[dict]:
+    s = m.settings
+    cases = [(c.id, c) for c in sp.cases] + [(f"native-{c.id}", c) for c in sp.native or ()]
+    return [{"case_id": cid, **_speculative(c), "prompt_tokens": s.prompt_tokens, "gen_tokens": s.gen_tokens,
+             "depth_tokens": 0, "batch": 1, **_memory(sp.memory, m.identity.engine)} for cid, c in cases]
+
+
+def _quality(m: ModelResult, q: QualityPhase) -> list[dict]:
+    figures = quality_figures(m)
+    return [{"case_id": "", **_status(len(q.chunks)), "requests": len(q.chunks), "failures": len(q.failures),
+             "kld_mean": figures["kld_mean"], "ppl": figures["ppl"], **_memory(q.memory, m.identity.engine)}]
+
+
+def _tasks(m: ModelResult, t: TasksPhase) -> list[dict]:
+    tf = tasks_figures(m)
+    return [{"case_id": "", **_status(tf["tasks_n"] or 0), "requests": tf["tasks_n"], "failures": len(t.failures),
+             "accuracy": tf["accuracy"], "accuracy_first": tf["accuracy_first"], **_memory(t.memory, m.identity.engine)}]
+
+
+# a phase that is no sweep: its rows ((model, its record) -> rows less "phase"), or why it gives none
+ROWS: dict[str, Callable[[ModelResult, Any], list[dict]]] = {"cold": _cold, "warm": _warm, "prefix": _prefix, "quality": _quality, "speculative": _speculative_rows,
+        "tasks": _tasks}
+NO_ROWS = {"concurrency": "a server's load levels: figures of another kind than these columns",
+           "conversation": "a chat's turns and what its cache reused: figures of another kind than these columns"}
 
 
 def _status(n: int) -> dict:
@@ -150,7 +172,9 @@ def _status(n: int) -> dict:
 
 def _metrics(summary: Metrics) -> dict:
     d = summary.decode_tok_s
-    return {**_status(summary.ttft_s.n), "requests": summary.ttft_s.n, "failures": summary.ttft_s.failures,
+    # a request that generates no token (bench's pp test) gives a prefill and no time to a first token
+    n, failures = max((summary.ttft_s.n, summary.ttft_s.failures), (summary.prefill_tok_s.n, summary.prefill_tok_s.failures))
+    return {**_status(n), "requests": n, "failures": failures,
             "ttft_s": summary.ttft_s.median, "prefill_tok_s": summary.prefill_tok_s.median, "decode_tok_s": d.median,
             "aggregate_tok_s": summary.aggregate_decode_tok_s.median if summary.aggregate_decode_tok_s else None}
 
@@ -165,7 +189,10 @@ def _speculative(c: SpeculativeCase) -> dict:
 def _case(c: SweepCase) -> dict:
     return {"case_id": c.id, "prompt_tokens": c.prompt_tokens, "gen_tokens": c.gen_tokens,
             "depth_tokens": c.depth or 0, "batch": c.batch or 1, **_metrics(c.summary), "status": c.status,
-            **_ceiling(c.roofline), **_energy(case_energy(c))}
+            **(_ceiling(c.roofline) if c.gen_tokens else {"ceiling_reason": NO_DECODE}), **_energy(case_energy(c))}
+
+
+NO_DECODE = "a pp test: no token generated, so no decode to hold to a ceiling"
 
 
 def _ceiling(roof: Ceiling | None) -> dict:

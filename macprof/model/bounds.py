@@ -40,7 +40,7 @@ SPAN = "a time span"  # seconds, not below zero
 STAMPS = "stamps"  # the record's stamps, in the order of the fields named, none before the one before it
 
 BOUNDS: dict[type, dict[str, Any]] = {
-    Request: {STAMPS: ("t0", "t_tokenized", "token_times"), "reused_tokens": AtMost("prompt_tokens"),
+    Request: {STAMPS: ("t0", "t_tokenized", "t_prefilled", "token_times"), "reused_tokens": AtMost("prompt_tokens"),
               "computed_prompt_tokens": COUNT, "cached_tokens_after": COUNT},
     TaskAttempt: {STAMPS: ("t0", "t_tokenized", "token_times", "t_end")},
     Round: {STAMPS: ("t_draft_start", "t_verify_start", "t_verify_end", "t_rewind_end"), "accepted": AtMost("drafted")},

@@ -27,6 +27,7 @@ from macprof.model.records import ABSENT, Count, Number, Positive, Record, Sha25
 from macprof.model.resolved import Resolved
 from macprof.model.vocab import EngineName, Store
 from macprof.model.serving import ConcurrencyPhase
+from macprof.phases import SWEEPS
 from macprof.model.kind import HOST_ID, MODEL_PATH, NAME, OWN, PATH, REF, TEXT, VOCAB
 
 
@@ -261,8 +262,10 @@ class Phases(Record):
     tasks: TasksPhase | None = ABSENT
 
     def sweep(self, name: str) -> Sweep | None:
-        """grid, depth, batch or bench by name (`compare --case depth:d4096` names one)."""
-        return {"grid": self.grid, "depth": self.depth, "batch": self.batch, "bench": self.bench}[name]
+        """A sweep's record by name (`compare --case depth:d4096` names one): macprof/phases.py SWEEPS."""
+        if name not in SWEEPS:
+            raise KeyError(name)
+        return getattr(self, name)
 
     def get(self, name: str) -> Any:
         """Phase ``name``'s record, or None (not asked for, or a phase this macprof does not know)."""

@@ -24,6 +24,7 @@ from importlib import resources
 
 from macprof import __version__
 from macprof.measure.stats import median
+from macprof.phases import NAMES
 from macprof.render.text import clean, clean_lines, fmt_bytes, fmt_pct, fmt_rate, fmt_s, fmt_x
 
 # what makes two rows one group: everything but what a run measured and when
@@ -34,7 +35,8 @@ KEY_COLUMNS = ("machine_id", "chip", "gpu_cores", "cpu_model", "cores_physical",
 FIGURES = ("decode_tok_s", "spec_efficiency", "measured_efficiency", "spec_ceiling_tok_s", "measured_ceiling_tok_s",
            "ttft_s", "prefill_tok_s", "aggregate_tok_s", "peak_memory_bytes", "decode_j_per_token", "accuracy",
            "kld_mean", "speedup")
-PHASE_ORDER = ("warm", "prefix", "cold", "grid", "depth", "batch", "speculative", "quality", "tasks")
+# the resident model's figures first (what a page of results leads with), then the registry's order
+PHASE_ORDER = ("warm", "prefix", *(n for n in NAMES if n not in ("warm", "prefix")))
 THERMAL_OK = (None, "nominal")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from macprof.model.log import ModelResult, RunLog
 from macprof.measure.stats import median
 from macprof.model.telemetry import ColdEnergy, PhaseTelemetry
+from macprof.phases import SWEEPS
 from macprof.render.text import clean
 
 
@@ -23,7 +24,7 @@ def fmt_j(value: float | None) -> str:
 def _phases(m: ModelResult) -> list[tuple[str, PhaseTelemetry]]:
     ph = m.phases
     found = [("warm", ph.warm.telemetry if ph.warm else None), ("prefix", ph.prefix.telemetry if ph.prefix else None)]
-    found += [(name, sweep.telemetry) for name in ("grid", "depth", "batch") if (sweep := ph.sweep(name))]
+    found += [(name, sweep.telemetry) for name in SWEEPS if (sweep := ph.sweep(name))]
     return [(name, tel) for name, tel in found if tel is not None]
 
 

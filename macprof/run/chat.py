@@ -4,7 +4,7 @@ phase's attempts, the conversation phase's turns): one path. ``template_for``: t
 macprof's one documented form for a model that has none (the demo models). A template renders
 as transformers' apply_chat_template renders it (a jinja2 sandbox, trim_blocks and
 lstrip_blocks, ``tojson``, ``raise_exception``, ``add_generation_prompt``). Which one, and how
-tool calls are to be written, go into the log (docs/tasks.md, docs/conversation.md).
+tool calls are to be written, go into the log (docs/tasks.md; docs/design.md, "Conversations: the reuse apps really get").
 
 The fallback form (FALLBACK):
 

@@ -402,7 +402,7 @@ def _request_line(name: str, e: ev.Request, s) -> str:
         f"{e.index + 1}/{phase.line_total(s, e.case) if phase else s.reps}"
     mode = f" {e.mode}" if e.mode else ""
     case = f" {e.case}" if e.case else ""
-    return f"{name}: {e.phase}{case}{mode} {what}: {e.record().status}"
+    return f"{name}: {e.phase}{case}{mode} {what}: {getattr(e, 'status')}"  # the field, not a record made of it
 
 
 def _endpoint_job(model: ModelSpec, timeout: float) -> dict | None:

@@ -19,7 +19,9 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from macprof.analyse.results import NO_ROWS
 from macprof.errors import MacprofError
+from macprof.phases import NAMES
 
 SCHEMA_VERSION = 2  # 2: logs.verified and verify_problems
 APPLICATION_ID = 0x6D707266  # "mprf": PRAGMA application_id of a macprof results database
@@ -99,8 +101,7 @@ RESULTS = (
     C("model_name", "TEXT", "", "the model's name in the run"),
     C("engine", "TEXT NOT NULL", "", "`llama.cpp`, `mlx`, `openai` (a server), `fake`"),
     C("engine_version", "TEXT", "", "llama-cpp-python's or mlx-lm's version"),
-    C("phase", "TEXT NOT NULL", "", "`cold`, `warm`, `prefix`, `grid`, `depth`, `batch`, `speculative`, `quality`, "
-                                    "`tasks`"),
+    C("phase", "TEXT NOT NULL", "", ", ".join(f"`{n}`" for n in NAMES if n not in NO_ROWS)),
     C("case_id", "TEXT NOT NULL", "", "the sweep case (`p512-g128`, `rag`, `d4096`, `b8`), speculative `k4` or "
                                       "`native-k4`; '' for a phase without cases"),
     C("status", "TEXT NOT NULL", "", "`ok`, or a case's `failed` / `refused` / `unsupported` / `not run`; a phase "

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from macprof.errors import MacprofError
 from macprof.model.log import RunLog
+from macprof.phases import SWEEPS
 from macprof.store.digest import DigestState
 
 REL_TOL = 1e-9  # "within rounding": the same code on the same doubles gives the same double; a sum's order may not
@@ -235,7 +236,7 @@ def _flags(log: RunLog) -> Iterator[Finding]:
         ph = m.phases
         roofs = [(f"phases/{name}/roofline", getattr(ph, name).roofline) for name in ("warm", "prefix")
                  if getattr(ph, name) is not None]
-        for name in ("grid", "depth", "batch"):
+        for name in SWEEPS:
             sweep = ph.sweep(name)
             roofs += [(f"phases/{name}/cases/{j}/roofline", c.roofline) for j, c in enumerate(sweep.cases if sweep else ())]
         for where, roof in roofs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Collection, Generator, Iterable, Iterator, Sequence, cast
 
 from macprof.config import Settings
 from macprof.engines.base import TOP2, AnyEngine, Batching, Engine, EngineCore, ServerEngine, able
@@ -112,12 +112,14 @@ def timed_request(engine: AnyEngine, prompt: Prompt, n: int, clock: Clock = time
 
         return server_request(engine, prompt, n, clock)
     tokenize = engine.tokenize_chat if prompt.chat else engine.tokenize  # a chat prompt: as it was built
-    r = stamped_sequence(engine, prompt, n, lambda ids: ending_at(engine.generate(ids, n), eos), clock, "engine",
-                         tokenize, eos)
+    # the speed phases' tokens straight from the engine: no generator between its yield and the stamp
+    tokens_of: Callable[[list[int]], Iterable[int]] = (lambda ids: ending_at(engine.generate(ids, n), eos)) if eos \
+        else (lambda ids: engine.generate(ids, n))
+    r = stamped_sequence(engine, prompt, n, tokens_of, clock, "engine", tokenize, eos)
     return {**r, **reuse_of(engine, r["prompt_tokens"], engine.reused_tokens)}
 
 
-def ending_at(tokens: Iterator[int], eos: Collection[int]) -> Iterator[int]:
+def ending_at(tokens: Iterator[int], eos: Collection[int]) -> Generator[int, None, None]:
     """``tokens`` up to and including the first id of ``eos``, the engine's generator then closed
     (its loop stops there, as the tasks phase's replies stop)."""
     try:

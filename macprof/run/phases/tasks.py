@@ -25,6 +25,7 @@ the server applies its model's template (a --chat-template is refused, run/chat.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -40,7 +41,8 @@ from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, T
 from macprof.phases import TASKS_CONTEXT
 from macprof.run import chat, checkers, checking, taskfile
 from macprof.run.phases.api import Parent
-from macprof.run.phases.common import ByKind, Clock, PhaseContext, chat_template_input, chat_templates_checked
+from macprof.run.phases.common import (ByKind, Clock, PhaseContext, chat_template_input, chat_templates_checked,
+                                       ending_at, reply_end)
 
 if TYPE_CHECKING:
     from macprof.config import ModelSpec, Settings
@@ -393,7 +395,7 @@ def _generate(engine: Engine, sampler: Sampling | None, ids: list[int], max_toke
     max_tokens, then closed (the engine's loop stops there)."""
     tokens: list[int] = []
     times: list[int] = []
-    stop: str | None = "max_tokens"
+    stop: str | None = None
     status, error = "ok", None
     if sampled is None:
         gen = engine.generate(ids, max_tokens)
@@ -402,17 +404,12 @@ def _generate(engine: Engine, sampler: Sampling | None, ids: list[int], max_toke
     else:  # never: an attempt is sampled only at a temperature, for which the phase found a sampler
         raise MacprofError("a sampled attempt without the engine's sampler")
     try:
-        for token in gen:
-            times.append(clock())
-            tokens.append(int(token))
-            if token in eos:
-                stop = "eos"
-                break
+        with contextlib.closing(ending_at(gen, eos)) as replied:  # closed, the engine's loop stops there
+            for token in replied:
+                times.append(clock())
+                tokens.append(int(token))
+        stop = reply_end(tokens, eos)
     except Exception as exc:  # noqa: BLE001 - an engine error is a recorded attempt
-        status, error, stop = "error", reason(exc), None
-    finally:
-        close = getattr(gen, "close", None)  # a generator's: the engine's loop stops there
-        if close is not None:
-            close()
+        status, error = "error", reason(exc)
     reply = tokens[:-1] if stop == "eos" else tokens
     return {"tokens": tokens, "times": times, "reply": reply, "stop": stop, "status": status, "error": error}
