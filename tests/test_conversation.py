@@ -36,12 +36,12 @@ def _engine(tmp_path: Path, cache: str = "full") -> FakeEngine:
     return engine
 
 
-def _run(engine, n_ctx: int = 4096, done=None, **settings):
+def _run(engine, n_ctx: int = 4096, done=None, done_cached=None, **settings):
     s = config.Settings(**{"phases": ("conversation",), "gen_tokens": 6, "turns": 4, "turn_tokens": 12,
                            "system_tokens": 16, **settings})
     events = []
     run_conversation(PhaseContext(engine, PromptBuilder(engine), s, lambda e: events.append(
-        parse_event({**e.to_json(), "model": "m"})), n_ctx=n_ctx, done=done or {}))
+        parse_event({**e.to_json(), "model": "m"})), n_ctx=n_ctx, done=done or {}, done_cached=done_cached or {}))
     return events, build(events, [], s.app_order, None)
 
 
@@ -205,7 +205,9 @@ def test_a_cache_that_cannot_go_back_reuses_nothing_and_says_why(tmp_path):
 
 def test_a_conversation_longer_than_the_context_stops_and_keeps_its_turns(tmp_path):
     events, phase = _run(_engine(tmp_path), n_ctx=160)
-    assert 0 < len(phase.turns) < 4 and phase.stopped and "exceed the context of 160" in phase.stopped
+    (stop,) = phase.stops
+    assert 0 < len(phase.turns) < 4 and stop.turn == len(phase.turns) and "exceed the context of 160" in stop.reason
+    assert stop.error is None and stop.prompt_tokens + 6 > 160 and stop.natural is None and stop.emptied is None
 
 
 def test_a_resumed_conversation_replays_what_was_measured(tmp_path):
@@ -247,6 +249,66 @@ def test_a_run_killed_mid_conversation_resumes_the_same_conversation(fake_dir, t
         return (t.prompt_tokens, t.held_tokens, t.common_prefix, t.reused_tokens, t.stop_kind, t.reply_tokens,
                 t.reply_end, tuple(t.natural.tokens), tuple(t.emptied.tokens))
     assert [seen(t) for t in ph.turns] == [seen(t) for t in whole.turns]
+
+
+class _Failing(FakeEngine):
+    """A fake engine whose request fails for chosen turns once the cache is emptied (their emptied
+    half): the prompt holds one of ``marks``, a turn's own user message."""
+
+    marks: tuple[str, ...] = ()
+
+    def generate(self, ids, n):
+        if not self._states and any(m in self.detokenize(list(ids)) for m in self.marks):
+            raise RuntimeError("the engine failed this request")
+        return super().generate(ids, n)
+
+
+def _failing(tmp_path, fails) -> _Failing:
+    """``fails``: the (app, turn)s whose emptied half fails."""
+    engine = _Failing()
+    engine.load_model(write_model(tmp_path / "failing.gguf"), EngineSettings(n_ctx=4096))
+    engine.marks = tuple(PromptBuilder(engine).words_text(f"conversation:user:{a}:{t}", 12) for a, t in fails)
+    return engine
+
+
+def _said(phase) -> tuple:
+    """What a conversation measured and where each app stopped, without its timings."""
+    def seen(t):
+        return (t.app, t.turn, t.prompt_tokens, t.held_tokens, t.held_by, t.reused_tokens, t.stop_kind,
+                t.reply_tokens, tuple(t.natural.tokens), tuple(t.emptied.tokens))
+
+    def stop(s):
+        return (s.app, s.turn, s.reason, s.error, s.prompt_tokens,
+                *((r.mode, r.status, r.error, tuple(r.tokens)) if r else None for r in (s.natural, s.emptied)))
+    return [seen(t) for t in phase.turns], [stop(s) for s in phase.stops]
+
+
+FAILS = [(0, 1), (1, 2)]  # case A (natural half first: recorded, then the emptied half fails), case B (emptied first)
+
+
+def test_a_failed_request_stops_its_app_and_every_stop_stays_in_the_log(tmp_path):
+    """Finding 2 of the wave-3 review: app 0's turn 1 (natural half first: it is recorded, the
+    emptied half fails) and app 1's turn 2 (emptied half first: it fails, the natural half is
+    never sent) each stop their app. Both stops stay in the log, each with its reason and the
+    requests it made, the failed one with its error; the summary is the measured turns'. Before,
+    only the first app's reason was kept and the failed turns' requests were nowhere."""
+    from macprof.analyse.unbuild import conversation_events
+
+    _, whole = _run(_failing(tmp_path, FAILS), apps=2)
+    turns, stops = _said(whole)
+    assert [t[:2] for t in turns] == [(0, 0), (1, 0), (1, 1)]
+    assert [s[:2] for s in stops] == FAILS
+    for s in whole.stops:
+        assert s.error == "the emptied request failed: RuntimeError: the engine failed this request"
+        assert s.reason == f"app {s.app} turn {s.turn} failed: {s.error}: app {s.app}'s conversation stops here"
+        assert s.emptied.status == "error" and s.emptied.error == "RuntimeError: the engine failed this request"
+        assert s.prompt_tokens == s.emptied.prompt_tokens > 0
+    assert whole.stops[0].natural.status == "ok" and whole.stops[0].natural.tokens  # case A: the natural half ran
+    assert whole.stops[1].natural is None  # case B: the emptied half ran first, and failed
+    assert sum(whole.summary.stops.values()) == 3  # the measured turns' alone
+    # read back as its events (macprof verify), it builds the same
+    again = build(conversation_events(whole.to_json(), {}, "conversation"), [], "round-robin", None)
+    assert again.to_json() == whole.to_json()
 
 
 def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):

@@ -55,6 +55,7 @@ from macprof.model import events as ev
 from macprof.model.conversation import ConversationPhase, ConversationStart, ConversationTurn
 from macprof.model.conversation import Turn as LoggedTurn  # the log's record of a turn (Turn here: the schedule's)
 from macprof.model.phases import OutputCheck, Request
+from macprof.model.records import ABSENT
 from macprof.run import chat
 from macprof.run.phases.api import Parent
 from macprof.run.phases.common import (ByKind, PhaseContext, _pause, announced, chat_template_input, chat_templates_checked,
@@ -200,7 +201,7 @@ def _turn(ctx: PhaseContext[AnyEngine], cache: Cache, template: chat.Template, a
     try:
         done = _replayed(ctx, cache, prompt, turn) or _measured(ctx, cache, prompt, turn, app.last)
     except Exception as exc:  # noqa: BLE001 - a failed request, or what its reply made raise: this app alone
-        _failed(ctx, cache, app, turn, exc)
+        _failed(ctx, cache, app, turn, exc, prompt)
         return
     said = Previous(list(prompt.ids), prompt.text, done.reply, "", tuple(done.kept), cache.ended(done.reply),
                     done.reply_tokens)
@@ -261,7 +262,7 @@ def _measured(ctx: PhaseContext[AnyEngine], cache: Cache, prompt: Prompt, turn: 
         if mode == "natural":  # what the engine says of it, read before the other half runs
             natural = cache.natural(prompt, rec)
         if rec.status != "ok":
-            raise MacprofError(f"conversation: {turn.where} ({mode}): {rec.error}")
+            raise MacprofError(f"the {mode} request failed: {rec.error}")
         counted = cache.prompt_tokens(prompt, rec, turn.where)
     assert natural is not None  # turn.modes holds both halves
     check = compare_outputs(ctx.engine, prompt, requests["emptied"].tokens, natural.reply)
@@ -283,15 +284,17 @@ def _recorded(turn: Turn, held: Held, seen: Seen, stop: Stop, check: OutputCheck
         check=check, reply_tokens=natural.reply_tokens, reply_end=natural.ended), phase=PHASE)
 
 
-def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, exc: Exception) -> None:
+def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, exc: Exception,
+            prompt: Prompt | None = None) -> None:
     """A turn that failed (its template or tokenizer raised, a request failed or its reply could
-    not be read): recorded with the reason (its conversation_turn's ``error``); its app's
-    conversation stops there, as at a full context, the turns before kept and the other apps
-    going on; what the cache holds is no longer known, so it is put back before the next turn."""
+    not be read): recorded with the reason (its conversation_turn's ``error``) and, where it was
+    rendered here, its prompt's tokens; its app's conversation stops there, as at a full context,
+    the turns before kept and the other apps going on; what the cache holds is no longer known,
+    so it is put back before the next turn."""
     why = reason(exc)
     ctx.emit(ConversationTurn.of(LoggedTurn(
-        app=app.index, turn=turn.turn, stop_reason=f"{turn.where} failed: {why}: app {app.index}'s conversation stops here"),
-        phase=PHASE, error=why))
+        app=app.index, turn=turn.turn, stop_reason=f"{turn.where} failed: {why}: app {app.index}'s conversation stops here",
+        prompt_tokens=ABSENT if prompt is None or cache.renders else len(prompt.ids)), phase=PHASE, error=why))
     app.stopped = True
     cache.forget()
 
