@@ -271,6 +271,20 @@ def _failing(tmp_path, fails) -> _Failing:
     return engine
 
 
+def _resumed(tmp_path, fails, journaled, **settings):
+    """The phase run again as `--resume` runs it after a kill that left ``journaled``: the
+    journal read by run/resume.py (the phase's own reader too) into the worker's ``done``."""
+    from macprof.model import events as ev
+    from macprof.run import resume
+    from macprof.run.phases.common import done_cached, done_requests
+
+    past, spawn = resume.ModelPast(), ev.WorkerSpawn(phases=("conversation",), t_spawn=0)
+    for e in journaled:
+        resume._read(past, e, spawn)
+    return _run(_failing(tmp_path, fails), done=done_requests(past.requests), done_cached=done_cached(past.requests),
+                **settings)
+
+
 def _said(phase) -> tuple:
     """What a conversation measured and where each app stopped, without its timings."""
     def seen(t):
@@ -309,6 +323,57 @@ def test_a_failed_request_stops_its_app_and_every_stop_stays_in_the_log(tmp_path
     # read back as its events (macprof verify), it builds the same
     again = build(conversation_events(whole.to_json(), {}, "conversation"), [], "round-robin", None)
     assert again.to_json() == whole.to_json()
+
+
+def test_a_run_killed_anywhere_resumes_with_each_app_stopped_where_it_stopped(tmp_path):
+    """Finding 1 of the wave-3 review: the run of the test above killed after any of its events
+    and resumed (its journal read by run/resume.py, the phase's own reader too) gives the log of
+    the uninterrupted run: no turn after a stop is measured, no failed turn twice. Before, a resume
+    went on with app 0's turns 2 and 3 (case A: both its halves were recorded), or measured app 1's
+    turn 2 again (case B) and journaled a second stop for it."""
+    events, whole = _run(_failing(tmp_path, FAILS), apps=2)
+    for cut in range(1, len(events) + 1):
+        again, _ = _resumed(tmp_path, FAILS, events[:cut], apps=2)
+        merged = events[:cut] + again
+        told = [(e.app, e.turn) for e in merged if e.KIND == "conversation_turn"]
+        assert len(told) == len(set(told)) == 5, (cut, told)  # each turn settled once
+        assert _said(build(merged, [], "round-robin", None)) == _said(whole), cut
+
+
+def test_a_run_killed_after_a_failed_turn_resumes_without_measuring_it_again(fake_dir, tmp_path):
+    """End to end, two apps whose template raises at their third turn (six messages): the log
+    keeps both stops, and a run killed before the first, after it, or after both resumes to the
+    same turns and stops, each failed turn journaled once, its log verifying. Before, the resume
+    rendered a failed turn again and journaled a second stop for it."""
+    from macprof.store.verify import verify_file
+
+    template = tmp_path / "t.jinja"
+    template.write_text("{% if messages|length > 5 %}{{ raise_exception('too long for this template') }}{% endif %}"
+                        + FALLBACK)
+    args = ["run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "conversation",
+            "--apps", "2", "--turns", "4", "--gen-tokens", "4", "--turn-tokens", "8", "--chat-template", str(template)]
+    macprof(*args, "--log", str(tmp_path / "whole.json"))
+
+    def said(log):
+        ph = runlog.load(log).models[0].phases.conversation
+        return ([(t.app, t.turn, t.prompt_tokens, t.reused_tokens, tuple(t.natural.tokens)) for t in ph.turns],
+                [(s.app, s.turn, s.error is not None, s.prompt_tokens, s.natural, s.emptied) for s in ph.stops])
+    whole = said(tmp_path / "whole.json")
+    assert [t[:2] for t in whole[0]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert whole[1] == [(0, 2, True, None, None, None), (1, 2, True, None, None, None)]  # not rendered: no request
+    assert verify_file(tmp_path / "whole.json").ok
+    lines = (tmp_path / "whole.journal.jsonl").read_bytes().split(b"\n")[:-1]
+    failed = [i for i, line in enumerate(lines) if b'"event":"conversation_turn"' in line and b'"error"' in line]
+    for n, at in enumerate((failed[0], failed[0] + 1, failed[1] + 1)):
+        journal = tmp_path / f"r{n}.journal.jsonl"
+        journal.write_bytes(b"\n".join(lines[:at]) + b"\n")
+        macprof(*args, "--resume", str(journal))
+        told = [(e["app"], e["turn"]) for e in map(json.loads, journal.read_text().splitlines())
+                if e["event"] == "conversation_turn"]
+        assert len(told) == len(set(told)) == 6, (n, told)
+        assert said(tmp_path / f"r{n}.json") == whole, n
+        found = verify_file(tmp_path / f"r{n}.json")
+        assert found.ok, found.lines()
 
 
 def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):

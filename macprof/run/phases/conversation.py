@@ -21,7 +21,8 @@ queued it already). Between the two halves the natural state is put back, untime
 the held ids again where the other half (or the output check's diagnosis) emptied the cache. A
 turn whose prompt no longer fits the context, or that fails (its template or tokenizer raises, a
 request fails or its reply cannot be read), stops that app's conversation, with the reason
-(``ConversationTurn.error``); the turns before are kept, and the other apps go on.
+(``ConversationTurn.error``); the turns before are kept, and the other apps go on. A resumed run
+replays the turns the journal settled and keeps a stopped app stopped (``resumed``).
 
 Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
 completions request, as an app that sends text does; the model's own template where its file is
@@ -154,13 +155,21 @@ def _converse(ctx: PhaseContext[AnyEngine], cache: Cache) -> None:
             for a in range(s.apps)]
     turns = [Turn(a, t, i, {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
                             for mode in MODES}) for i, (a, t) in enumerate(order)]
-    if all(request_key(h) in ctx.done for turn in turns for h in turn.heads.values()):
+    stopped_at = stopped_apps(ctx.done)  # before a resume: where each app's conversation stopped
+
+    def left(turn: Turn) -> bool:
+        return turn.turn < stopped_at.get(turn.app, s.turns) and not all(
+            request_key(h) in ctx.done for h in turn.heads.values())
+
+    if not any(left(turn) for turn in turns):
         return
     ctx.engine.reset_peak_memory()
     _warm_up(ctx, cache, template, apps[0].messages + [_user(ctx, 0, 0)])
     for turn in turns:
-        if not apps[turn.app].stopped:
-            _turn(ctx, cache, template, apps[turn.app], turn)
+        app = apps[turn.app]
+        app.stopped = app.stopped or turn.turn >= stopped_at.get(turn.app, s.turns)
+        if not app.stopped:
+            _turn(ctx, cache, template, app, turn)
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=ctx.engine.memory()))
 
 
@@ -312,11 +321,27 @@ class ConversationParent(Parent[None, None]):
         return chat_template_input(model)
 
 
+def stopped_head(app: int, turn: int) -> dict:
+    """What names, among a resumed worker's done items, the turn ``app``'s conversation stopped
+    at (its prompt no longer fit, or it failed): no request event, its conversation_turn."""
+    return {"phase": PHASE, "case": f"app{app}", "mode": None, "kind": "stopped", "index": turn}
+
+
+def stopped_apps(done: dict) -> dict[int, int]:
+    """The apps whose conversation a resumed worker does not go on with: app -> the turn it
+    stopped at (``stopped_head``); their turns before it are replayed, that one and those after
+    never run, as in the interrupted run."""
+    return {int(key[1].removeprefix("app")): key[4] for key in done if key[0] == PHASE and key[3] == "stopped"}
+
+
 def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
     """--resume: a turn whose conversation_turn was recorded is done, its two requests with the
     natural reply's ids and what it left in the cache, so that the resumed conversation's
     history and cache are the interrupted run's (the replay needs both); a turn interrupted
-    between its halves is measured again, both halves, its new requests superseding the old."""
+    between its halves is measured again, both halves, its new requests superseding the old. A
+    conversation_turn that stopped its app (it no longer fit, or failed: whatever of its
+    requests were recorded) stops that app in the resumed run too (``stopped_apps``): none of its
+    later turns is measured, nor that one again."""
     held: dict[tuple[int, int], list[dict]] = past.state.setdefault(PHASE, {})
     if isinstance(event, ev.Request) and event.kind == "measured" and event.case:
         r = event.record()
@@ -329,5 +354,7 @@ def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
         logged = event.record()
         for request in held.pop((logged.app, logged.turn), []):
             past.request_done(request)
+        if not logged.fits or event.error:
+            past.item_done(stopped_head(logged.app, logged.turn))
         return True
     return False
