@@ -141,8 +141,9 @@ def test_a_template_that_raises_for_a_turn_stops_that_conversation_only(tmp_path
     assert proc.returncode == 0, proc.stderr
     ph = runlog.load(log).models[0].phases.conversation
     assert not ph.failures and sorted((t.app, t.turn) for t in ph.turns) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert ph.stopped == ("app 0 turn 2 failed: the chat template (file: " + str(template) + ") failed to render 6 "
-                          "messages: TemplateError: turn 3 is too long for this template: app 0's conversation stops here")
+    assert [s.reason for s in ph.stops] == [  # each app's reason, the second's too
+        f"app {a} turn 2 failed: the chat template (file: {template}) failed to render 6 messages: TemplateError: "
+        f"turn 3 is too long for this template: app {a}'s conversation stops here" for a in (0, 1)]
     journal = [json.loads(x) for x in log.with_name("c.journal.jsonl").read_text().splitlines()]
     failed = [(e["app"], e["turn"]) for e in journal if e["event"] == "conversation_turn" and e.get("error")]
     assert failed == [(0, 2), (1, 2)]  # 2 turns failed, each its app's alone

@@ -36,12 +36,12 @@ def _engine(tmp_path: Path, cache: str = "full") -> FakeEngine:
     return engine
 
 
-def _run(engine, n_ctx: int = 4096, done=None, **settings):
+def _run(engine, n_ctx: int = 4096, done=None, done_cached=None, **settings):
     s = config.Settings(**{"phases": ("conversation",), "gen_tokens": 6, "turns": 4, "turn_tokens": 12,
                            "system_tokens": 16, **settings})
     events = []
     run_conversation(PhaseContext(engine, PromptBuilder(engine), s, lambda e: events.append(
-        parse_event({**e.to_json(), "model": "m"})), n_ctx=n_ctx, done=done or {}))
+        parse_event({**e.to_json(), "model": "m"})), n_ctx=n_ctx, done=done or {}, done_cached=done_cached or {}))
     return events, build(events, [], s.app_order, None)
 
 
@@ -205,7 +205,9 @@ def test_a_cache_that_cannot_go_back_reuses_nothing_and_says_why(tmp_path):
 
 def test_a_conversation_longer_than_the_context_stops_and_keeps_its_turns(tmp_path):
     events, phase = _run(_engine(tmp_path), n_ctx=160)
-    assert 0 < len(phase.turns) < 4 and phase.stopped and "exceed the context of 160" in phase.stopped
+    (stop,) = phase.stops
+    assert 0 < len(phase.turns) < 4 and stop.turn == len(phase.turns) and "exceed the context of 160" in stop.reason
+    assert stop.error is None and stop.prompt_tokens + 6 > 160 and stop.natural is None and stop.emptied is None
 
 
 def test_a_resumed_conversation_replays_what_was_measured(tmp_path):
@@ -247,6 +249,131 @@ def test_a_run_killed_mid_conversation_resumes_the_same_conversation(fake_dir, t
         return (t.prompt_tokens, t.held_tokens, t.common_prefix, t.reused_tokens, t.stop_kind, t.reply_tokens,
                 t.reply_end, tuple(t.natural.tokens), tuple(t.emptied.tokens))
     assert [seen(t) for t in ph.turns] == [seen(t) for t in whole.turns]
+
+
+class _Failing(FakeEngine):
+    """A fake engine whose request fails for chosen turns once the cache is emptied (their emptied
+    half): the prompt holds one of ``marks``, a turn's own user message."""
+
+    marks: tuple[str, ...] = ()
+
+    def generate(self, ids, n):
+        if not self._states and any(m in self.detokenize(list(ids)) for m in self.marks):
+            raise RuntimeError("the engine failed this request")
+        return super().generate(ids, n)
+
+
+def _failing(tmp_path, fails) -> _Failing:
+    """``fails``: the (app, turn)s whose emptied half fails."""
+    engine = _Failing()
+    engine.load_model(write_model(tmp_path / "failing.gguf"), EngineSettings(n_ctx=4096))
+    engine.marks = tuple(PromptBuilder(engine).words_text(f"conversation:user:{a}:{t}", 12) for a, t in fails)
+    return engine
+
+
+def _resumed(tmp_path, fails, journaled, **settings):
+    """The phase run again as `--resume` runs it after a kill that left ``journaled``: the
+    journal read by run/resume.py (the phase's own reader too) into the worker's ``done``."""
+    from macprof.model import events as ev
+    from macprof.run import resume
+    from macprof.run.phases.common import done_cached, done_requests
+
+    past, spawn = resume.ModelPast(), ev.WorkerSpawn(phases=("conversation",), t_spawn=0)
+    for e in journaled:
+        resume._read(past, e, spawn)
+    return _run(_failing(tmp_path, fails), done=done_requests(past.requests), done_cached=done_cached(past.requests),
+                **settings)
+
+
+def _said(phase) -> tuple:
+    """What a conversation measured and where each app stopped, without its timings."""
+    def seen(t):
+        return (t.app, t.turn, t.prompt_tokens, t.held_tokens, t.held_by, t.reused_tokens, t.stop_kind,
+                t.reply_tokens, tuple(t.natural.tokens), tuple(t.emptied.tokens))
+
+    def stop(s):
+        return (s.app, s.turn, s.reason, s.error, s.prompt_tokens,
+                *((r.mode, r.status, r.error, tuple(r.tokens)) if r else None for r in (s.natural, s.emptied)))
+    return [seen(t) for t in phase.turns], [stop(s) for s in phase.stops]
+
+
+FAILS = [(0, 1), (1, 2)]  # case A (natural half first: recorded, then the emptied half fails), case B (emptied first)
+
+
+def test_a_failed_request_stops_its_app_and_every_stop_stays_in_the_log(tmp_path):
+    """Finding 2 of the wave-3 review: app 0's turn 1 (natural half first: it is recorded, the
+    emptied half fails) and app 1's turn 2 (emptied half first: it fails, the natural half is
+    never sent) each stop their app. Both stops stay in the log, each with its reason and the
+    requests it made, the failed one with its error; the summary is the measured turns'. Before,
+    only the first app's reason was kept and the failed turns' requests were nowhere."""
+    from macprof.analyse.unbuild import conversation_events
+
+    _, whole = _run(_failing(tmp_path, FAILS), apps=2)
+    turns, stops = _said(whole)
+    assert [t[:2] for t in turns] == [(0, 0), (1, 0), (1, 1)]
+    assert [s[:2] for s in stops] == FAILS
+    for s in whole.stops:
+        assert s.error == "the emptied request failed: RuntimeError: the engine failed this request"
+        assert s.reason == f"app {s.app} turn {s.turn} failed: {s.error}: app {s.app}'s conversation stops here"
+        assert s.emptied.status == "error" and s.emptied.error == "RuntimeError: the engine failed this request"
+        assert s.prompt_tokens == s.emptied.prompt_tokens > 0
+    assert whole.stops[0].natural.status == "ok" and whole.stops[0].natural.tokens  # case A: the natural half ran
+    assert whole.stops[1].natural is None  # case B: the emptied half ran first, and failed
+    assert sum(whole.summary.stops.values()) == 3  # the measured turns' alone
+    # read back as its events (macprof verify), it builds the same
+    again = build(conversation_events(whole.to_json(), {}, "conversation"), [], "round-robin", None)
+    assert again.to_json() == whole.to_json()
+
+
+def test_a_run_killed_anywhere_resumes_with_each_app_stopped_where_it_stopped(tmp_path):
+    """Finding 1 of the wave-3 review: the run of the test above killed after any of its events
+    and resumed (its journal read by run/resume.py, the phase's own reader too) gives the log of
+    the uninterrupted run: no turn after a stop is measured, no failed turn twice. Before, a resume
+    went on with app 0's turns 2 and 3 (case A: both its halves were recorded), or measured app 1's
+    turn 2 again (case B) and journaled a second stop for it."""
+    events, whole = _run(_failing(tmp_path, FAILS), apps=2)
+    for cut in range(1, len(events) + 1):
+        again, _ = _resumed(tmp_path, FAILS, events[:cut], apps=2)
+        merged = events[:cut] + again
+        told = [(e.app, e.turn) for e in merged if e.KIND == "conversation_turn"]
+        assert len(told) == len(set(told)) == 5, (cut, told)  # each turn settled once
+        assert _said(build(merged, [], "round-robin", None)) == _said(whole), cut
+
+
+def test_a_run_killed_after_a_failed_turn_resumes_without_measuring_it_again(fake_dir, tmp_path):
+    """End to end, two apps whose template raises at their third turn (six messages): the log
+    keeps both stops, and a run killed before the first, after it, or after both resumes to the
+    same turns and stops, each failed turn journaled once, its log verifying. Before, the resume
+    rendered a failed turn again and journaled a second stop for it."""
+    from macprof.store.verify import verify_file
+
+    template = tmp_path / "t.jinja"
+    template.write_text("{% if messages|length > 5 %}{{ raise_exception('too long for this template') }}{% endif %}"
+                        + FALLBACK)
+    args = ["run", "--config", str(fake_dir / "models.toml"), "--models", "fake-a", "--phases", "conversation",
+            "--apps", "2", "--turns", "4", "--gen-tokens", "4", "--turn-tokens", "8", "--chat-template", str(template)]
+    macprof(*args, "--log", str(tmp_path / "whole.json"))
+
+    def said(log):
+        ph = runlog.load(log).models[0].phases.conversation
+        return ([(t.app, t.turn, t.prompt_tokens, t.reused_tokens, tuple(t.natural.tokens)) for t in ph.turns],
+                [(s.app, s.turn, s.error is not None, s.prompt_tokens, s.natural, s.emptied) for s in ph.stops])
+    whole = said(tmp_path / "whole.json")
+    assert [t[:2] for t in whole[0]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert whole[1] == [(0, 2, True, None, None, None), (1, 2, True, None, None, None)]  # not rendered: no request
+    assert verify_file(tmp_path / "whole.json").ok
+    lines = (tmp_path / "whole.journal.jsonl").read_bytes().split(b"\n")[:-1]
+    failed = [i for i, line in enumerate(lines) if b'"event":"conversation_turn"' in line and b'"error"' in line]
+    for n, at in enumerate((failed[0], failed[0] + 1, failed[1] + 1)):
+        journal = tmp_path / f"r{n}.journal.jsonl"
+        journal.write_bytes(b"\n".join(lines[:at]) + b"\n")
+        macprof(*args, "--resume", str(journal))
+        told = [(e["app"], e["turn"]) for e in map(json.loads, journal.read_text().splitlines())
+                if e["event"] == "conversation_turn"]
+        assert len(told) == len(set(told)) == 6, (n, told)
+        assert said(tmp_path / f"r{n}.json") == whole, n
+        found = verify_file(tmp_path / f"r{n}.json")
+        assert found.ok, found.lines()
 
 
 def test_the_phase_runs_end_to_end_and_reports(fake_dir, tmp_path):

@@ -168,6 +168,52 @@ def test_a_server_run_with_failed_requests_verifies(fake_server, tmp_path):  # n
     assert _strictly_rebuilt(log) == []
 
 
+def test_a_conversation_whose_requests_fail_verifies(loopback, tmp_path):
+    """Two apps through a server that fails every 5th completion it would stream: each failed
+    turn stops its app, kept in the log with its reason and the requests it made (a failed one
+    among them); the log verifies and builds again, stops and requests included."""
+    import io
+    import threading
+
+    from macprof.bench import fake_server as fakes
+
+    state = fakes.new_state(token_ms=0.5, prompt_ms=0.01, tokenizer="llama.cpp", cache=1)
+    count, lock = [0], threading.Lock()
+
+    class Failing(fakes.handler(state)):  # type: ignore[misc]
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.loads(raw or b"{}")
+            with lock:
+                count[0] += bool(body.get("stream") and body.get("max_tokens") == 4)
+                fail = body.get("stream") and body.get("max_tokens") == 4 and count[0] % 5 == 0
+            if fail:
+                return self._json({"error": {"message": "the fake is overloaded"}}, 503)
+            self.rfile = io.BytesIO(raw)
+            super().do_POST()
+
+    log = tmp_path / "conversation.json"
+    macprof("run", "--endpoint", loopback(Failing) + "/v1", "--phases", "conversation", "--apps", "2", "--turns", "4",
+            "--gen-tokens", "4", "--turn-tokens", "10", "--system-tokens", "12", "--timeout", "30", "--log", str(log))
+    ph = runlog.load(log).models[0].phases.conversation
+    assert ph.stops and all(s.error and s.reason.endswith("conversation stops here") for s in ph.stops)
+    assert len({s.app for s in ph.stops}) == len(ph.stops)  # one stop an app
+    failed = [r for s in ph.stops for r in (s.natural, s.emptied) if r is not None and r.status == "error"]
+    assert failed and all("503" in r.error for r in failed)
+    found = verify_file(log)
+    assert found.ok and found.digest == "matches", found.lines()
+    assert _strictly_rebuilt(log) == []
+    # a log from before stops: its one reason (the first), which it still verifies and shows
+    data = json.loads(log.read_text())
+    del data["digest"]
+    older = data["models"][0]["phases"]["conversation"]
+    older["stopped"] = older.pop("stops")[0]["reason"]
+    assert _problems(data) == []
+    older_log = tmp_path / "older.json"
+    older_log.write_text(json.dumps(data))
+    assert f"   stopped: {older['stopped']}" in macprof("show", str(older_log)).stdout.splitlines()
+
+
 @pytest.mark.slow
 def test_a_run_of_the_real_engines_verifies_and_builds_again(tiny_dir, tmp_path):
     """llama.cpp and MLX on the tiny demo models, with what each engine's own speculative path tells

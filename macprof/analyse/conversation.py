@@ -1,6 +1,8 @@
 """The conversation phase's record from its events (run/phases/conversation.py): each turn's two
-requests, what the cache held and reused, and the phase's summary: the reuse-rate distribution,
-the TTFT a natural cache saves against an emptied one, and how TTFT grows with the context."""
+requests, what the cache held and reused, where each app's conversation stopped early (with the
+requests its last turn made), and the phase's summary over the turns measured: the reuse-rate
+distribution, the TTFT a natural cache saves against an emptied one, and how TTFT grows with the
+context."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from macprof.analyse.build import _counts, _phase_memory
 from macprof.analyse.requests import phase_failures, request_record, summarized
 from macprof.measure import stats
 from macprof.model import events as ev
-from macprof.model.conversation import STOP_KINDS, ConversationPhase, ConversationStart, ConversationSummary, \
-    ConversationTurn, Turn
+from macprof.model.conversation import STOP_KINDS, AppStop, ConversationPhase, ConversationStart, \
+    ConversationSummary, ConversationTurn, Turn
 from macprof.model.phases import Request
 
 PHASE = "conversation"
@@ -27,16 +29,17 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
     for e in events:
         if isinstance(e, ev.Request) and e.phase == PHASE and e.kind == "measured" and e.case and e.mode:
             requests.setdefault((int(e.case.removeprefix("app")), e.index), {})[e.mode] = request_record(e)
-    turns, stopped = [], None
+    turns, stops = [], []
     for e in events:
         if not (isinstance(e, ConversationTurn) and e.phase == PHASE):
             continue
         t = e.record()
-        if not t.fits or e.error:  # the context was full, or the turn failed: its app's conversation ended
-            stopped = stopped or t.stop_reason
-            continue
         pair = requests.get((t.app, t.turn), {})
         natural, emptied = pair.get("natural"), pair.get("emptied")
+        if not t.fits or e.error:  # the context was full, or the turn failed: its app's conversation ended
+            stops.append(AppStop(app=t.app, turn=t.turn, reason=t.stop_reason, error=e.error, natural=natural,
+                                 emptied=emptied, prompt_tokens=t.prompt_tokens if e.has("prompt_tokens") else None))
+            continue
         saved = (emptied.ttft_s - natural.ttft_s) if natural and emptied and natural.ttft_s is not None \
             and emptied.ttft_s is not None else None
         # more reused than the prompt has (a server's claim an older log kept as its count): no figure
@@ -54,7 +57,7 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
                                reuse_checked=checked, natural=natural, emptied=emptied, ttft_saved_s=saved))
     head = start.record() if start else ConversationPhase()
     return head.replace(turns_planned=start.turns if start else 0, app_order=app_order, turns=tuple(turns),
-                        stopped=stopped, summary=summarize(turns), failures=tuple(failures), memory=memory)
+                        stops=tuple(stops), summary=summarize(turns), failures=tuple(failures), memory=memory)
 
 
 def summarize(turns: Sequence[Turn]) -> ConversationSummary:

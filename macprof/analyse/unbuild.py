@@ -344,8 +344,11 @@ def conversation_events(phase: dict, m: dict, name: str) -> list[ev.Event]:
     for t in phase.get("turns") or ():
         out.append(_event(ConversationTurn, t, phase=name))
         out += _requests(name, (t.get("natural"), t.get("emptied")))
-    if phase.get("stopped"):  # the turn that no longer fit: not listed, its reason is the phase's
-        out.append(_event(ConversationTurn, {}, phase=name, app=0, turn=0, fits=False, stop_reason=phase["stopped"]))
+    for s in phase.get("stops") or ():  # a turn that no longer fit (fits false) or failed (its error)
+        out.append(_event(ConversationTurn, {}, phase=name, stop_reason=s.get("reason"), fits=s.get("error") is not None,
+                          **{k: s[k] for k in ("app", "turn", "error", "prompt_tokens") if s.get(k) is not None}))
+        out += _requests(name, (s.get("natural"), s.get("emptied")))
+    # an older log's `stopped` (the first stop's reason, its turn not kept) is words: nothing to rebuild
     return out
 
 

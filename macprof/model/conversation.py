@@ -1,7 +1,8 @@
 """The conversation phase's journal events and its record in the run log (run/phases/conversation.py
 measures it, analyse/conversation.py builds it): per turn what the engine's cache held, how much of
 the prompt it reused (as the engine reported it, and as the ids it held allow), where and why reuse
-stopped, and TTFT with the natural cache against the cache emptied."""
+stopped, and TTFT with the natural cache against the cache emptied; and where each app's
+conversation stopped early (its prompt no longer fit, or a turn failed), with the requests it made."""
 
 from __future__ import annotations
 
@@ -58,6 +59,22 @@ class Turn(Record):
     reply_end: TaskStop | None = None
 
 
+class AppStop(Record):
+    """Where an app's conversation stopped before its last turn, and why: the turn whose prompt no
+    longer fit the context, or that failed (its template or tokenizer raised, a request failed or
+    its reply could not be read), with the requests it made before it stopped (a failed one among
+    them). The other apps went on."""
+
+    KINDS = {"reason": TEXT, "error": TEXT}  # macprof's sentence, quoting an engine's, a template's or a server's words
+    app: int = 0
+    turn: int = 0
+    reason: str = ""  # in words, with the turn
+    error: str | None = None  # the turn failed: why (None: its prompt no longer fit the context)
+    prompt_tokens: int | None = None  # its prompt's tokens as rendered here (None: not rendered, or --api chat)
+    natural: Request | None = None
+    emptied: Request | None = None
+
+
 class ConversationSummary(Record):
     KINDS = {"stops": VOCAB}
     reuse_rate: Summary = field(default_factory=Summary)  # per turn after the first of each app
@@ -86,20 +103,28 @@ class ConversationPhase(Record):
     KINDS = {"template_source": VOCAB, "template_path": PATH, "template_sha256": VOCAB, "app_order": VOCAB,
              "stopped": TEXT, "holds": OWN, "generation": OWN}
     # from the settings and the turns (analyse/conversation.py): conversation_start journals the rest
-    BUILT = ("turns_planned", "app_order", "turns", "stopped", "summary", "failures", "memory")
+    BUILT = ("turns_planned", "app_order", "turns", "stops", "stopped", "summary", "failures", "memory")
     template_source: str | None = None  # "model", "file" or "fallback" (run/chat.py)
     template_path: str | None = None
     template_sha256: str | None = None
     apps: int = 1
     turns_planned: int = 0
     app_order: str | None = None
-    turns: tuple[Turn, ...] = ()
-    stopped: str | None = None  # why a conversation stopped early (the context was full, or a turn failed)
+    turns: tuple[Turn, ...] = ()  # the turns measured
+    stops: tuple[AppStop, ...] = ()  # each app's conversation that stopped early, where and why
+    # an older log's (before stops): the first stop's reason alone, its turn and requests not kept
+    stopped: str | None = ABSENT
     holds: str | None = None  # where --apps is more than the cache holds at once, or that is not known: said so
     generation: str | None = None  # how a reply ends and goes back into the history, in words
     summary: ConversationSummary = field(default_factory=ConversationSummary)
     failures: tuple[Failure, ...] = ()
     memory: PhaseMemory | None = None
+
+    @property
+    def stop_reasons(self) -> tuple[str, ...]:
+        """Why each app's conversation stopped early, in the order they stopped (an older log's
+        one reason)."""
+        return tuple(s.reason for s in self.stops) or ((self.stopped,) if self.stopped else ())
 
 
 # -- events (registered in model/events.py EVENTS) -------------------------------------------
@@ -115,10 +140,14 @@ class ConversationStart(Event, Journals[ConversationPhase]):
 
 class ConversationTurn(Event, Journals[Turn]):
     """One turn of one app: its prompt against what the cache held before its natural request
-    (the Turn the log keeps, less what its requests give)."""
+    (the Turn the log keeps, less what its requests give); or the turn its app's conversation
+    stopped at, its prompt no longer fitting (``fits`` false) or failed (``error``): the log's
+    AppStop, from its ``stop_reason``, ``error`` and ``prompt_tokens``."""
 
     KIND = "conversation_turn"
     REQUIRED = ("app", "turn")
+    # a turn that failed before its prompt was rendered has no prompt_tokens (its record: AppStop's None)
+    DEFAULTS = {"prompt_tokens": ABSENT}
     phase: str
     # the turn failed (its template or tokenizer raised, a request failed): why; the app's
     # conversation stopped here (stop_reason says so), the other apps went on

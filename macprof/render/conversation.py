@@ -45,7 +45,7 @@ def conversation_table(log: RunLog) -> Section | None:
                      "growth_e": s.ttft_growth_emptied_s_per_kt,
                      "stops": ", ".join(f"{k} {n}" for k, n in s.stops.items()) or "-",
                      "checks": f"{fmt_of(s.identical, len(ph.turns))} identical, {s.near_ties} near-ties, {s.failed_checks} failed",
-                     "stopped": ph.stopped, "unchecked": s.unchecked_reports, "holds": ph.holds,
+                     "stopped": ph.stop_reasons, "unchecked": s.unchecked_reports, "holds": ph.holds,
                      "unreported": s.unreported, "not_emptied": s.not_emptied,
                      "why_not_emptied": next((t.not_emptied for t in ph.turns if t.not_emptied), None),
                      "why_unreported": next((t.reuse_unreported for t in ph.turns if t.reuse_unreported), None)})
@@ -56,7 +56,7 @@ def conversation_table(log: RunLog) -> Section | None:
                Column("TTFT natural p50", cell("natural", fmt_s)), Column("TTFT emptied p50", cell("emptied", fmt_s)),
                Column("TTFT growth /1k tok", lambda r: f"{fmt_s(r['growth_n'])} vs {fmt_s(r['growth_e'])}"),
                Column("reuse stopped", cell("stops")), Column("outputs", cell("checks")))
-    notes = [f"{r['model']}: {r['stopped']}" for r in rows if r["stopped"]]
+    notes = [f"{r['model']}: {why}" for r in rows for why in r["stopped"]]
     notes += [f"{r['model']}: in {r['unchecked']} turns the engine reported another reuse than the ids it held allow"
               for r in rows if r["unchecked"]]
     notes += [f"{r['model']}: {r['holds']}" for r in rows if r["holds"]]
@@ -104,7 +104,7 @@ def turns_tables(log: RunLog) -> list[Section]:
         ph = m.phases.conversation
         if ph is None or not ph.turns:
             continue
-        notes = tuple(x for x in (ph.generation and f"replies: {ph.generation}", ph.holds, ph.stopped) if x)
+        notes = tuple(x for x in (ph.generation and f"replies: {ph.generation}", ph.holds, *ph.stop_reasons) if x)
         out.append(Section(f"Conversation turns: {m.identity.name}",
                            Table("turns", TURN_COLUMNS, tuple(_turn_row(t) for t in ph.turns), (), (), {}), notes))
     return out
@@ -133,8 +133,7 @@ def conversation_lines(ph: ConversationPhase) -> list[str]:
                      f"({fmt_share(t.reuse_rate)}{bound}; ideal {ideal}), TTFT {fmt_s(nat)} vs {fmt_s(emp)} emptied; "
                      f"{t.stop_kind}: {clean(t.stop_reason)}; output {_check(t)}{reply}"
                      + (f"; {clean(t.not_emptied)}" if t.not_emptied else ""))
-    if ph.stopped:
-        lines.append(f"   stopped: {clean(ph.stopped)}")
+    lines += [f"   stopped: {clean(why)}" for why in ph.stop_reasons]
     return lines
 
 

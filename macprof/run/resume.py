@@ -21,7 +21,8 @@ What counts as done, per model (the orchestrator and the protocols skip it):
   missing check, is compared with the recorded tokens: the requests of the phases whose registry
   line ``replays`` keep their tokens);
 - what a phase's own reader (macprof/phases.py ``resume``) reads as done of its own events:
-  a conversation's recorded turns, the tasks a recorded attempt ended (their modules say how).
+  a conversation's recorded turns and the apps it stopped, the tasks a recorded attempt ended
+  (their modules say how).
 A model whose measuring had not begun (no trial, no worker) is started afresh.
 """
 

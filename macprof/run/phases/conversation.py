@@ -21,7 +21,8 @@ queued it already). Between the two halves the natural state is put back, untime
 the held ids again where the other half (or the output check's diagnosis) emptied the cache. A
 turn whose prompt no longer fits the context, or that fails (its template or tokenizer raises, a
 request fails or its reply cannot be read), stops that app's conversation, with the reason
-(``ConversationTurn.error``); the turns before are kept, and the other apps go on.
+(``ConversationTurn.error``); the turns before are kept, and the other apps go on. A resumed run
+replays the turns the journal settled and keeps a stopped app stopped (``resumed``).
 
 Through a server (``--serve``, ``--endpoint``) each turn's prompt is the text rendered here (a
 completions request, as an app that sends text does; the model's own template where its file is
@@ -55,6 +56,7 @@ from macprof.model import events as ev
 from macprof.model.conversation import ConversationPhase, ConversationStart, ConversationTurn
 from macprof.model.conversation import Turn as LoggedTurn  # the log's record of a turn (Turn here: the schedule's)
 from macprof.model.phases import OutputCheck, Request
+from macprof.model.records import ABSENT
 from macprof.run import chat
 from macprof.run.phases.api import Parent
 from macprof.run.phases.common import (ByKind, PhaseContext, _pause, announced, chat_template_input, chat_templates_checked,
@@ -153,13 +155,21 @@ def _converse(ctx: PhaseContext[AnyEngine], cache: Cache) -> None:
             for a in range(s.apps)]
     turns = [Turn(a, t, i, {mode: {"phase": PHASE, "index": t, "kind": "measured", "case": f"app{a}", "mode": mode}
                             for mode in MODES}) for i, (a, t) in enumerate(order)]
-    if all(request_key(h) in ctx.done for turn in turns for h in turn.heads.values()):
+    stopped_at = stopped_apps(ctx.done)  # before a resume: where each app's conversation stopped
+
+    def left(turn: Turn) -> bool:
+        return turn.turn < stopped_at.get(turn.app, s.turns) and not all(
+            request_key(h) in ctx.done for h in turn.heads.values())
+
+    if not any(left(turn) for turn in turns):
         return
     ctx.engine.reset_peak_memory()
     _warm_up(ctx, cache, template, apps[0].messages + [_user(ctx, 0, 0)])
     for turn in turns:
-        if not apps[turn.app].stopped:
-            _turn(ctx, cache, template, apps[turn.app], turn)
+        app = apps[turn.app]
+        app.stopped = app.stopped or turn.turn >= stopped_at.get(turn.app, s.turns)
+        if not app.stopped:
+            _turn(ctx, cache, template, app, turn)
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=ctx.engine.memory()))
 
 
@@ -200,7 +210,7 @@ def _turn(ctx: PhaseContext[AnyEngine], cache: Cache, template: chat.Template, a
     try:
         done = _replayed(ctx, cache, prompt, turn) or _measured(ctx, cache, prompt, turn, app.last)
     except Exception as exc:  # noqa: BLE001 - a failed request, or what its reply made raise: this app alone
-        _failed(ctx, cache, app, turn, exc)
+        _failed(ctx, cache, app, turn, exc, prompt)
         return
     said = Previous(list(prompt.ids), prompt.text, done.reply, "", tuple(done.kept), cache.ended(done.reply),
                     done.reply_tokens)
@@ -261,7 +271,7 @@ def _measured(ctx: PhaseContext[AnyEngine], cache: Cache, prompt: Prompt, turn: 
         if mode == "natural":  # what the engine says of it, read before the other half runs
             natural = cache.natural(prompt, rec)
         if rec.status != "ok":
-            raise MacprofError(f"conversation: {turn.where} ({mode}): {rec.error}")
+            raise MacprofError(f"the {mode} request failed: {rec.error}")
         counted = cache.prompt_tokens(prompt, rec, turn.where)
     assert natural is not None  # turn.modes holds both halves
     check = compare_outputs(ctx.engine, prompt, requests["emptied"].tokens, natural.reply)
@@ -283,15 +293,17 @@ def _recorded(turn: Turn, held: Held, seen: Seen, stop: Stop, check: OutputCheck
         check=check, reply_tokens=natural.reply_tokens, reply_end=natural.ended), phase=PHASE)
 
 
-def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, exc: Exception) -> None:
+def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, exc: Exception,
+            prompt: Prompt | None = None) -> None:
     """A turn that failed (its template or tokenizer raised, a request failed or its reply could
-    not be read): recorded with the reason (its conversation_turn's ``error``); its app's
-    conversation stops there, as at a full context, the turns before kept and the other apps
-    going on; what the cache holds is no longer known, so it is put back before the next turn."""
+    not be read): recorded with the reason (its conversation_turn's ``error``) and, where it was
+    rendered here, its prompt's tokens; its app's conversation stops there, as at a full context,
+    the turns before kept and the other apps going on; what the cache holds is no longer known,
+    so it is put back before the next turn."""
     why = reason(exc)
     ctx.emit(ConversationTurn.of(LoggedTurn(
-        app=app.index, turn=turn.turn, stop_reason=f"{turn.where} failed: {why}: app {app.index}'s conversation stops here"),
-        phase=PHASE, error=why))
+        app=app.index, turn=turn.turn, stop_reason=f"{turn.where} failed: {why}: app {app.index}'s conversation stops here",
+        prompt_tokens=ABSENT if prompt is None or cache.renders else len(prompt.ids)), phase=PHASE, error=why))
     app.stopped = True
     cache.forget()
 
@@ -309,11 +321,27 @@ class ConversationParent(Parent[None, None]):
         return chat_template_input(model)
 
 
+def stopped_head(app: int, turn: int) -> dict:
+    """What names, among a resumed worker's done items, the turn ``app``'s conversation stopped
+    at (its prompt no longer fit, or it failed): no request event, its conversation_turn."""
+    return {"phase": PHASE, "case": f"app{app}", "mode": None, "kind": "stopped", "index": turn}
+
+
+def stopped_apps(done: dict) -> dict[int, int]:
+    """The apps whose conversation a resumed worker does not go on with: app -> the turn it
+    stopped at (``stopped_head``); their turns before it are replayed, that one and those after
+    never run, as in the interrupted run."""
+    return {int(key[1].removeprefix("app")): key[4] for key in done if key[0] == PHASE and key[3] == "stopped"}
+
+
 def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
     """--resume: a turn whose conversation_turn was recorded is done, its two requests with the
     natural reply's ids and what it left in the cache, so that the resumed conversation's
     history and cache are the interrupted run's (the replay needs both); a turn interrupted
-    between its halves is measured again, both halves, its new requests superseding the old."""
+    between its halves is measured again, both halves, its new requests superseding the old. A
+    conversation_turn that stopped its app (it no longer fit, or failed: whatever of its
+    requests were recorded) stops that app in the resumed run too (``stopped_apps``): none of its
+    later turns is measured, nor that one again."""
     held: dict[tuple[int, int], list[dict]] = past.state.setdefault(PHASE, {})
     if isinstance(event, ev.Request) and event.kind == "measured" and event.case:
         r = event.record()
@@ -326,5 +354,7 @@ def resumed(past: ModelPast, event: ev.Event, spawn: ev.WorkerSpawn) -> bool:
         logged = event.record()
         for request in held.pop((logged.app, logged.turn), []):
             past.request_done(request)
+        if not logged.fits or event.error:
+            past.item_done(stopped_head(logged.app, logged.turn))
         return True
     return False
