@@ -158,6 +158,7 @@ def test_a_lying_server_loses_no_attempt_and_no_log(loopback, tmp_path):
                "huge": {**OK, "usage": {"prompt_tokens": 1e30, "completion_tokens": 10 ** 30}},
                "lots": {**OK, "usage": {"prompt_tokens": 20, "completion_tokens": "lots"}},
                "shape": {"choices": [1]},
+               "uncounted": {**OK, "usage": {"completion_tokens": 1}},
                "fine": OK}
     tasks = tmp_path / "t.jsonl"
     tasks.write_text("".join(json.dumps({"id": k, "prompt": k, "checker": {"type": "number", "answer": 4},
@@ -169,13 +170,16 @@ def test_a_lying_server_loses_no_attempt_and_no_log(loopback, tmp_path):
     ph = runlog.load(log).models[0].phases.tasks
     got = {r.task: r.attempts[0] for r in ph.results}
     assert list(got) == list(replies) and not ph.failures
-    assert got["neg"].claims == {"usage.prompt_tokens": "-5"} and got["neg"].prompt_tokens == 0 and got["neg"].correct
+    # a prompt count the server did not give, or gave as no count, is unknown: never 0
+    assert got["neg"].claims == {"usage.prompt_tokens": "-5"} and got["neg"].prompt_tokens is None and got["neg"].correct
+    assert got["uncounted"].prompt_tokens is None and not got["uncounted"].has("claims") and got["uncounted"].correct
+    assert got["shape"].prompt_tokens is None and got["fine"].prompt_tokens == 20
     assert got["huge"].claims == {"usage.prompt_tokens": "1e+30", "usage.completion_tokens": str(10 ** 30)}
     assert got["lots"].claims == {"usage.completion_tokens": "'lots'"} and got["lots"].completion_tokens is None
     assert got["shape"].status == "error" and "choices[0] is an integer, not an object" in got["shape"].error
     assert got["fine"].completion_tokens == 1 and not got["fine"].has("claims")
     s = ph.summary
-    assert s.within.k == 4 and s.tokens_per_correct is None
+    assert s.within.k == 5 and s.tokens_per_correct is None
     assert "2 attempt(s) through the server without a token count" in s.tokens_reason
     assert "usage.completion_tokens" in s.tokens_reason
     show = macprof("show", str(log))

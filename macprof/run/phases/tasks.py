@@ -276,12 +276,10 @@ def _attempt(ctx: PhaseContext[Engine], local: Local, task: taskfile.Task, attem
 
 
 def _emit_attempt(ctx: PhaseContext[EngineCore], task: taskfile.Task, attempt: TaskAttempt) -> None:
-    """An attempt's record, emitted once its fields are what its type holds: one the parent's
-    reading refuses (a server's count that is no integer) would be dropped there, the attempt
-    lost; here it raises, and the attempt is recorded as failed with the reason (``_attempts``)."""
-    event = TaskAttemptDone.of(attempt, phase=PHASE, category=task.category, checker=task.checker["type"])
-    TaskAttemptDone.from_json(event.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
-    ctx.emit(event)
+    """An attempt's record, with the task's category and checker. Its fields are of their types
+    where they entered: a server's counts and texts checked by its reply's reader
+    (engines/wire.py ``chat_reply``: what is no count is its claim, the count unknown)."""
+    ctx.emit(TaskAttemptDone.of(attempt, phase=PHASE, category=task.category, checker=task.checker["type"]))
 
 
 def _checked(ctx: PhaseContext[EngineCore], judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
@@ -377,8 +375,8 @@ def _server_attempt(ctx: PhaseContext[ServerEngine], server: Chatting, task: tas
         message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
     finish = got.get("finish_reason")
     _emit_attempt(ctx, task, TaskAttempt(
-        task=task.id, attempt=attempt, status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
-            got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
+        task=task.id, attempt=attempt, status=status, error=error, t0=t0, t_tokenized=None, token_times=(),
+        prompt_tokens=got.get("prompt_tokens"), tokens=(), stop="max_tokens" if finish == "length" else
         "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
         message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
         **({"claims": got["claims"]} if got.get("claims") else {}),  # the usage's counts: wire.chat_reply
