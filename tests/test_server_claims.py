@@ -16,6 +16,7 @@ from tests.test_run import macprof
 
 OK = {"choices": [{"message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
       "usage": {"prompt_tokens": 20, "completion_tokens": 1}}
+SENT = len(json.dumps({"messages": [{"role": "user", "content": "2 + 2?"}]}).encode())  # the request's body, its bytes
 
 
 @pytest.mark.parametrize("reply, named", [
@@ -40,7 +41,7 @@ OK = {"choices": [{"message": {"role": "assistant", "content": "4"}, "finish_rea
 ])
 def test_a_malformed_chat_reply_is_one_named_error(reply, named):
     with pytest.raises(wire.ServerError) as err:
-        wire.chat_reply(reply, 8, {"messages": [{"role": "user", "content": "2 + 2?"}]})
+        wire.chat_reply(reply, 8, SENT)
     assert named in str(err.value)
 
 
@@ -56,7 +57,7 @@ def test_a_malformed_chat_reply_is_one_named_error(reply, named):
     ([1], {"usage": "a list of 1 item(s)"}),
 ])
 def test_chat_usage_counts_are_checked_where_they_enter(usage, claimed):
-    got = wire.chat_reply({**OK, "usage": usage}, 8, {"messages": [{"role": "user", "content": "2 + 2?"}]})
+    got = wire.chat_reply({**OK, "usage": usage}, 8, SENT)
     assert got.text == "4" and got.finish_reason == "stop"
     for key, value in claimed.items():
         assert got.claims[key].startswith(value)
