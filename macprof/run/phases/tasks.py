@@ -15,8 +15,9 @@ engine) costs that task only: the parent records the attempt (``TasksParent.cut`
 worker that goes on after it, skipping the tasks the journal has settled (``settled_tasks``).
 
 The task file is read, hashed and checked once per run, by the parent (``TasksParent``: a file
-that cannot run at all stops the run before any worker); each worker gets the parsed set in its
-job (``ctx.prepared``), and a cut attempt's record takes its task from the parent's copy.
+that cannot run at all stops the run before any worker), and so is a --chat-template; each worker
+gets the parsed set and the template's text in its job (``TasksJob``), and a cut attempt's record
+takes its task from the parent's copy.
 
 Through a server (``_served``) each attempt is one chat completion of the task's messages:
 the server applies its model's template (a --chat-template is refused, run/chat.py
@@ -40,11 +41,11 @@ from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, T
 from macprof.phases import TASKS_CONTEXT
 from macprof.run import chat, checkers, checking, taskfile
 from macprof.run.phases.api import Parent
-from macprof.run.phases.common import ByKind, Clock, PhaseContext, chat_template_input, chat_templates_checked
+from macprof.run.phases.common import ByKind, Clock, PhaseContext
 
 if TYPE_CHECKING:
     from macprof.config import ModelSpec, Settings
-    from macprof.run.phases.api import Host
+    from macprof.run.phases.api import Host, Reads
     from macprof.run.resume import ModelPast
 
 PHASE = "tasks"
@@ -95,19 +96,29 @@ def settled_tasks(done: dict) -> set[str]:
     return {key[1] for key in done if key[0] == PHASE and key[3] == "task"}
 
 
-class TasksParent(Parent[TaskSetInfo, taskfile.TaskFile]):
+@dataclass(frozen=True)
+class TasksJob:
+    """A tasks worker's part of its job: the task set and the --chat-template (None: none given)
+    as the run's parent read them, once."""
+
+    tasks: taskfile.TaskFile
+    template: chat.TemplateFile | None = None
+
+
+class TasksParent(Parent[TaskSetInfo, TasksJob]):
     """The task files of the run, each read, hashed and checked once (here, before any worker: a
-    file that cannot run at all stops the run in one line); a model's prepared record is its
-    set's identity (journaled in its plan), each worker's part the parsed set itself."""
+    file that cannot run at all stops the run in one line), and each --chat-template read once;
+    a model's prepared record is its set's identity (journaled in its plan), each worker's part
+    the parsed set itself and the template's text."""
 
     plan_type = TaskSetInfo
     cuts = True
 
-    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
-        super().__init__(models, journal_path)
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path, reads: Reads) -> None:
+        super().__init__(models, journal_path, reads)
         self.sets = {path: taskfile.load(path or None)
                      for path in sorted({m.settings.tasks or "" for m in models if PHASE in m.settings.phases})}
-        chat_templates_checked(models, PHASE)  # the tasks render through it, as the conversation does
+        chat.given_templates(reads, models, PHASE)  # the tasks render through it, as the conversation does
 
     def _set(self, s: Settings) -> taskfile.TaskFile:
         return self.sets[s.tasks or ""]
@@ -124,10 +135,10 @@ class TasksParent(Parent[TaskSetInfo, taskfile.TaskFile]):
         tf = self._set(s)
         path = Path(s.tasks) if s.tasks else Path(str(resources.files("macprof") / "data" / "tasks.jsonl"))
         return [{"role": TASK_FILE, "path": str(path), "bytes": tf.bytes, "sha256": tf.sha256},
-                *chat_template_input(model)]
+                *chat.template_input(self.reads, model)]
 
-    def job(self, model: ModelSpec, prepared: TaskSetInfo | None, host: Host) -> taskfile.TaskFile:
-        return self._set(model.settings)
+    def job(self, model: ModelSpec, prepared: TaskSetInfo | None, host: Host) -> TasksJob:
+        return TasksJob(self._set(model.settings), chat.given_template(self.reads, model))
 
     def budget(self, model: ModelSpec, prepared: TaskSetInfo | None) -> int:
         return len(self._set(model.settings).tasks)  # every task may be cut once, each by its own worker
@@ -195,8 +206,8 @@ def _in_process(ctx: PhaseContext[Engine]) -> None:
     sampler = able(engine, SAMPLE) if s.temperature > 0 else None
     if isinstance(sampler, str):
         raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {sampler}")
-    tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
-    template = chat.template_for(engine, s.chat_template)
+    job: TasksJob = ctx.prepared  # read once, by the parent
+    tf, template = job.tasks, chat.template_for(engine, job.template)
     eos = set(engine.eos_ids)
     ctx.emit(TasksStart.of(TasksPhase(
         task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
@@ -331,7 +342,7 @@ def _served(ctx: PhaseContext[ServerEngine]) -> None:
     server = able(ctx.engine, CHAT)
     if isinstance(server, str):
         raise MacprofError(f"the tasks phase through {ctx.engine.server}: {server}")
-    tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
+    tf: taskfile.TaskFile = ctx.prepared.tasks  # read once, by the parent
     ctx.emit(TasksStart.of(TasksPhase(
         task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                              refused=len(tf.refused)),
