@@ -138,14 +138,14 @@ REGISTRY: dict[str, Phase] = {p.name: p for p in (
           "macprof.analyse.conversation:build_conversation_phase", requests=lambda s, cases: 2 * s.apps * s.turns,
           context=lambda s, cases: _conversation_context(s), figures="macprof.analyse.conversation:figures",
           report="macprof.render.conversation:REPORT", parent="macprof.run.phases.conversation:ConversationParent",
-          events="macprof.model.conversation:EVENTS", resume="macprof.run.phases.conversation:resumed",
+          prepared="macprof.run.chat:TemplateFile", events="macprof.model.conversation:EVENTS", resume="macprof.run.phases.conversation:resumed",
           line_total=lambda s, case: s.turns, unbuild=f"{UNBUILD}conversation_events"),
     # right answers: one task_attempt per attempt, none of them a request event (an app's generation:
     # EOS ends it); the task file is read once per run, by the parent, which records an attempt cut
     Phase("tasks", "macprof.run.phases.tasks:run_tasks", "macprof.analyse.build:build_tasks_phase",
           context=lambda s, cases: TASKS_CONTEXT, figures="macprof.analyse.tasks:tasks_figures",
           report="macprof.render.tasks:REPORT", parent="macprof.run.phases.tasks:TasksParent",
-          prepared="macprof.run.taskfile:TaskFile", events="macprof.model.tasks:EVENTS",
+          prepared="macprof.run.phases.tasks:TasksJob", events="macprof.model.tasks:EVENTS",
           resume="macprof.run.phases.tasks:resumed", unbuild=f"{UNBUILD}tasks_events"),
 )}
 NAMES = tuple(REGISTRY)

@@ -18,7 +18,7 @@ from macprof.model.tasks import TaskAttemptDone, TasksStart
 from macprof.run import chat, taskfile
 from macprof.run.phases import PhaseContext
 from macprof.run.phases.conversation import run_conversation
-from macprof.run.phases.tasks import run_tasks
+from macprof.run.phases.tasks import TasksJob, run_tasks
 from macprof.run.prompts import PromptBuilder
 from macprof.store import runlog
 from tests.test_run import macprof
@@ -57,7 +57,7 @@ def test_a_model_without_a_template_renders_tasks_and_conversations_in_one_form(
     s = config.Settings(phases=("tasks", "conversation"), tasks=str(_task_file(tmp_path)), turns=2, gen_tokens=4,
                         turn_tokens=8, system_tokens=8)
     events: list = []
-    run_tasks(PhaseContext(engine, None, s, events.append, prepared=taskfile.load(s.tasks)))  # type: ignore[arg-type]
+    run_tasks(PhaseContext(engine, None, s, events.append, prepared=TasksJob(taskfile.load(s.tasks))))  # type: ignore[arg-type]
     (task_prompt,) = engine.rendered
     assert task_prompt == "system:\nBe brief.\n\nuser:\n2+2?\n\nassistant:\n" == \
         chat.Template("fallback", chat.FALLBACK).render(TASK["messages"])
@@ -120,6 +120,6 @@ def test_a_task_s_attempt_records_what_its_template_rendered(tmp_path):
     engine.load_model(write_model(tmp_path / "m.gguf"), EngineSettings(n_ctx=4096))
     events: list = []
     s = config.Settings(phases=("tasks",), tasks=str(_task_file(tmp_path)))
-    run_tasks(PhaseContext(engine, None, s, events.append, prepared=taskfile.load(s.tasks)))  # type: ignore[arg-type]
+    run_tasks(PhaseContext(engine, None, s, events.append, prepared=TasksJob(taskfile.load(s.tasks))))  # type: ignore[arg-type]
     (attempt,) = [e for e in events if isinstance(e, TaskAttemptDone)]
     assert attempt.prompt_tokens == len(engine.tokenize_chat(chat.template_for(engine, None).render(TASK["messages"])))

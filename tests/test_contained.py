@@ -90,16 +90,17 @@ def test_a_bad_reply_fails_its_attempt_and_the_next_task_runs(loopback, tmp_path
     assert "2 repl(ies) the checker could not judge" in show
 
 
-def test_an_attempt_whose_record_its_reader_would_refuse_is_recorded_failed(tmp_path):
-    """A reply whose fields the attempt's record cannot hold (a count that is no integer) once had
-    the record dropped by the parent, the attempt lost; it is checked before it is emitted, and
-    recorded as failed with the reason. The chat engine here is a stand-in (engines/openai.py
-    reads a server's counts itself, keeping an impossible one as the server's claim)."""
+def test_an_attempt_whose_reply_counts_no_counts_is_recorded_with_its_claims(tmp_path):
+    """A reply whose usage counts are no counts ("lots") once had the attempt's record refused by
+    the parent, the attempt lost, or its prompt recorded as 0 tokens; the counts are checked where
+    they enter (engines/wire.py ``chat_reply``, as engines/openai.py reads a server's reply): each
+    is the server's claim, the count unknown, and every attempt is recorded and judged."""
     from macprof import config
+    from macprof.engines import wire
     from macprof.engines.base import CAPABILITIES
     from macprof.model.tasks import TaskAttemptDone
     from macprof.run.phases.common import PhaseContext
-    from macprof.run.phases.tasks import run_tasks
+    from macprof.run.phases.tasks import TasksJob, run_tasks
 
     class Chat:
         name = "stand-in"
@@ -108,8 +109,11 @@ def test_an_attempt_whose_record_its_reader_would_refuse_is_recorded_failed(tmp_
 
         def chat(self, messages, tools, max_tokens, fallback, **kw):
             prompt = messages[0]["content"]
-            return {"text": "x", "prompt_tokens": "lots" if prompt == "p" else 5,
-                    "completion_tokens": "lots" if prompt == "c" else 1, "finish_reason": "stop"}
+            reply = wire.chat_reply({"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}],
+                                     "usage": {"prompt_tokens": "lots" if prompt == "p" else 5,
+                                               "completion_tokens": "lots" if prompt == "c" else 1}}, max_tokens, 64)
+            return {"text": reply.text, "finish_reason": reply.finish_reason, "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens, "claims": reply.claims}
 
         def memory(self):
             return {}
@@ -119,11 +123,13 @@ def test_an_attempt_whose_record_its_reader_would_refuse_is_recorded_failed(tmp_
                                         "max_tokens": 4}) + "\n" for i in ("p", "c", "ok")))
     events: list = []
     run_tasks(PhaseContext(Chat(), None, config.Settings(phases=("tasks",), tasks=str(path)), events.append,
-                           prepared=taskfile.load(str(path))))
-    attempts = {e.task: e for e in events if isinstance(e, TaskAttemptDone)}
-    assert [(t, a.status) for t, a in attempts.items()] == [("p", "error"), ("c", "error"), ("ok", "ok")]
-    assert attempts["p"].error == "ValueError: invalid literal for int() with base 10: 'lots'"
-    assert "completion_tokens" in attempts["c"].error and attempts["ok"].correct  # 2 contained, the third judged
+                           prepared=TasksJob(taskfile.load(str(path)))))
+    attempts = {e.task: e.record() for e in events if isinstance(e, TaskAttemptDone)}
+    assert [(t, a.status, a.correct) for t, a in attempts.items()] == [("p", "ok", True), ("c", "ok", True),
+                                                                      ("ok", "ok", True)]
+    assert (attempts["p"].prompt_tokens, attempts["p"].claims) == (None, {"usage.prompt_tokens": "'lots'"})
+    assert (attempts["c"].completion_tokens, attempts["c"].claims) == (None, {"usage.completion_tokens": "'lots'"})
+    assert (attempts["ok"].prompt_tokens, attempts["ok"].completion_tokens) == (5, 1)
 
 
 def test_a_template_that_raises_for_a_turn_stops_that_conversation_only(tmp_path, fake_dir):
@@ -178,7 +184,7 @@ def test_an_attempt_whose_tokenizer_raises_fails_alone(fake_dir, tmp_path):
     from macprof.engines.fake import FakeEngine
     from macprof.model.tasks import TaskAttemptDone
     from macprof.run.phases.common import PhaseContext
-    from macprof.run.phases.tasks import run_tasks
+    from macprof.run.phases.tasks import TasksJob, run_tasks
 
     class Brittle(FakeEngine):
         def tokenize_chat(self, text):
@@ -193,7 +199,7 @@ def test_an_attempt_whose_tokenizer_raises_fails_alone(fake_dir, tmp_path):
                                         "max_tokens": 4}) + "\n" for i, p in (("bad", "boom"), ("next", "fine"))))
     events: list = []
     run_tasks(PhaseContext(engine, None, config.Settings(phases=("tasks",), tasks=str(path), attempts=2), events.append,
-                           prepared=taskfile.load(str(path))))
+                           prepared=TasksJob(taskfile.load(str(path)))))
     attempts = [(e.task, e.attempt, e.status) for e in events if isinstance(e, TaskAttemptDone)]
     assert attempts == [("bad", 1, "error"), ("next", 1, "ok"), ("next", 2, "ok")]
     bad = next(e for e in events if isinstance(e, TaskAttemptDone))

@@ -17,7 +17,7 @@ from macprof.engines.base import EngineSettings
 from macprof.engines.fake import FakeEngine, write_model
 from macprof.errors import MacprofError
 from macprof.model.events import parse_event
-from macprof.run.chat import FALLBACK, Template, template_for
+from macprof.run.chat import FALLBACK, Template, read_template, template_for
 from macprof.run.phases import PhaseContext
 from macprof.run.phases.conversation import run_conversation, schedule
 from macprof.run.phases.conversation_caches import Previous, why_stopped
@@ -116,12 +116,12 @@ def test_templates_render_as_apps_render_them(tmp_path):
     assert Template("fallback", FALLBACK).render(messages) == "system:\ns\n\nuser:\nu\n\nassistant:\n"
     path = tmp_path / "t.jinja"
     path.write_text(CHATML)
-    t = template_for(engine, str(path))
+    t = template_for(engine, read_template(str(path)))
     assert t.source == "file" and t.render(messages).endswith("<|im_start|>assistant\n")
     bad = tmp_path / "bad.jinja"
     bad.write_text("{% for m in messages %}")
     with pytest.raises(MacprofError, match="does not compile"):
-        template_for(engine, str(bad))
+        read_template(str(bad))
     refusing = Template("file", "{{ raise_exception('roles must alternate') }}", str(path))
     with pytest.raises(MacprofError, match=f"chat template \\(file: {path}\\).*roles must alternate"):
         refusing.render(messages)

@@ -79,6 +79,26 @@ def test_the_parent_forgets_an_item_once_it_is_recorded(end):
     assert failure.phase == "tasks" and failure.case is None and failure.index is None  # blamed on nothing recorded
 
 
+def test_a_hang_after_a_check_start_names_the_checker_s_bound_not_the_timeout():
+    """After check_start the deadline is the checker's bound and its grace, not --timeout: a
+    worker that overruns it is said to have exceeded that bound (the request's own time ended
+    when its reply was complete)."""
+    from macprof.model.tasks import TaskCheckStart
+
+    state = watch._State(timeout=5.0, loaded=True, phase="tasks")
+    state.on_event(_start())
+    state.on_event(TaskCheckStart(phase="tasks", task="a", attempt=1, bound_s=2.0))
+    assert state.deadline - watch.time.monotonic() <= 2.0 + watch.CHECK_GRACE_S
+    state.deadline = watch.time.monotonic() - 1  # past it
+    status, why = state.overdue()
+    assert status == "timeout" and "5 s" not in why and "--timeout" not in why
+    assert why == (f"the checker of task 'a' attempt 1 exceeded its bound (2 s) and the worker's grace "
+                   f"({watch.CHECK_GRACE_S:g} s) to record it; worker killed")
+    state.on_event(_start(index=1))  # the next attempt: its own deadline is the request's again
+    state.deadline = watch.time.monotonic() - 1
+    assert state.overdue() == ("timeout", "request exceeded the 5 s timeout; worker killed")
+
+
 def _spec():
     from macprof import config
 

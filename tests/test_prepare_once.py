@@ -177,3 +177,75 @@ def test_the_draft_is_resolved_once_per_model_and_the_task_file_read_once_per_ru
     assert b.phases.speculative.draft_status == "ok"
     again = read_journal(path)
     assert len([e for e in again if e.KIND == "plan"]) == 2  # nothing planned or prepared again
+
+
+# the worker's interpreter for the chat template's test: the template file edited before the worker
+# starts (as a user might between the parent's read and a worker's), then every open of it audited
+TEMPLATE_WRAPPER = '''#!{python}
+import io, json, os, runpy, sys
+
+SEEN, TEMPLATE = os.environ["SPY_SEEN"], os.path.realpath(os.environ["SPY_TEMPLATE"])
+with open(TEMPLATE, "w") as fh:
+    fh.write(os.environ["SPY_EDITED"])
+
+
+def seen(what):
+    with open(SEEN, "a") as fh:
+        fh.write(what + "\\n")
+
+
+def audit(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes)) and os.path.realpath(os.fsdecode(args[0])) == TEMPLATE:
+        seen("open the chat template")
+
+
+sys.addaudithook(audit)
+line = sys.stdin.buffer.readline()
+seen("worker " + json.loads(line)["name"])
+sys.stdin = io.TextIOWrapper(io.BytesIO(line))
+runpy.run_module("macprof.run.worker", run_name="__main__", alter_sys=True)
+'''
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+EDITED = "{% for m in messages %}{{ m['role'] }} said: {{ m['content'] }}\n{% endfor %}assistant said:"
+
+
+def test_the_chat_template_is_read_once_per_run_and_its_workers_render_that_read(fake_dir, tmp_path, monkeypatch,
+                                                                                  parent_spy):
+    """Both phases that render (the conversation, the tasks) of two models through one
+    --chat-template: the parent reads the file once for the whole run, the model's inputs record
+    that text's sha256, and every worker renders that same text, never the file: edited after
+    the parent read it (each worker's interpreter rewrites it before the worker starts), what the
+    conversation says it rendered is still the text the inputs (and a --resume) hold."""
+    import hashlib
+
+    template = tmp_path / "t.jinja"
+    template.write_text(CHATML)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS[:1]))
+    seen = tmp_path / "seen.txt"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(TEMPLATE_WRAPPER.format(python=sys.executable))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("SPY_SEEN", str(seen))
+    monkeypatch.setenv("SPY_TEMPLATE", str(template))
+    monkeypatch.setenv("SPY_EDITED", EDITED)
+    counts = parent_spy(template)
+    overrides = {"phases": ["conversation", "tasks"], "tasks": str(tasks), "chat_template": str(template),
+                 "apps": 1, "turns": 2, "system_tokens": 8, "turn_tokens": 8, "gen_tokens": 4, "attempts": 1}
+    models = config.load(fake_dir / "models.toml", overrides).select(["fake-a", "fake-b"])
+    log = tmp_path / "run.json"
+
+    result = _measure(monkeypatch, models, log, wrapper)
+    read = hashlib.sha256(CHATML.encode()).hexdigest()
+    assert counts["opens"]["opens"] == 1  # once, for both phases of both models
+    workers = _seen(seen)
+    assert sum(w.startswith("worker ") for w in workers) >= 2 and "open the chat template" not in workers
+    assert template.read_text() == EDITED  # the workers' interpreters did edit it
+    starts = [e for e in read_journal(session.journal_path(log)) if e.KIND == "model_start"]
+    for start, m in zip(starts, result.models):
+        (held,) = [f for f in start.identity.inputs if f.role == "the chat template"]
+        assert (held.path, held.bytes, held.sha256) == (str(template), len(CHATML.encode()), read)
+        assert m.phases.conversation.template_sha256 == read and m.phases.conversation.turns
+        assert [r.task for r in m.phases.tasks.results] == ["add"]
+        assert m.phases.tasks.prompt_format == f"the chat template file {template} (--chat-template)"

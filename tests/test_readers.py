@@ -25,11 +25,6 @@ from macprof.store import runlog
 PROC_ENVIRON = Path("/proc/self/environ")
 
 
-class _NoTemplate:
-    def chat_template(self):
-        return None
-
-
 def _mlx_template(path: Path):
     from macprof.engines import mlx
 
@@ -40,7 +35,7 @@ def _mlx_template(path: Path):
 # (name, the file's name in its folder, what reads it, its cap)
 READERS = [
     ("task file", "tasks.jsonl", lambda p: taskfile.load(str(p)), taskfile.MAX_TASK_FILE_BYTES),
-    ("--chat-template", "t.jinja", lambda p: chat.template_for(_NoTemplate(), str(p)), chat.MAX_TEMPLATE_BYTES),
+    ("--chat-template", "t.jinja", lambda p: chat.read_template(str(p)), chat.MAX_TEMPLATE_BYTES),
     ("MLX chat_template.jinja", "chat_template.jinja", _mlx_template, chat.MAX_TEMPLATE_BYTES),
     ("MLX tokenizer_config.json", "tokenizer_config.json", _mlx_template, 16 << 20),
     ("MLX config.json", "config.json", modelconfig.json_object, modelconfig.MAX_CONFIG),

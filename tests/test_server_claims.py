@@ -16,6 +16,7 @@ from tests.test_run import macprof
 
 OK = {"choices": [{"message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
       "usage": {"prompt_tokens": 20, "completion_tokens": 1}}
+SENT = len(json.dumps({"messages": [{"role": "user", "content": "2 + 2?"}]}).encode())  # the request's body, its bytes
 
 
 @pytest.mark.parametrize("reply, named", [
@@ -40,7 +41,7 @@ OK = {"choices": [{"message": {"role": "assistant", "content": "4"}, "finish_rea
 ])
 def test_a_malformed_chat_reply_is_one_named_error(reply, named):
     with pytest.raises(wire.ServerError) as err:
-        wire.chat_reply(reply, 8, {"messages": [{"role": "user", "content": "2 + 2?"}]})
+        wire.chat_reply(reply, 8, SENT)
     assert named in str(err.value)
 
 
@@ -56,7 +57,7 @@ def test_a_malformed_chat_reply_is_one_named_error(reply, named):
     ([1], {"usage": "a list of 1 item(s)"}),
 ])
 def test_chat_usage_counts_are_checked_where_they_enter(usage, claimed):
-    got = wire.chat_reply({**OK, "usage": usage}, 8, {"messages": [{"role": "user", "content": "2 + 2?"}]})
+    got = wire.chat_reply({**OK, "usage": usage}, 8, SENT)
     assert got.text == "4" and got.finish_reason == "stop"
     for key, value in claimed.items():
         assert got.claims[key].startswith(value)
@@ -158,6 +159,7 @@ def test_a_lying_server_loses_no_attempt_and_no_log(loopback, tmp_path):
                "huge": {**OK, "usage": {"prompt_tokens": 1e30, "completion_tokens": 10 ** 30}},
                "lots": {**OK, "usage": {"prompt_tokens": 20, "completion_tokens": "lots"}},
                "shape": {"choices": [1]},
+               "uncounted": {**OK, "usage": {"completion_tokens": 1}},
                "fine": OK}
     tasks = tmp_path / "t.jsonl"
     tasks.write_text("".join(json.dumps({"id": k, "prompt": k, "checker": {"type": "number", "answer": 4},
@@ -169,13 +171,16 @@ def test_a_lying_server_loses_no_attempt_and_no_log(loopback, tmp_path):
     ph = runlog.load(log).models[0].phases.tasks
     got = {r.task: r.attempts[0] for r in ph.results}
     assert list(got) == list(replies) and not ph.failures
-    assert got["neg"].claims == {"usage.prompt_tokens": "-5"} and got["neg"].prompt_tokens == 0 and got["neg"].correct
+    # a prompt count the server did not give, or gave as no count, is unknown: never 0
+    assert got["neg"].claims == {"usage.prompt_tokens": "-5"} and got["neg"].prompt_tokens is None and got["neg"].correct
+    assert got["uncounted"].prompt_tokens is None and not got["uncounted"].has("claims") and got["uncounted"].correct
+    assert got["shape"].prompt_tokens is None and got["fine"].prompt_tokens == 20
     assert got["huge"].claims == {"usage.prompt_tokens": "1e+30", "usage.completion_tokens": str(10 ** 30)}
     assert got["lots"].claims == {"usage.completion_tokens": "'lots'"} and got["lots"].completion_tokens is None
     assert got["shape"].status == "error" and "choices[0] is an integer, not an object" in got["shape"].error
     assert got["fine"].completion_tokens == 1 and not got["fine"].has("claims")
     s = ph.summary
-    assert s.within.k == 4 and s.tokens_per_correct is None
+    assert s.within.k == 5 and s.tokens_per_correct is None
     assert "2 attempt(s) through the server without a token count" in s.tokens_reason
     assert "usage.completion_tokens" in s.tokens_reason
     show = macprof("show", str(log))

@@ -88,6 +88,31 @@ def test_lmstudio_stats(serve):
     assert final.timings["ttft_s"] == pytest.approx(0.1) and final.timings["raw"]["stop_reason"] == "maxPredictedTokensReached"
 
 
+def test_a_request_s_body_is_encoded_once_and_nothing_after_it_before_the_first_chunk(serve, monkeypatch):
+    """The TTFT window (t0, before the request is sent, to the first chunk's stamp) holds the
+    body's one encoding, to send it, and no other: the bound on the prompt's count is the size of
+    the bytes sent (engines/wire.py ``prompt_room``), not a second encoding of the prompt."""
+    encoded = []
+
+    class Counted:  # wire's json, its encodings counted (the test server's own are not)
+        def __getattr__(self, name):
+            return getattr(json, name)
+
+        def dumps(self, obj, *args, **kwargs):
+            encoded.append(obj)
+            return json.dumps(obj, *args, **kwargs)
+
+    monkeypatch.setattr(wire, "json", Counted())
+    body = {"prompt": "p", "messages": [{"role": "user", "content": "p"}]}
+    items = wire.stream(serve("lmstudio"), body, 10.0, False)
+    assert isinstance(next(items), wire.Chunk) and encoded == [body]  # the body, to send it
+    final = list(items)[-1]
+    assert encoded == [body] and final.prompt_tokens == 5 and not final.claims  # within what was sent
+    size = len(json.dumps(body).encode())
+    assert wire.prompt_room(size) == (size + wire.TEMPLATE_SLACK,
+                                      f"the {size} bytes sent and {wire.TEMPLATE_SLACK} tokens a chat template may add")
+
+
 @pytest.mark.parametrize("mode, message", [("500", "HTTP 500 Internal Server Error: model exploded"),
                                            ("malformed", "malformed stream line"),
                                            ("die", "closed the stream before its end marker")])

@@ -31,6 +31,7 @@ lacks it; concurrent requests are the ``concurrency`` phase's (``stream`` is thr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -243,19 +244,20 @@ class OpenAIEngine:
         body: dict = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens,
                       "temperature": temperature or 0, "stream": False, **({"seed": seed} if seed is not None else {})}
         refused = None
+        payload = json.dumps({**body, "tools": list(tools)} if tools else body).encode()  # its size bounds the counts
         try:
-            got = wire.get_json(url, timeout=self.timeout, body={**body, "tools": list(tools)} if tools else body)
+            got = wire.get_json(url, timeout=self.timeout, body=payload)
         except wire.ServerError as exc:
             if not tools:
                 raise MacprofError(f"chat completion: {exc}") from None
             refused = f"the server refused the tools field ({exc})"
+            payload = json.dumps({**body, "messages": list(without_tools)}).encode()
             try:
-                got = wire.get_json(url, timeout=self.timeout, body={**body, "messages": list(without_tools)})
+                got = wire.get_json(url, timeout=self.timeout, body=payload)
             except wire.ServerError as again:
                 raise MacprofError(f"chat completion: {again}") from None
         try:  # its shape and its counts checked where they enter (wire.chat_reply)
-            reply = wire.chat_reply(got, max_tokens, {"messages": list(without_tools if refused else messages),
-                                                      "tools": [] if refused else list(tools)})
+            reply = wire.chat_reply(got, max_tokens, len(payload))
         except wire.ServerError as exc:
             raise MacprofError(f"chat completion: {exc}") from None
         return {"text": reply.text, "tool_calls": list(reply.tool_calls), "finish_reason": reply.finish_reason,

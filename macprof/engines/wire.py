@@ -175,13 +175,14 @@ class ChatReply:
     claims: dict[str, str]
 
 
-def chat_reply(obj: Any, max_tokens: int, sent: Any) -> ChatReply:
+def chat_reply(obj: Any, max_tokens: int, sent_bytes: int) -> ChatReply:
     """A non-streamed chat completion (OpenAI ``/chat/completions``) read and checked: a reply of
     another shape (not an object, no choices, ``choices: [1]``, a list as the content, a tool
     call that is no object) is a ServerError naming what is wrong; a usage count that is none
     (negative, a float, a string, past COUNT_MAX) or more than the request allows (completion
-    tokens past ``max_tokens``, prompt tokens past what ``sent``, the messages and tools, can
-    hold: ``prompt_room``) is the server's claim, kept in ``claims``, never a count."""
+    tokens past ``max_tokens``, prompt tokens past what the ``sent_bytes`` of its body, the
+    messages and tools, can hold: ``prompt_room``) is the server's claim, kept in ``claims``,
+    never a count."""
     top = _object(obj, "the reply")
     if "error" in top:
         raise ServerError(f"the server reported an error: {_error_text(json.dumps(top).encode())}")
@@ -204,20 +205,20 @@ def chat_reply(obj: Any, max_tokens: int, sent: Any) -> ChatReply:
     elif usage is not None:
         final.claims["usage"] = _shown(usage)
     bound(final, completion_most=(max_tokens + SPECIAL_SLACK, f"max_tokens {max_tokens} asked"),
-          prompt_most=prompt_room(sent))
+          prompt_most=prompt_room(sent_bytes))
     return ChatReply(_text(message.get("content"), "choices[0].message.content"), tuple(calls),
                      _optional(choice.get("finish_reason"), "choices[0].finish_reason"), final.prompt_tokens,
                      final.completion_tokens, dict(final.claims))
 
 
-def prompt_room(sent: Any) -> tuple[int, str] | None:
-    """The most prompt tokens a request that sent ``sent`` (a prompt's text, or chat messages and
-    tools) can hold, and why: a token is at least one byte of what was sent (its JSON, which
-    over-counts), plus what a chat template may add of its own (TEMPLATE_SLACK). None: nothing to bound by."""
-    if sent is None:
-        return None
-    size = len(json.dumps(sent, ensure_ascii=False).encode())
-    return size + TEMPLATE_SLACK, f"the {size} bytes sent and {TEMPLATE_SLACK} tokens a chat template may add"
+def prompt_room(sent_bytes: int) -> tuple[int, str]:
+    """The most prompt tokens a request whose body was ``sent_bytes`` long can hold, and why: a
+    token is at least one byte of what was sent (the whole body, its prompt's text or messages and
+    tools among the rest: an over-count), plus what a chat template may add of its own
+    (TEMPLATE_SLACK). The size of the bytes already encoded to be sent: encoding the prompt a
+    second time would fall inside the request's TTFT window (the bound is read as the stream's
+    first chunk is)."""
+    return sent_bytes + TEMPLATE_SLACK, f"the {sent_bytes} bytes sent and {TEMPLATE_SLACK} tokens a chat template may add"
 
 
 def stream(url: str, body: dict, deadline_s: float, ndjson: bool, given_s: float | None = None) -> Iterator[Chunk | Final]:
@@ -234,8 +235,9 @@ def stream(url: str, body: dict, deadline_s: float, ndjson: bool, given_s: float
     conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=max(0.01, deadline_s))
     try:
         try:
-            conn.request("POST", parts.path or "/", json.dumps(body).encode(), {"Content-Type": "application/json",
-                                                                             "Accept": "text/event-stream"})
+            payload = json.dumps(body).encode()  # the one encoding: sent, and its size bounds the prompt's count
+            conn.request("POST", parts.path or "/", payload, {"Content-Type": "application/json",
+                                                              "Accept": "text/event-stream"})
             resp = conn.getresponse()
         except ConnectionRefusedError:
             raise ServerError(f"connection refused: {parts.hostname}:{parts.port}") from None
@@ -252,8 +254,7 @@ def stream(url: str, body: dict, deadline_s: float, ndjson: bool, given_s: float
         if "text/html" in kind:
             raise ServerError(f"HTTP {resp.status}: an HTML page, not an event stream ({kind}): "
                               f"is the URL the server's API?")
-        sent = body.get("messages", body.get("prompt"))
-        yield from _read(resp, conn, end, limit, ndjson, prompt_room(sent))
+        yield from _read(resp, conn, end, limit, ndjson, prompt_room(len(payload)))
     finally:
         conn.close()
 
@@ -587,15 +588,17 @@ def _error_text(body: bytes) -> str:
     return text[:ERROR_CHARS]
 
 
-def get_json(url: str, timeout: float = 5.0, body: dict | None = None) -> Any:
-    """A small GET (or POST with ``body``) that answers JSON; ServerError otherwise."""
+def get_json(url: str, timeout: float = 5.0, body: dict | bytes | None = None) -> Any:
+    """A small GET (or POST with ``body``: a JSON object, or one already encoded) that answers
+    JSON; ServerError otherwise."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout)
     try:
         if body is None:
             conn.request("GET", parts.path or "/")
         else:
-            conn.request("POST", parts.path or "/", json.dumps(body).encode(), {"Content-Type": "application/json"})
+            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+            conn.request("POST", parts.path or "/", payload, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         data = _body(resp, conn, time.monotonic() + timeout, timeout)
         if resp.status >= 400:

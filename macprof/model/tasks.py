@@ -62,7 +62,9 @@ class TaskAttempt(Record):
     t0: int | None = None  # before its prompt is rendered: its request_start's (ns, the worker's perf_counter)
     t_tokenized: int | None = None
     token_times: tuple[int, ...] = ()  # one stamp per generated id, the EOS included
-    prompt_tokens: Count = 0
+    # the prompt's tokens; None: unknown (a server that gave no count, or one that is no count: its
+    # claim; an attempt that failed or was cut before its prompt was counted)
+    prompt_tokens: Count | None = None
     tokens: tuple[int, ...] = ()  # every id generated, the EOS that ended the reply included
     stop: TaskStop | None = None  # "eos" or "max_tokens"
     text: str = ""  # the reply: the ids before the EOS, detokenized

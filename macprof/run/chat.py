@@ -1,6 +1,7 @@
 """Messages as the prompt text a model reads, for every phase that renders them (the tasks
 phase's attempts, the conversation phase's turns): one path. ``template_for``: the
-``--chat-template`` file where one is given, else the model's own chat template, else FALLBACK,
+``--chat-template`` file where one is given (its text as the run's parent read it, once:
+``TemplateFile``, handed to every worker), else the model's own chat template, else FALLBACK,
 macprof's one documented form for a model that has none (the demo models). A template renders
 as transformers' apply_chat_template renders it (a jinja2 sandbox, trim_blocks and
 lstrip_blocks, ``tojson``, ``raise_exception``, ``add_generation_prompt``). Which one, and how
@@ -49,6 +50,9 @@ from macprof.run import sandbox
 
 if TYPE_CHECKING:
     from jinja2 import Template as Jinja
+
+    from macprof.config import ModelSpec
+    from macprof.run.phases.api import Reads
 
 TOOL_INSTRUCTION = ("You can call these functions (each with the JSON Schema of its arguments):\n{tools}\n"
                     "To call one, reply with only a JSON object: "
@@ -132,7 +136,27 @@ class Template:
         return f"no chat template: {FALLBACK_FORM}"
 
 
-def read_template(path: str) -> str:
+@dataclass(frozen=True)
+class TemplateFile:
+    """A --chat-template file as it was read, once per run, by the parent of the phases that
+    render through it (``given_template``): its text is what every worker
+    renders, and its sha256 what the model's inputs record and a --resume compares."""
+
+    path: str
+    text: str
+
+    @property
+    def data(self) -> bytes:
+        return self.text.encode("utf-8")  # the file's bytes (it was read as UTF-8)
+
+    @property
+    def sha256(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def read_template(path: str) -> TemplateFile:
     """A --chat-template file's text, compiled once to refuse one that does not compile; one line
     where it cannot be read: through the one reader (files/filekind.py), so a FIFO, /dev/zero
     or /proc/self/environ is refused, never read into a prompt."""
@@ -148,16 +172,44 @@ def read_template(path: str) -> str:
         _compiled(text)
     except MacprofError as exc:
         raise MacprofError(f"--chat-template {path}: {exc}") from None
-    return text
+    return TemplateFile(str(path), text)
 
 
-def template_for(engine: EngineCore, path: str | None) -> Template:
-    """``path`` (--chat-template) when given, else the model's own (``engine.chat_template()``),
-    else FALLBACK; a template that does not compile is refused before any request."""
+CHAT_TEMPLATE = "the chat template"  # its role among a model's inputs (model_start identity.inputs)
+
+
+def given_template(reads: Reads, model: ModelSpec) -> TemplateFile | None:
+    """The model's --chat-template as the run reads it, once however many phases and models
+    render through it (``read_template``: one that cannot be read or compiled is one line); None
+    where none is given. A parent of a phase that renders (the conversation, the tasks) hands it
+    to its workers, which render that text."""
+    path = model.settings.chat_template
+    return reads.once(CHAT_TEMPLATE, path, read_template) if path else None
+
+
+def given_templates(reads: Reads, models: Sequence[ModelSpec], phase: str) -> None:
+    """Each --chat-template of a model that asks for ``phase`` read now, before any worker."""
+    for m in models:
+        if phase in m.settings.phases:
+            given_template(reads, m)
+
+
+def template_input(reads: Reads, model: ModelSpec) -> list[dict]:
+    """The --chat-template file among the model's inputs (Parent.inputs), where one is given: the
+    size and sha256 of the text the run read, which its workers render."""
+    given = given_template(reads, model)
+    return [] if given is None else [{"role": CHAT_TEMPLATE, "path": str(Path(given.path)), "bytes": len(given.data),
+                                      "sha256": given.sha256}]  # the path as every input's (api.py file_input)
+
+
+def template_for(engine: EngineCore, given: TemplateFile | None) -> Template:
+    """``given`` (the --chat-template the parent read) when there is one, else the model's own
+    (``engine.chat_template()``), else FALLBACK; a template that does not compile is refused
+    before any request."""
     own = engine.chat_template()
     specials = {"bos_token": own.bos_token, "eos_token": own.eos_token} if own else {}
-    if path:
-        template = Template("file", read_template(path), str(path), **specials)
+    if given is not None:
+        template = Template("file", given.text, given.path, **specials)
     elif own:
         template = Template("model", own.text, own.source, **specials)
     else:

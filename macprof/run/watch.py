@@ -52,6 +52,9 @@ class _State:
     timeout: float
     phase: str | None = None
     request: ev.RequestStart | None = None
+    # the request's reply is complete and its checker runs (check_start): the deadline is then the
+    # checker's bound and its grace, not the request's --timeout
+    checking: TaskCheckStart | None = None
     deadline: float = field(default_factory=lambda: time.monotonic() + LOAD_TIMEOUT_S)
     peak: int = 0
     samples: int = 0
@@ -69,12 +72,12 @@ class _State:
     def on_event(self, event: ev.Event) -> ev.Event:
         """Update the state; returns the event to journal (a phase's end with its RSS figures)."""
         if isinstance(event, ev.RequestStart):
-            self.request, self.deadline = event, time.monotonic() + self.timeout
+            self.request, self.checking, self.deadline = event, None, time.monotonic() + self.timeout
         elif event.ENDS_ITEM:  # its request, an attempt's record or refusal, a request_end: it is recorded
-            self.request, self.deadline = None, time.monotonic() + LOAD_TIMEOUT_S
+            self.request, self.checking, self.deadline = None, None, time.monotonic() + LOAD_TIMEOUT_S
             self.items_ended += 1
         elif isinstance(event, TaskCheckStart):  # the attempt's timed part ended: its checker has its own bound
-            self.deadline = time.monotonic() + event.bound_s + CHECK_GRACE_S
+            self.checking, self.deadline = event, time.monotonic() + event.bound_s + CHECK_GRACE_S
         elif isinstance(event, ev.Loaded):
             self.loaded = True
         elif isinstance(event, ev.PhaseStart):
@@ -92,7 +95,7 @@ class _State:
                 # alone, the worker's own figures are the client's
                 event = event.replace(footprint_samples=self.footprint_samples, peak_footprint_bytes=self.footprint_peak or None)
             self.done_phases.append(event.phase)
-            self.phase, self.request, self.deadline = None, None, time.monotonic() + LOAD_TIMEOUT_S
+            self.phase, self.request, self.checking, self.deadline = None, None, None, time.monotonic() + LOAD_TIMEOUT_S
         elif isinstance(event, ev.Done):
             self.finished = True
         elif isinstance(event, ev.Error):
@@ -110,8 +113,14 @@ class _State:
                 self.footprint_peak, self.footprint_samples = max(self.footprint_peak, now), self.footprint_samples + 1
 
     def overdue(self) -> tuple[str, str] | None:
+        """("timeout", why) once the deadline has passed, naming the limit it was: the request's
+        --timeout, a checker's bound and grace, or the time allowed to load or between two items."""
         if time.monotonic() <= self.deadline:
             return None
+        if self.checking is not None:
+            c = self.checking
+            return "timeout", (f"the checker of task {c.task!r} attempt {c.attempt} exceeded its bound ({c.bound_s:g} s) "
+                               f"and the worker's grace ({CHECK_GRACE_S:g} s) to record it; worker killed")
         what, limit = (("request", self.timeout) if self.request else
                        ("loading" if not self.loaded else "the work between two items", LOAD_TIMEOUT_S))
         return "timeout", f"{what} exceeded the {limit:g} s timeout; worker killed"

@@ -3,7 +3,8 @@ declared by the phase itself (macprof/phases.py ``parent``: "module:Class", a ``
 that run/orchestrator.py, run/job.py, the phase context and run/resume.py name no phase.
 
 - once per run (the class's constructor, through ``Parents``): the checks that stop a run in one
-  line before any worker waits, each input read once (a task file, a reference that is no model);
+  line before any worker waits, each input read once (a task file, a reference that is no model;
+  a file two phases read, a --chat-template, through the run's one ``Reads``);
   ``order``: the order the models run in (a reference first);
 - once per model (``prepare``): what the phase's workers will need, resolved in the parent (a
   draft model's files); its record (``plan_type``) is journaled in the model's ``plan`` event, so
@@ -22,7 +23,7 @@ that run/orchestrator.py, run/job.py, the phase context and run/resume.py name n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, Sequence, TypeVar
 
 from macprof.errors import MacprofError
 from macprof.phases import REGISTRY, load
@@ -33,6 +34,22 @@ if TYPE_CHECKING:
 
 P = TypeVar("P")  # what ``prepare`` gives (a Record, journaled), or None
 J = TypeVar("J")  # what each worker of the phase gets (its ctx.prepared)
+T = TypeVar("T")
+
+
+class Reads:
+    """The files the run's parents read on the user's word, each read once per run however many
+    phases and models read it (the conversation and the tasks both render through a
+    --chat-template): what every worker is given and the model's inputs record is that one read."""
+
+    def __init__(self) -> None:
+        self._read: dict[tuple[str, str], Any] = {}
+
+    def once(self, role: str, path: str, read: Callable[[str], T]) -> T:
+        """``read(path)`` the first time ``role``'s ``path`` is asked for, what it gave after that."""
+        if (role, path) not in self._read:
+            self._read[role, path] = read(path)
+        return self._read[role, path]
 
 
 class PhaseRefused(MacprofError):
@@ -57,9 +74,10 @@ class Parent(Generic[P, J]):
     plan_type: type | None = None  # P's record type, where the phase prepares (its JSON is journaled)
     cuts: bool = False  # the phase goes on past an item a timeout or a crash cut (``cut`` records it)
 
-    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path, reads: Reads) -> None:
         self.models = tuple(models)
         self.journal_path = journal_path
+        self.reads = reads  # the run's, shared by every parent
 
     def order(self, models: list[ModelSpec]) -> list[ModelSpec]:
         return models
@@ -105,7 +123,8 @@ class Parents:
     def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
         self.models = tuple(models)
         asked = {name for m in self.models for name in m.settings.phases}
-        self.sides: dict[str, Parent] = {name: load(p.parent)(self.models, journal_path)
+        reads = Reads()
+        self.sides: dict[str, Parent] = {name: load(p.parent)(self.models, journal_path, reads)
                                          for name, p in REGISTRY.items() if p.parent and name in asked}
         self._fresh: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
 

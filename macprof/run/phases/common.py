@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Collection, Generator, Iterable, Iterator, Sequence, cast
+from typing import Any, Callable, Collection, Generator, Iterable, Iterator, Sequence, cast
 
 from macprof.config import Settings
 from macprof.engines.base import TOP2, AnyEngine, Batching, Engine, EngineCore, ServerEngine, able
@@ -18,12 +18,8 @@ from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS
 from macprof.model.phases import OutputCheck, Request
-from macprof.run.phases.api import file_input
 from macprof.run.phases.context import Clock, Emit, PhaseContext
 from macprof.run.prompts import Prompt, PromptBuilder
-
-if TYPE_CHECKING:
-    from macprof.config import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -40,27 +36,6 @@ class ByKind:
             self.served(cast(PhaseContext[ServerEngine], ctx))
         else:
             self.local(cast(PhaseContext[Engine], ctx))
-
-
-CHAT_TEMPLATE = "the chat template"  # its role among a model's inputs (model_start identity.inputs)
-
-
-def chat_templates_checked(models: Sequence[ModelSpec], phase: str) -> None:
-    """Each --chat-template of a model that asks for ``phase`` (one that renders messages: the
-    conversation, the tasks) read and compiled once, before any worker: one that cannot is one
-    line (run/chat.py read_template)."""
-    from macprof.run.chat import read_template
-
-    for path in sorted({m.settings.chat_template for m in models if phase in m.settings.phases and m.settings.chat_template}):
-        read_template(path)
-
-
-def chat_template_input(model: ModelSpec) -> list[dict]:
-    """The --chat-template file, among the model's inputs (Parent.inputs), where one is given."""
-    from pathlib import Path
-
-    path = model.settings.chat_template
-    return [file_input(CHAT_TEMPLATE, Path(path))] if path else []
 
 
 def request_key(head: dict) -> tuple:

@@ -59,8 +59,8 @@ from macprof.model.phases import OutputCheck, Request
 from macprof.model.records import ABSENT
 from macprof.run import chat
 from macprof.run.phases.api import Parent
-from macprof.run.phases.common import (ByKind, PhaseContext, _pause, announced, chat_template_input, chat_templates_checked,
-                                       compare_outputs, request_key, timed_request)
+from macprof.run.phases.common import (ByKind, PhaseContext, _pause, announced, compare_outputs, request_key,
+                                       timed_request)
 from macprof.run.phases.conversation_caches import (Cache, Exchange, Held, InProcessCache, Natural, Previous, Seen,
                                                     ServerChatCache, ServerTextCache, Stop)
 from macprof.run.prompts import Prompt
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from macprof.config import ModelSpec
+    from macprof.run.phases.api import Host, Reads
     from macprof.run.resume import ModelPast
 
 PHASE = "conversation"
@@ -143,7 +144,7 @@ run_conversation = ByKind(_in_process, _served)
 def _converse(ctx: PhaseContext[AnyEngine], cache: Cache) -> None:
     """The phase's start, a warm-up, then every app's turns in the schedule's order."""
     s, builder = ctx.settings, ctx.builder
-    template = chat.template_for(ctx.engine, s.chat_template)  # with --api chat its text only names the request
+    template = chat.template_for(ctx.engine, ctx.prepared)  # with --api chat its text only names the request
     order = schedule(s.apps, s.turns, s.app_order)
     ctx.emit(ConversationStart.of(ConversationPhase(
         template_source="server" if cache.renders else template.source,
@@ -309,16 +310,20 @@ def _failed(ctx: PhaseContext[AnyEngine], cache: Cache, app: App, turn: Turn, ex
 
 
 # -- the parent's side (run/phases/api.py) ---------------------------------------------------
-class ConversationParent(Parent[None, None]):
-    """Each --chat-template given checked once, before any worker: one that cannot be read or
-    compiled is one line (run/chat.py read_template); the file is one of the model's inputs."""
+class ConversationParent(Parent[None, chat.TemplateFile]):
+    """Each --chat-template given read once per run, before any worker: one that cannot be read
+    or compiled is one line (run/chat.py read_template); that text is one of the model's inputs
+    and what its workers render (their job)."""
 
-    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
-        super().__init__(models, journal_path)
-        chat_templates_checked(models, PHASE)
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path, reads: Reads) -> None:
+        super().__init__(models, journal_path, reads)
+        chat.given_templates(reads, models, PHASE)
 
     def inputs(self, model: ModelSpec, prepared: None) -> list[dict]:
-        return chat_template_input(model)
+        return chat.template_input(self.reads, model)
+
+    def job(self, model: ModelSpec, prepared: None, host: Host) -> chat.TemplateFile | None:
+        return chat.given_template(self.reads, model)
 
 
 def stopped_head(app: int, turn: int) -> dict:

@@ -28,7 +28,7 @@ from macprof.model.phase_events import QualityChunkScored, QualityStart, Quality
 from macprof.model.quality import QualityChunk, QualityJob, QualityPhase, QualityText
 from macprof.model.records import ABSENT
 from macprof.run import reference
-from macprof.run.phases.api import Host, Parent, file_input
+from macprof.run.phases.api import Host, Parent, Reads, file_input
 from macprof.run.phases.common import PhaseContext
 from macprof.run.qualitytext import check, head, read_text
 
@@ -172,8 +172,8 @@ class QualityParent(Parent[None, QualityJob]):
     before any worker waits on it (a FIFO, a device, too large); the reference runs first, and
     its stored distributions are removed when the run completes (they served this run only)."""
 
-    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
-        super().__init__(models, journal_path)
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path, reads: Reads) -> None:
+        super().__init__(models, journal_path, reads)
         self.reference = reference.choose(models)
         for text in sorted({m.settings.text for m in models if PHASE in m.settings.phases and m.settings.text}):
             check(text)

@@ -27,8 +27,6 @@ CHUNK_CHARS = 4096  # of a chunk's text kept in the log (its bytes were counted 
 def server_request(engine: ServerEngine, prompt: Prompt, n: int, clock: Clock = time.perf_counter_ns) -> dict:
     """One request through ``engine.request`` (the engine keeps the server's final report),
     its count settled after it, within what the request's time limit leaves."""
-    from macprof.engines import wire
-
     sent = prompt.messages if prompt.messages and engine.renders_messages else None  # the server renders them
     # untimed, before t0; messages the server renders are counted by the server alone
     counted = None if sent else engine.prompt_tokens(prompt.text)
@@ -45,22 +43,10 @@ def server_request(engine: ServerEngine, prompt: Prompt, n: int, clock: Clock = 
     raw = {"t0": t0, "times": times, "chunks": list(engine.last_chunks[: len(times)]), "status": status,
            "error": error, "final": engine.last_final if status == "ok" else None}
     spent = (time.perf_counter_ns() - t0) / 1e9
-    out = finish(engine, raw, prompt.text, n, counted, budget_s=max(0.0, engine.timeout - spent), messages=sent)
-    srv = out["server"]
-    if engine.exact_prompts and status == "ok" and not sent:  # a tokenizer here built the prompt
-        if not srv.prompt_tokens_source:  # the server counted none: the prompt's own count stands
-            final = engine.last_final or wire.Final()
-            if final.cached_tokens is not None and final.cached_tokens > len(ids):  # the server's claim, not a count
-                wire.bound(final, prompt_most=(len(ids), "the prompt's tokens"))
-                srv = srv.replace(cached_tokens=None, cached_tokens_source=None,
-                                  flags=(*srv.flags, claim_flag("cached_tokens", final.claims["cached_tokens"])))
-                out["reused_tokens"] = None
-            out.update(prompt_tokens=len(ids), computed_prompt_tokens=len(ids) - (out["reused_tokens"] or 0))
-            out["server"] = srv = srv.replace(prompt_tokens_source="the tokenizer that built the prompt")
-        elif out["prompt_tokens"] != len(ids):  # the server's own count must agree with it
-            out["server"] = srv.replace(flags=(*srv.flags, f"prompt: the server counted {out['prompt_tokens']} "
-                                                           f"tokens, {len(ids)} asked"))
-    return out
+    # a tokenizer here built the prompt (its text sent, not messages): its length is known exactly
+    exact = len(ids) if engine.exact_prompts and status == "ok" and not sent else None
+    return finish(engine, raw, prompt.text, n, counted, budget_s=max(0.0, engine.timeout - spent), messages=sent,
+                  exact=exact)
 
 
 def stream_request(engine: ServerEngine, text: str, n: int, clock: Clock = time.perf_counter_ns) -> dict:
@@ -87,7 +73,7 @@ def stream_request(engine: ServerEngine, text: str, n: int, clock: Clock = time.
 
 
 def finish(engine: ServerEngine, raw: dict, text: str, n: int, counted: int | None, budget_s: float | None = None,
-           messages: Sequence[dict] | None = None) -> dict:
+           messages: Sequence[dict] | None = None, exact: int | None = None) -> dict:
     """The request's record from its timed part: its count settled (untimed), then ``record``."""
     from macprof.engines import counting, wire
 
@@ -97,24 +83,32 @@ def finish(engine: ServerEngine, raw: dict, text: str, n: int, counted: int | No
     else:
         settled = counting.Settled(final.completion_tokens, final.count_source, None, "the request failed")
     return record(raw["t0"], raw["times"], raw["chunks"], final, n, counted, raw["status"], raw["error"], settled,
-                  engine.eos_how, engine.holds_eos)
+                  engine.eos_how, engine.holds_eos, exact)
 
 
 def claim_flag(key: str, claim: str) -> str:
     return f"claim: the server sent {key} = {claim[:200]}, impossible: not taken as a measurement"
 
 
+EXACT = "the tokenizer that built the prompt"  # a prompt's count where a tokenizer here built it
+
+
 def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Final | None, n: int,
            counted: int | None, status: str, error: str | None, settled: counting.Settled | None = None,
-           eos: str | None = None, holds_eos: bool = True) -> dict:
+           eos: str | None = None, holds_eos: bool = True, exact: int | None = None) -> dict:
     """The request's fields: raw chunk times and texts, and ``server``: what the server reported
     and how its tokens were counted (a ServerReport), with flags for what differs from the
-    request asked for."""
+    request asked for. The prompt's tokens: the server's count, else ``counted`` (its tokenize
+    endpoint's, before the request), else ``exact`` (the length of the ids a tokenizer here built
+    the prompt as, which a server's count is held to); the cached tokens the server reports are
+    bounded by them, once, here (more than the prompt has is its claim, never a count)."""
     from macprof.engines import counting, wire
 
     f = final or wire.Final()
     s = settled or counting.settle([c.text for c in chunks], f.completion_tokens, f.count_source, None)
-    prompt_tokens = f.prompt_tokens if f.prompt_tokens is not None else counted
+    prompt_tokens, source = ((f.prompt_tokens, "usage") if f.prompt_tokens is not None else
+                             (counted, "tokenize endpoint") if counted is not None else
+                             (exact, EXACT) if exact is not None else (None, None))
     if prompt_tokens is not None:  # more reused than the prompt has: a claim (the engine's reuse_unreported says so)
         wire.bound(f, prompt_most=(prompt_tokens, "the prompt's tokens"))
     flags = list(s.flags)
@@ -128,13 +122,14 @@ def record(t0: int, times: list[int], chunks: list[wire.Chunk], final: wire.Fina
         flags.append("the server reported no token count, and no counting request gave one")
     for key, claim in sorted(f.claims.items()):  # impossible values: the server's claim, never a figure
         flags.append(claim_flag(key, claim))
+    if exact is not None and source != EXACT and prompt_tokens != exact:  # the server's count must agree with it
+        flags.append(f"prompt: the server counted {prompt_tokens} tokens, {exact} asked")
     cached = f.cached_tokens
     server = ServerReport(
         completion_tokens=s.completion_tokens, count_source=s.count_source,
         chunk_tokens=tuple(s.chunk_tokens) if s.chunk_tokens is not None else None,
         chunk_tokens_source=s.chunk_source, unstamped_tokens=s.unstamped,
-        prompt_tokens_source="usage" if f.prompt_tokens is not None else ("tokenize endpoint" if counted is not None
-                                                                          else None),
+        prompt_tokens_source=source,
         cached_tokens=cached, cached_tokens_source=f.cached_source if cached is not None else None,
         finish_reason=f.finish_reason, eos=eos,
         counting=CountingRequest(**s.counting) if s.counting else None, timings=f.timings or None, flags=tuple(flags),

@@ -15,8 +15,9 @@ engine) costs that task only: the parent records the attempt (``TasksParent.cut`
 worker that goes on after it, skipping the tasks the journal has settled (``settled_tasks``).
 
 The task file is read, hashed and checked once per run, by the parent (``TasksParent``: a file
-that cannot run at all stops the run before any worker); each worker gets the parsed set in its
-job (``ctx.prepared``), and a cut attempt's record takes its task from the parent's copy.
+that cannot run at all stops the run before any worker), and so is a --chat-template; each worker
+gets the parsed set and the template's text in its job (``TasksJob``), and a cut attempt's record
+takes its task from the parent's copy.
 
 Through a server (``_served``) each attempt is one chat completion of the task's messages:
 the server applies its model's template (a --chat-template is refused, run/chat.py
@@ -41,12 +42,11 @@ from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, T
 from macprof.phases import TASKS_CONTEXT
 from macprof.run import chat, checkers, checking, taskfile
 from macprof.run.phases.api import Parent
-from macprof.run.phases.common import (ByKind, Clock, PhaseContext, chat_template_input, chat_templates_checked,
-                                       ending_at, reply_end)
+from macprof.run.phases.common import ByKind, Clock, PhaseContext, ending_at, reply_end
 
 if TYPE_CHECKING:
     from macprof.config import ModelSpec, Settings
-    from macprof.run.phases.api import Host
+    from macprof.run.phases.api import Host, Reads
     from macprof.run.resume import ModelPast
 
 PHASE = "tasks"
@@ -97,19 +97,29 @@ def settled_tasks(done: dict) -> set[str]:
     return {key[1] for key in done if key[0] == PHASE and key[3] == "task"}
 
 
-class TasksParent(Parent[TaskSetInfo, taskfile.TaskFile]):
+@dataclass(frozen=True)
+class TasksJob:
+    """A tasks worker's part of its job: the task set and the --chat-template (None: none given)
+    as the run's parent read them, once."""
+
+    tasks: taskfile.TaskFile
+    template: chat.TemplateFile | None = None
+
+
+class TasksParent(Parent[TaskSetInfo, TasksJob]):
     """The task files of the run, each read, hashed and checked once (here, before any worker: a
-    file that cannot run at all stops the run in one line); a model's prepared record is its
-    set's identity (journaled in its plan), each worker's part the parsed set itself."""
+    file that cannot run at all stops the run in one line), and each --chat-template read once;
+    a model's prepared record is its set's identity (journaled in its plan), each worker's part
+    the parsed set itself and the template's text."""
 
     plan_type = TaskSetInfo
     cuts = True
 
-    def __init__(self, models: Sequence[ModelSpec], journal_path: Path) -> None:
-        super().__init__(models, journal_path)
+    def __init__(self, models: Sequence[ModelSpec], journal_path: Path, reads: Reads) -> None:
+        super().__init__(models, journal_path, reads)
         self.sets = {path: taskfile.load(path or None)
                      for path in sorted({m.settings.tasks or "" for m in models if PHASE in m.settings.phases})}
-        chat_templates_checked(models, PHASE)  # the tasks render through it, as the conversation does
+        chat.given_templates(reads, models, PHASE)  # the tasks render through it, as the conversation does
 
     def _set(self, s: Settings) -> taskfile.TaskFile:
         return self.sets[s.tasks or ""]
@@ -126,10 +136,10 @@ class TasksParent(Parent[TaskSetInfo, taskfile.TaskFile]):
         tf = self._set(s)
         path = Path(s.tasks) if s.tasks else Path(str(resources.files("macprof") / "data" / "tasks.jsonl"))
         return [{"role": TASK_FILE, "path": str(path), "bytes": tf.bytes, "sha256": tf.sha256},
-                *chat_template_input(model)]
+                *chat.template_input(self.reads, model)]
 
-    def job(self, model: ModelSpec, prepared: TaskSetInfo | None, host: Host) -> taskfile.TaskFile:
-        return self._set(model.settings)
+    def job(self, model: ModelSpec, prepared: TaskSetInfo | None, host: Host) -> TasksJob:
+        return TasksJob(self._set(model.settings), chat.given_template(self.reads, model))
 
     def budget(self, model: ModelSpec, prepared: TaskSetInfo | None) -> int:
         return len(self._set(model.settings).tasks)  # every task may be cut once, each by its own worker
@@ -197,8 +207,8 @@ def _in_process(ctx: PhaseContext[Engine]) -> None:
     sampler = able(engine, SAMPLE) if s.temperature > 0 else None
     if isinstance(sampler, str):
         raise MacprofError(f"--temperature {s.temperature:g}: the {engine.name} engine cannot sample: {sampler}")
-    tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
-    template = chat.template_for(engine, s.chat_template)
+    job: TasksJob = ctx.prepared  # read once, by the parent
+    tf, template = job.tasks, chat.template_for(engine, job.template)
     eos = set(engine.eos_ids)
     ctx.emit(TasksStart.of(TasksPhase(
         task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
@@ -278,12 +288,10 @@ def _attempt(ctx: PhaseContext[Engine], local: Local, task: taskfile.Task, attem
 
 
 def _emit_attempt(ctx: PhaseContext[EngineCore], task: taskfile.Task, attempt: TaskAttempt) -> None:
-    """An attempt's record, emitted once its fields are what its type holds: one the parent's
-    reading refuses (a server's count that is no integer) would be dropped there, the attempt
-    lost; here it raises, and the attempt is recorded as failed with the reason (``_attempts``)."""
-    event = TaskAttemptDone.of(attempt, phase=PHASE, category=task.category, checker=task.checker["type"])
-    TaskAttemptDone.from_json(event.to_json(), f"task {attempt.task!r} attempt {attempt.attempt}'s record")
-    ctx.emit(event)
+    """An attempt's record, with the task's category and checker. Its fields are of their types
+    where they entered: a server's counts and texts checked by its reply's reader
+    (engines/wire.py ``chat_reply``: what is no count is its claim, the count unknown)."""
+    ctx.emit(TaskAttemptDone.of(attempt, phase=PHASE, category=task.category, checker=task.checker["type"]))
 
 
 def _checked(ctx: PhaseContext[EngineCore], judge: checking.Judge, task: taskfile.Task, attempt: int, reply: str,
@@ -335,7 +343,7 @@ def _served(ctx: PhaseContext[ServerEngine]) -> None:
     server = able(ctx.engine, CHAT)
     if isinstance(server, str):
         raise MacprofError(f"the tasks phase through {ctx.engine.server}: {server}")
-    tf: taskfile.TaskFile = ctx.prepared  # read once, by the parent
+    tf: taskfile.TaskFile = ctx.prepared.tasks  # read once, by the parent
     ctx.emit(TasksStart.of(TasksPhase(
         task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
                              refused=len(tf.refused)),
@@ -379,8 +387,8 @@ def _server_attempt(ctx: PhaseContext[ServerEngine], server: Chatting, task: tas
         message = f"{message} ({got['tools_refused']}: the tools were described in a system turn)"
     finish = got.get("finish_reason")
     _emit_attempt(ctx, task, TaskAttempt(
-        task=task.id, attempt=attempt, status=status, error=error, t0=t0, t_tokenized=None, token_times=(), prompt_tokens=int(
-            got.get("prompt_tokens") or 0), tokens=(), stop="max_tokens" if finish == "length" else
+        task=task.id, attempt=attempt, status=status, error=error, t0=t0, t_tokenized=None, token_times=(),
+        prompt_tokens=got.get("prompt_tokens"), tokens=(), stop="max_tokens" if finish == "length" else
         "eos" if status == "ok" else None, text=reply, correct=verdict.correct if verdict else None,
         message=message, t_end=t_end, completion_tokens=got.get("completion_tokens"), **checked,
         **({"claims": got["claims"]} if got.get("claims") else {}),  # the usage's counts: wire.chat_reply
