@@ -96,7 +96,7 @@ def test_an_attempt_whose_record_its_reader_would_refuse_is_recorded_failed(tmp_
     recorded as failed with the reason. The chat engine here is a stand-in (engines/openai.py
     reads a server's counts itself, keeping an impossible one as the server's claim)."""
     from macprof import config
-    from macprof.engines.base import CAPABILITIES
+    from macprof.engines.capabilities import CAPABILITIES
     from macprof.model.tasks import TaskAttemptDone
     from macprof.run.phases.common import PhaseContext
     from macprof.run.phases.tasks import run_tasks

@@ -20,7 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from macprof.engines.base import SCORE, AnyEngine, able
+from macprof.engines.base import AnyEngine
+from macprof.engines.capabilities import SCORE, able
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
