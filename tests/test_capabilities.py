@@ -1,5 +1,5 @@
 """Engines declare what they can do (issue #22, item 4): every engine names every capability
-of engines/base.py CAPABILITIES, None where it can, else why not; phases ask ``able`` or
+of engines/capabilities.py CAPABILITIES, None where it can, else why not; phases ask ``able`` or
 ``lacks``, never an engine's name, a private attribute or ``hasattr``; an engine that lacks one
 gets the phase's refusal with that reason. Issue #39 item 2: two kinds, two protocols (``Engine``
 in process, ``ServerEngine``), each adapter with every member of its kind's and of each
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from macprof import config
-from macprof.engines import base
-from macprof.engines.base import CAPABILITIES, CAPABILITY, lacks
+from macprof.engines import base, capabilities
+from macprof.engines.capabilities import CAPABILITIES, CAPABILITY, lacks
 
 ROOT = Path(__file__).resolve().parent.parent / "macprof"
 
@@ -58,7 +58,7 @@ def _members(protocol) -> set[str]:
     """The members a protocol class declares, its bases' included (typing's own left out)."""
     out: set[str] = set()
     for cls in protocol.__mro__:
-        if cls.__module__ == base.__name__:
+        if cls.__module__ in (base.__name__, capabilities.__name__):
             out |= {k for k in vars(cls) if not k.startswith("_")} | set(getattr(cls, "__annotations__", {}))
     return out
 

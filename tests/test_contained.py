@@ -97,7 +97,7 @@ def test_an_attempt_whose_reply_counts_no_counts_is_recorded_with_its_claims(tmp
     is the server's claim, the count unknown, and every attempt is recorded and judged."""
     from macprof import config
     from macprof.engines import wire
-    from macprof.engines.base import CAPABILITIES
+    from macprof.engines.capabilities import CAPABILITIES
     from macprof.model.tasks import TaskAttemptDone
     from macprof.run.phases.common import PhaseContext
     from macprof.run.phases.tasks import TasksJob, run_tasks

@@ -4,7 +4,8 @@ models, every quantization of each (slow)."""
 import pytest
 
 from macprof import engines
-from macprof.engines.base import EngineSettings, lacks
+from macprof.engines.base import EngineSettings
+from macprof.engines.capabilities import lacks
 from macprof.run.prompts import PromptBuilder
 from tests.conftest import ALL_VARIANTS
 

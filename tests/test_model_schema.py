@@ -224,6 +224,57 @@ def test_the_log_s_settings_record_follows_the_declarations():
             assert g.default == f.default and logged[f.name] == hint, f.name
 
 
+def test_the_settings_stub_is_the_generated_one():
+    """model/logged_settings.pyi, what mypy reads of ModelSettings (made at import, which it cannot
+    follow), is what the record as made gives: a setting declared, renamed or retyped and not
+    regenerated fails here. Regenerate with `python -m macprof.model.settings_stub`."""
+    from macprof.model.settings_stub import FILE, text
+
+    assert FILE.read_text(encoding="utf-8") == text(), \
+        f"{FILE.name} is not the generated stub: python -m macprof.model.settings_stub"
+
+
+def test_the_settings_stub_writes_only_the_types_it_knows():
+    """A type the stub cannot write as source (a Literal, an Annotated) stops the generator, naming
+    it, rather than writing a wrong stub."""
+    from macprof.model.settings_stub import _written
+
+    imports: set = set()
+    assert _written(tuple[int, ...] | None, imports) == "tuple[int, ...] | None" and imports == set()
+    with pytest.raises(TypeError, match="Literal"):
+        _written(typing.Literal["a"], imports)
+
+
+PROBE = '''
+from macprof.model.log import ModelResult
+
+
+def reads(m: ModelResult) -> None:
+    m.settings.prompt_tokens.upper()  # an int
+    m.settings.kv_type + 1  # a str, or None in a log older than the setting
+    m.settings.no_such_setting
+'''
+
+
+def test_mypy_checks_every_read_of_a_log_s_settings(tmp_path):
+    """Finding 25: the log's settings are typed for mypy as the log holds them (was Any: none of
+    these three reads was an error)."""
+    from pathlib import Path
+
+    from mypy import api
+
+    root = Path(__file__).resolve().parent.parent
+    probe = tmp_path / "probe_settings.py"
+    probe.write_text(PROBE)
+    out, err, status = api.run(["--config-file", str(root / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
+                                "--follow-imports", "silent", str(probe)])
+    errors = [line.split(": error: ", 1)[1] for line in out.splitlines() if ": error: " in line]
+    assert status == 1, out + err
+    assert errors[0].startswith('"int" has no attribute "upper"'), out
+    assert any('"str"' in e and '"int"' in e for e in errors[1:3]) and any("None" in e for e in errors[1:3]), out
+    assert errors[-1].startswith('"ModelSettings" has no attribute "no_such_setting"') and len(errors) == 4, out
+
+
 @pytest.mark.parametrize("name", ["tiny-sweeps.json", "tiny-telemetry.json"])
 def test_a_log_of_this_version_saves_to_the_same_bytes(name, tmp_path):
     """A log of the current schema version, read and written back, is the same file, byte for

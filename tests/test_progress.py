@@ -9,7 +9,7 @@ import json
 import pytest
 
 from macprof import cases, config
-from macprof.engines.base import CAPABILITIES
+from macprof.engines.capabilities import CAPABILITIES
 from macprof.run.phases import PHASES, PhaseContext, planned_requests
 from macprof.run.progress import Bar, Callback, Display, Lines, as_display, clock_text, eta_s, to_stream
 from macprof.run.prompts import PromptBuilder

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from macprof.engines.base import CAPABILITIES, EngineSettings, lacks
+from macprof.engines.base import EngineSettings
+from macprof.engines.capabilities import CAPABILITIES, lacks
 
 
 def _fake(tmp_path: Path, name: str = "m", **shape):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from macprof import cases, config
-from macprof.engines.base import CAPABILITIES
+from macprof.engines.capabilities import CAPABILITIES
 from macprof.analyse import build, ceilings, estimate
 from macprof.collect import modelinfo
 from macprof.measure import stats

@@ -10,7 +10,8 @@ import pytest
 
 from macprof import config
 from macprof.analyse import tasks as at
-from macprof.engines.base import CAPABILITIES, EngineSettings
+from macprof.engines.base import EngineSettings
+from macprof.engines.capabilities import CAPABILITIES
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.tasks import TaskAttemptDone, TaskRefused, TasksStart

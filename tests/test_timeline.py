@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from macprof.engines.base import CAPABILITIES
+from macprof.engines.capabilities import CAPABILITIES
 from macprof.measure.timeline import derive
 from macprof.run.phases.common import timed_request
 from macprof.run.prompts import Prompt

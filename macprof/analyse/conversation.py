@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from macprof.analyse.build import _counts, _phase_memory
+from macprof.analyse.build import PhaseEvents, _counts, _phase_memory
 from macprof.analyse.requests import phase_failures, request_record, summarized
 from macprof.measure import stats
 from macprof.model import events as ev
@@ -19,7 +19,7 @@ from macprof.model.phases import Request
 PHASE = "conversation"
 
 
-def build_conversation_phase(ctx, name: str) -> ConversationPhase:
+def build_conversation_phase(ctx: PhaseEvents, name: str) -> ConversationPhase:
     return build(ctx.events, phase_failures(ctx.failures, name), ctx.head.settings.app_order, _phase_memory(ctx.events, name))
 
 

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 from macprof.measure.llamabench import Figures, figures, bench_name
 from macprof.model.log import ModelResult
-from macprof.model.phases import Request
+from macprof.model.phases import Request, SweepCase
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,9 @@ class BenchTest:
 
 
 Sample = Callable[[Request], int | None]
+Shape = Callable[[Request], tuple[int, int, int] | None]  # a request as llama-bench's (n_prompt, n_gen, n_depth)
+Found = BenchTest | str  # a test, or the line saying why what was measured gives no row
+SKIPPED = ("unsupported", "refused", "not run")  # a case's status where it measured nothing
 
 
 def _pp(r: Request) -> int | None:
@@ -57,7 +60,22 @@ def _after_first(r: Request) -> int | None:
     return r.token_times[-1] - r.token_times[0] if len(r.token_times) >= 2 else None
 
 
-def _at_depth(d: int) -> Callable[[Request], tuple[int, int, int] | None]:
+def _as_pp(r: Request) -> tuple[int, int, int] | None:
+    """A bench pp request: its prompt computed into an empty cache, nothing generated."""
+    return (r.prompt_tokens, 0, 0) if r.n_tokens == 0 and not r.reused_tokens else None
+
+
+def _as_tg(r: Request) -> tuple[int, int, int] | None:
+    """A bench tg request: one prompt token, then its decode steps, from an empty cache."""
+    return (0, r.n_tokens, 0) if r.prompt_tokens == 1 and not r.reused_tokens else None
+
+
+def _as_tg_after_prompt(r: Request) -> tuple[int, int, int] | None:
+    """A warm or grid request: the steps after its first token, at the depth of its prompt."""
+    return (0, r.n_tokens - 1, r.prompt_tokens) if r.n_tokens >= 2 and not r.reused_tokens else None
+
+
+def _at_depth(d: int) -> Shape:
     """A depth case's request as ``tg n @ d``: only where it computed its one new prompt token
     after the d cached ones (reused, not recomputed)."""
     def shape(r: Request) -> tuple[int, int, int] | None:
@@ -66,65 +84,67 @@ def _at_depth(d: int) -> Callable[[Request], tuple[int, int, int] | None]:
     return shape
 
 
+def _test(name: str, source: str, requests: Sequence[Request], shape: Shape, sample: Sample) -> Found:
+    """The test ``source``'s measured requests make, each one repetition of it, or why they make
+    none: a request failed, none was measured, or they are not that one test each."""
+    measured = [r for r in requests if r.kind == "measured"]
+    failed = [r for r in measured if r.status != "ok"]
+    if not measured:
+        return f"{name}: {source}: no measured request: no row"
+    if failed:
+        return (f"{name}: {source}: {len(failed)} of {len(measured)} measured requests failed: no row "
+                f"(llama-bench writes none for a test that failed)")
+    shapes = {shape(r) for r in measured}
+    samples = [sample(r) for r in measured]
+    if None in shapes or len(shapes) != 1 or any(s is None or s <= 0 for s in samples):
+        return (f"{name}: {source}: its requests are not one llama-bench test each (another number of "
+                f"tokens, a prompt not computed as the test's, or a stamp missing): no row")
+    shape_, = shapes
+    assert shape_ is not None
+    n_prompt, n_gen, n_depth = shape_
+    return BenchTest(n_prompt, n_gen, n_depth, figures([s for s in samples if s], n_prompt + n_gen), source)
+
+
+def _bench_case(name: str, case: SweepCase) -> Found:
+    """A bench phase's case: llama-bench's own pp or tg test."""
+    if case.status in SKIPPED:
+        return f"{name}: bench {case.id}: {case.status}" + (f": {case.reason}" if case.reason else "")
+    pp = case.test == "pp"
+    return _test(name, f"bench {case.id}", case.requests, _as_pp if pp else _as_tg, _pp if pp else _from_start)
+
+
+def _depth_case(name: str, case: SweepCase) -> Found:
+    """A depth case's requests as ``tg n @ d``: the one new prompt token is the first decode step
+    only where the d cached ones were reused."""
+    if case.status in SKIPPED:
+        return f"{name}: depth {case.id}: {case.status}"
+    return _test(name, f"depth {case.id}", case.requests, _at_depth(case.depth or 0), _from_start)
+
+
+def _pp_not_exported(name: str, warm: list[tuple[str, Sequence[Request]]], tests: list[BenchTest]) -> list[str]:
+    """A warm or grid prompt length no bench pp test measured: one line each, why its prefill is
+    not exported as one."""
+    pp_done = {t.n_prompt for t in tests if t.n_gen == 0}
+    return [f"{name}: pp{p} not exported from the {source} phase: its prefill ends with the first generated "
+            f"token, which llama-bench's pp never generates (--preset llama-bench measures pp{p})"
+            for source, requests in warm
+            for p in sorted({r.prompt_tokens for r in requests if r.kind == "measured"} - pp_done)]
+
+
 def bench_tests(m: ModelResult) -> tuple[list[BenchTest], list[str]]:
     """The model's llama-bench tests, and one line per test it ran that gives no row (a failed
     request, a request that was not the test) and per approximation left out."""
     name = m.identity.name
     if m.identity.engine == "openai":
         return [], [f"{name}: measured through a server: its requests are not llama-bench's tests (no row)"]
-    out: list[BenchTest] = []
-    missing: list[str] = []
     ph = m.phases
-
-    def add(source: str, requests: Sequence[Request], shape: Callable[[Request], tuple[int, int, int] | None],
-            sample: Sample) -> None:
-        measured = [r for r in requests if r.kind == "measured"]
-        failed = [r for r in measured if r.status != "ok"]
-        if not measured:
-            missing.append(f"{name}: {source}: no measured request: no row")
-            return
-        if failed:
-            missing.append(f"{name}: {source}: {len(failed)} of {len(measured)} measured requests failed: no row "
-                           f"(llama-bench writes none for a test that failed)")
-            return
-        shapes = {shape(r) for r in measured}
-        samples = [sample(r) for r in measured]
-        if None in shapes or len(shapes) != 1 or any(s is None or s <= 0 for s in samples):
-            missing.append(f"{name}: {source}: its requests are not one llama-bench test each (another number of "
-                           f"tokens, a prompt not computed as the test's, or a stamp missing): no row")
-            return
-        shape_, = shapes
-        assert shape_ is not None
-        n_prompt, n_gen, n_depth = shape_
-        out.append(BenchTest(n_prompt, n_gen, n_depth, figures([s for s in samples if s], n_prompt + n_gen), source))
-
-    for case in ph.bench.cases if ph.bench else ():
-        if case.status in ("unsupported", "refused", "not run"):
-            missing.append(f"{name}: bench {case.id}: {case.status}" + (f": {case.reason}" if case.reason else ""))
-        elif case.test == "pp":
-            add(f"bench {case.id}", case.requests,
-                lambda r: (r.prompt_tokens, 0, 0) if r.n_tokens == 0 and not r.reused_tokens else None, _pp)
-        else:
-            add(f"bench {case.id}", case.requests,
-                lambda r: (0, r.n_tokens, 0) if r.prompt_tokens == 1 and not r.reused_tokens else None, _from_start)
-    for case in ph.depth.cases if ph.depth else ():
-        d = case.depth or 0
-        if case.status in ("unsupported", "refused", "not run"):
-            missing.append(f"{name}: depth {case.id}: {case.status}")
-            continue
-        # the one new prompt token is the first decode step only where the d cached ones were reused
-        add(f"depth {case.id}", case.requests, _at_depth(d), _from_start)
-    warm = [("warm", ph.warm.requests)] if ph.warm else []
+    warm: list[tuple[str, Sequence[Request]]] = [("warm", ph.warm.requests)] if ph.warm else []
     warm += [(f"grid {c.id}", c.requests) for c in (ph.grid.cases if ph.grid else ()) if c.requests]
-    for source, requests in warm:
-        add(source, requests, lambda r: (0, r.n_tokens - 1, r.prompt_tokens)
-            if r.n_tokens >= 2 and not r.reused_tokens else None, _after_first)
-    pp_done = {t.n_prompt for t in out if t.n_gen == 0}
-    for source, requests in warm:
-        lengths = sorted({r.prompt_tokens for r in requests if r.kind == "measured"} - pp_done)
-        missing += [f"{name}: pp{p} not exported from the {source} phase: its prefill ends with the first generated "
-                    f"token, which llama-bench's pp never generates (--preset llama-bench measures pp{p})"
-                    for p in lengths]
+    found = [_bench_case(name, case) for case in (ph.bench.cases if ph.bench else ())]
+    found += [_depth_case(name, case) for case in (ph.depth.cases if ph.depth else ())]
+    found += [_test(name, source, requests, _as_tg_after_prompt, _after_first) for source, requests in warm]
+    out = [f for f in found if isinstance(f, BenchTest)]
+    missing = [f for f in found if isinstance(f, str)] + _pp_not_exported(name, warm, out)
     if not out and not missing:
         missing.append(f"{name}: no llama-bench test in this log (no bench, depth, warm or grid phase)")
     return out, missing

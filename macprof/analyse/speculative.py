@@ -7,7 +7,7 @@ per-token acceptance; and the phase's memory with what the draft adds to it."""
 
 from __future__ import annotations
 
-from macprof.analyse.build import _counts, _phase_memory
+from macprof.analyse.build import PhaseEvents, _counts, _phase_memory
 from macprof.analyse.ceilings import speculative_prediction
 from macprof.analyse.requests import phase_failures, request_record
 from macprof.cases import mean_context
@@ -26,7 +26,7 @@ PHASE = "speculative"
 NS = 1e9
 
 
-def build_speculative_phase(ctx, name: str) -> SpeculativePhase:
+def build_speculative_phase(ctx: PhaseEvents, name: str) -> SpeculativePhase:
     events, s = ctx.events, ctx.head.settings
     loaded = next((e for e in events if isinstance(e, DraftLoaded) and e.phase == name), None)
     plain: list[Request] = []

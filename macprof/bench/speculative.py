@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from macprof.engines.base import NATIVE_DRAFT, Engine, EngineSettings, able, in_process, lacks
+from macprof.engines.base import Engine, EngineSettings, in_process
+from macprof.engines.capabilities import NATIVE_DRAFT, able, lacks
 from macprof.errors import MacprofError
 from macprof.measure.significance import median_interval
 from macprof.measure.speculative import decode_rate, flag_rounds

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from macprof.engines.base import Batching, Chatting, Engine, NativeDrafting, Prefilling, Sampling, ServerEngine
+    from macprof.engines.base import Engine, ServerEngine
+    from macprof.engines.capabilities import Batching, Chatting, NativeDrafting, Prefilling, Sampling
     from macprof.engines.fake import FakeEngine
     from macprof.engines.llama_cpp import LlamaCppEngine
     from macprof.engines.mlx import MlxEngine

@@ -34,8 +34,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Sequence
 
-from macprof.engines.base import (RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
-                                  PrefixReuse, TopTwo)
+from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, Later, PrefixReuse, TopTwo
+from macprof.engines.capabilities import RENDERS_ITSELF, NativeReport
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"

@@ -33,8 +33,8 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from macprof.engines.llama_cpp_facts import (CapturedLog, cut_refusal, default_threads, ggml_backends, ggml_build,
                                              load_facts, model_facts, resolved_settings, weights_held)
-from macprof.engines.base import (RENDERS_ITSELF, CacheCutRefused, ChatTemplate, EngineSettings, Later, NativeReport,
-                                  PrefixReuse, TopTwo, top_two)
+from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, Later, PrefixReuse, TopTwo, top_two
+from macprof.engines.capabilities import RENDERS_ITSELF, NativeReport
 from macprof.errors import MacprofError
 
 _SEQ = 0

@@ -29,8 +29,9 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
-from macprof.engines.base import (MAX_TEMPLATE_BYTES, RENDERS_ITSELF, CacheCutRefused, ChatTemplate,
-                                  EngineSettings, Later, NativeReport, PrefixReuse, TopTwo, top_two)
+from macprof.engines.base import (MAX_TEMPLATE_BYTES, CacheCutRefused, ChatTemplate, EngineSettings, Later,
+                                  PrefixReuse, TopTwo, top_two)
+from macprof.engines.capabilities import RENDERS_ITSELF, NativeReport
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
 from macprof.engines import counting, wire
-from macprof.engines.base import SAMPLES_IN_CHAT, ChatTemplate, EngineSettings
+from macprof.engines.base import ChatTemplate, EngineSettings
+from macprof.engines.capabilities import SAMPLES_IN_CHAT
 from macprof.errors import MacprofError
 
 NO_CACHE_API = "a server's cache is not addressable over its API (it cannot be cut back or inspected)"

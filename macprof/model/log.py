@@ -212,12 +212,8 @@ def _model_settings() -> type[_LoggedSettings]:
     return meta("ModelSettings", (_LoggedSettings,), namespace)
 
 
-if TYPE_CHECKING:
-    class ModelSettings(_LoggedSettings):
-        """Its fields are made from the declarations at import, so the type checker does not
-        see them: a read is typed Any (``to_settings()`` gives the typed Settings)."""
-
-        def __getattr__(self, name: str) -> Any: ...
+if TYPE_CHECKING:  # its fields are made at import, which mypy cannot follow: it reads them from the generated stub
+    from macprof.model.logged_settings import ModelSettings
 else:
     ModelSettings = _model_settings()
 

@@ -84,7 +84,7 @@ class SpeculativeRounds(_OfRequest):
 
 
 class SpeculativeNative(_OfRequest):
-    """A request of the engine's own speculative decoding (engines/base.py NativeReport),
+    """A request of the engine's own speculative decoding (engines/capabilities.py NativeReport),
     journaled after its request event: what the engine told of it, None where it told nothing
     (``unknown`` says why)."""
 

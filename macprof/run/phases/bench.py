@@ -22,7 +22,8 @@ from __future__ import annotations
 import random
 from functools import partial
 
-from macprof.engines.base import PREFILL, AnyEngine, Engine, EngineCore, Prefilling, able
+from macprof.engines.base import AnyEngine, Engine, EngineCore
+from macprof.engines.capabilities import PREFILL, Prefilling, able
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.run.phases.common import Clock, PhaseContext, _kind, _pause, announced, reuse_of, stamped_sequence, todo

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Generator, Iterable, Iterator, Sequence, cast
 
 from macprof.config import Settings
-from macprof.engines.base import TOP2, AnyEngine, Batching, Engine, EngineCore, ServerEngine, able
+from macprof.engines.base import AnyEngine, Engine, EngineCore, ServerEngine
+from macprof.engines.capabilities import TOP2, Batching, able
 from macprof.errors import reason
 from macprof.model import events as ev
 from macprof.model.definitions import NEAR_TIE_LOGITS

@@ -50,7 +50,8 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from macprof.engines.base import AnyEngine, Engine, ServerEngine, lacks
+from macprof.engines.base import AnyEngine, Engine, ServerEngine
+from macprof.engines.capabilities import lacks
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
 from macprof.model.conversation import ConversationPhase, ConversationStart, ConversationTurn

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from macprof.engines.base import SCORE, AnyEngine, able
+from macprof.engines.base import AnyEngine, Engine
+from macprof.engines.capabilities import SCORE, able
 from macprof.errors import MacprofError
 from macprof.measure import quality as q
 from macprof.model import events as ev
@@ -52,6 +54,35 @@ def chunked_ids(ids: list[int], bos: list[int], n_ctx: int, max_tokens: int) -> 
     return chunks
 
 
+@dataclass(frozen=True)
+class _Text:
+    """The quality text as this model scores it: what it is (``info``), its ids, the chunks taken
+    from them and the sha256 of the ids those chunks hold (the reference's must be the same)."""
+
+    info: dict[str, Any]
+    ids: list[int]
+    chunks: list[list[int]]
+    sha256: str
+
+
+def _text(engine: Engine, path: str | None, max_tokens: int, n_ctx: int) -> _Text:
+    """The text in ``path`` (the packaged one where None) tokenized by the model, from its start
+    up to ``max_tokens``, in whole chunks of ``n_ctx``; one line where it gives no whole chunk."""
+    text, info = read_text(path)
+    part = head(text, max_tokens)
+    ids = list(engine.tokenize(part))
+    if len(ids) < max_tokens and len(part) < len(text):  # a tokenizer that packs fewer characters a token
+        part, ids = text, list(engine.tokenize(text))
+    if len(part) < len(text):
+        info["tokenized_chars"] = len(part)
+    bos = list(engine.tokenize(""))  # what the tokenizer puts before any text: BOS, or nothing
+    chunks = chunked_ids(ids, bos, n_ctx, max_tokens)
+    if not chunks:
+        raise MacprofError(f"{info['source']}: the quality text gives {len(ids)} tokens with this model's tokenizer, "
+                           f"fewer than one chunk of {n_ctx} (--quality-ctx); give a longer --text")
+    return _Text(info, ids, chunks, q.tokens_sha256([t for k in range(len(chunks)) for t in ids[k * n_ctx:(k + 1) * n_ctx]]))
+
+
 def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
     import numpy as np
 
@@ -60,26 +91,15 @@ def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
     engine = able(ctx.engine, SCORE)
     if isinstance(engine, str):
         raise MacprofError(f"the {ctx.engine.name} engine cannot give the logits of every position: {engine}")
-    text, info = read_text(s.text)
-    part = head(text, s.quality_tokens)
-    ids = list(engine.tokenize(part))
-    if len(ids) < s.quality_tokens and len(part) < len(text):  # a tokenizer that packs fewer characters a token
-        part, ids = text, list(engine.tokenize(text))
-    if len(part) < len(text):
-        info["tokenized_chars"] = len(part)
-    bos = list(engine.tokenize(""))  # what the tokenizer puts before any text: BOS, or nothing
     n_ctx = s.quality_ctx
-    chunks = chunked_ids(ids, bos, n_ctx, s.quality_tokens)
-    if not chunks:
-        raise MacprofError(f"{info['source']}: the quality text gives {len(ids)} tokens with this model's tokenizer, "
-                           f"fewer than one chunk of {n_ctx} (--quality-ctx); give a longer --text")
-    sha = q.tokens_sha256([t for k in range(len(chunks)) for t in ids[k * n_ctx:(k + 1) * n_ctx]])
+    text = _text(engine, s.text, s.quality_tokens, n_ctx)
+    chunks, sha = text.chunks, text.sha256
     vocab = engine.vocab_size
     store = Path(job.store) if job.store else None
     is_ref = job.is_reference
     base, reason = (None, None) if is_ref else _open_reference(job, sha, vocab)
     ctx.emit(QualityStart.of(QualityPhase(
-        text=QualityText(**info, tokens=len(ids)), n_ctx=n_ctx, tokens_sha256=sha, reference=job.reference,
+        text=QualityText(**text.info, tokens=len(text.ids)), n_ctx=n_ctx, tokens_sha256=sha, reference=job.reference,
         is_reference=is_ref, reference_reason=reason,
         # ABSENT, not null, where the reference does not score again
         rescore_reason=job.rescore_reason if is_ref and job.rescore_reason else ABSENT),
@@ -107,13 +127,19 @@ def run_quality(ctx: PhaseContext[AnyEngine]) -> None:
     if writer is not None and store is not None:
         writer.flush()
         del writer
-        _write_meta(store, {"model": job.reference, "tokens_sha256": sha, "vocab_size": vocab, "n_ctx": n_ctx,
-                            "chunks": len(chunks), "row_width": q.row_width(vocab)})
-        from macprof.run.reference import store_digest
-
-        digest, size = store_digest(store)  # what a later model checks the files against (reference.store_changed)
-        ctx.emit(QualityStored(phase=PHASE, sha256=digest, bytes=size))
+        ctx.emit(_stored(store, {"model": job.reference, "tokens_sha256": sha, "vocab_size": vocab, "n_ctx": n_ctx,
+                                 "chunks": len(chunks), "row_width": q.row_width(vocab)}))
     ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory=engine.memory() or None))
+
+
+def _stored(store: Path, meta: dict) -> QualityStored:
+    """The reference's rows written whole: its sidecar last, then the digest a later model checks
+    the files against (reference.store_changed)."""
+    from macprof.run.reference import store_digest
+
+    _write_meta(store, meta)
+    digest, size = store_digest(store)
+    return QualityStored(phase=PHASE, sha256=digest, bytes=size)
 
 
 def _tuple(values: Sequence[Any] | None) -> tuple | None:

@@ -2,7 +2,7 @@
 pass, the longest prefix it agrees with is kept with the target's own next token, and both
 caches are rewound past what was rejected; greedy, EOS ignored, exactly ``gen_tokens`` tokens.
 
-Engine-generic: the target needs capabilities "verify" and "cache_cut" (engines/base.py), the
+Engine-generic: the target needs capabilities "verify" and "cache_cut" (engines/capabilities.py), the
 draft is any engine's propose (its greedy generate, read back once per round; so an MLX draft
 serves a GGUF target) or the n-gram lookup of measure/speculative.py. The target's verify is
 asked for before the drafts are read (an MLX pair queues it on the draft's unread array, as
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, cast
 
-from macprof.engines.base import (NATIVE_DRAFT, VERIFY, AnyEngine, Engine, EngineCore, EngineSettings, NativeDrafting,
-                                  able, in_process, lacks)
+from macprof.engines.base import AnyEngine, Engine, EngineCore, EngineSettings, in_process
+from macprof.engines.capabilities import NATIVE_DRAFT, VERIFY, NativeDrafting, able, lacks
 from macprof.errors import MacprofError
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
 from macprof.model import events as ev

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Callable, Sequence, cast
 
 from macprof.cases import CONTEXT_MARGIN, tokens_per_sequence
-from macprof.engines.base import BATCH, CACHE_CUT, AnyEngine, Batching, CacheCutRefused, Engine, EngineCore, able
+from macprof.engines.base import AnyEngine, CacheCutRefused, Engine, EngineCore
+from macprof.engines.capabilities import BATCH, CACHE_CUT, Batching, able
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import DepthFill, OutputCheck

@@ -34,7 +34,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from macprof.engines.base import CHAT, SAMPLE, Chatting, Engine, EngineCore, Sampling, ServerEngine, able
+from macprof.engines.base import Engine, EngineCore, ServerEngine
+from macprof.engines.capabilities import CHAT, SAMPLE, Chatting, Sampling, able
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
 from macprof.model.tasks import (TaskAttempt, TaskAttemptDone, TaskCheckStart, TaskRefusal, TaskRefused, TaskSetInfo,
