@@ -48,6 +48,9 @@ OTHER_MEANING = {
 
 # (the class declaring some fields, the other class declaring them too) -> why they are no twins
 ALLOWED = {
+    ("macprof.model.conversation.AppStop", "macprof.model.conversation.Turn"):
+        "a stop is the turn that did not complete: its app and turn, and whatever of its prompt and requests there was, "
+        "each optional (a turn whose template raised has none); a measured turn has all of them",
     ("macprof.model.events.PhaseStart", "macprof.model.events.PhaseEnd"):
         "a phase's two boundaries: each reads the same figures at its own moment",
     ("macprof.model.phases.Failure", "macprof.model.events._RequestHead"):
