@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
 from macprof.model.conversation import ConversationStart, ConversationTurn
 from macprof.model.log import RunLog
@@ -392,4 +392,4 @@ def rebuilt(log: RunLog, data: dict | None = None) -> RunLog:
     except MacprofError:
         raise
     except Exception as exc:  # noqa: BLE001 - records a run could not have written: that log does not verify
-        raise MacprofError(f"its raw records cannot be built into a log ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise MacprofError(f"its raw records cannot be built into a log ({reason(exc)[:200]})") from None

@@ -49,7 +49,7 @@ class Runner:
     measured (macprof/run/resume.py)."""
 
     def __init__(self, models: tuple[ModelSpec, ...], journal: Journal, progress: Display | None,
-                 python: str = sys.executable, parents: Parents | None = None) -> None:
+                 parents: Parents, python: str = sys.executable) -> None:
         self.models = models
         self.journal = journal
         self.progress = as_display(progress)
@@ -58,7 +58,7 @@ class Runner:
         self._telemetry: telemetry.Source | None = None  # opened with the first worker, closed at the end
         # the parent side of each phase asked for (run/phases/api.py): made here, a bad input stops
         # the run in one line before any worker waits on it; what each prepared, per model
-        self.parents = parents if parents is not None else Parents(models, journal.path)
+        self.parents = parents
         self._prepared: dict[str, dict[str, Any]] = {}
 
     @property

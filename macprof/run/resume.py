@@ -56,9 +56,9 @@ def plan_of(models: Sequence[ModelSpec]) -> tuple[dict, ...]:
                   **({"server": m.endpoint.origin} if m.endpoint and m.endpoint.origin else {})} for m in models)
 
 
-def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec], parents: Parents | None = None) -> None:
+def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec], parents: Parents) -> None:
     """Refuse, in one line, a journal this command cannot continue; ``parents``: the run's phase
-    parents, whose inputs are compared (made here where not given)."""
+    parents, whose inputs are compared."""
     if not path.name.endswith(SUFFIX):
         raise MacprofError(f"{path}: not a journal (a journal's name ends in {SUFFIX}: the one beside the run log)")
     if not events:
@@ -75,10 +75,6 @@ def check(path: Path, events: Sequence[ev.Event], models: Sequence[ModelSpec], p
     changed = _changed_files(events, models)
     if changed:
         raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix two models: start a new run")
-    if parents is None:
-        from macprof.run.phases.api import Parents
-
-        parents = Parents(models, path)
     changed = changed_inputs(events, models, parents)
     if changed:
         raise MacprofError(f"{path}: {changed} since the run began; a resumed log would mix the results of both: "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.model.records import MAX_DEPTH, json_refusal
 from macprof.run import checkers
 
@@ -146,7 +146,7 @@ def parse(data: bytes, source: str) -> TaskFile:
             try:
                 problem = line_problem(value, validators)
             except Exception as exc:  # noqa: BLE001 - whatever a checker's spec makes the checks raise: that line
-                problem = f"cannot be checked ({type(exc).__name__}: {str(exc)[:200]})"
+                problem = f"cannot be checked ({reason(exc)[:200]})"
         if problem is None and task_id in seen:
             problem = f"id {task_id!r} is already line {seen[task_id]}'s"
         if problem is not None:

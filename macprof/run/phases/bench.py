@@ -24,7 +24,7 @@ from functools import partial
 
 from macprof.engines.base import AnyEngine, Engine, EngineCore
 from macprof.engines.capabilities import PREFILL, Prefilling, able
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
 from macprof.run.phases.common import Clock, PhaseContext, _kind, _pause, announced, reuse_of, stamped_sequence, todo
 from macprof.run.phases.sweeps import _sweep
@@ -50,7 +50,7 @@ def timed_prefill(engine: Prefilling, ids: list[int], clock: Clock) -> dict:
         t_end = clock()
         status, error = "ok", None
     except Exception as exc:  # noqa: BLE001 - an engine error is a recorded failure
-        status, error = "error", f"{type(exc).__name__}: {exc}"
+        status, error = "error", reason(exc)
     return {"status": status, "error": error, "t0": t0, "t_tokenized": t0, "t_prefilled": t_end, "token_times": [],
             "tokens": [], "prompt_tokens": len(ids), "engine_memory": engine.memory() or None,
             **reuse_of(engine, len(ids), 0)}

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, cast
 
 from macprof.engines.base import AnyEngine, Engine, EngineCore, EngineSettings, in_process
 from macprof.engines.capabilities import NATIVE_DRAFT, VERIFY, NativeDrafting, able, lacks
-from macprof.errors import MacprofError
+from macprof.errors import MacprofError, reason
 from macprof.measure.speculative import accepted_prefix, draft_budget, ngram_draft
 from macprof.model import events as ev
 from macprof.model.speculative import (DraftEnd, DraftLoaded, DraftSpec, NativeRefused, Round, SpeculativeCheck,
@@ -240,8 +240,8 @@ def load_draft(ctx: PhaseContext[AnyEngine]) -> tuple[Drafter | None, Engine | N
         engine.load_model(Path(path), EngineSettings(n_ctx=ctx.n_ctx or 4096, threads=s.threads, kv_type=s.kv_type))
         engine.load_tokenizer()
     except Exception as exc:  # noqa: BLE001 - a draft that cannot load is a recorded failure; the target goes on
-        ctx.emit(DraftLoaded(**head, status="error", reason=f"draft {name} could not be loaded: {type(exc).__name__}: "
-                                                             f"{exc}", t_load_start=t0, t_load_end=time.perf_counter_ns()))
+        ctx.emit(DraftLoaded(**head, status="error", reason=f"draft {name} could not be loaded: {reason(exc)}",
+                                 t_load_start=t0, t_load_end=time.perf_counter_ns()))
         return None, None
     t1 = time.perf_counter_ns()
     rss1, mac1 = _rss(), _mac(False)
@@ -294,7 +294,7 @@ def open_native(ctx: PhaseContext[AnyEngine], draft_engine: Engine | None) -> bo
                 native.open_native(draft_engine, ctx.settings.ngram)
                 return True
             except Exception as exc:  # noqa: BLE001 - a native path that fails to open is recorded; macprof's loop goes on
-                refused = f"the engine's own speculative decoding could not be opened: {type(exc).__name__}: {exc}"
+                refused = f"the engine's own speculative decoding could not be opened: {reason(exc)}"
         why = refused
     ctx.emit(NativeRefused(phase=PHASE, reason=why))
     return False

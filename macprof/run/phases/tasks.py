@@ -127,8 +127,7 @@ class TasksParent(Parent[TaskSetInfo, TasksJob]):
 
     def prepare(self, model: ModelSpec) -> TaskSetInfo:
         tf = self._set(model.settings)
-        return TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
-                           refused=len(tf.refused))
+        return _info(tf)
 
     def inputs(self, model: ModelSpec, prepared: TaskSetInfo | None) -> list[dict]:
         """The task file as it was read (one read: its size and sha256 are the parent's copy's),
@@ -201,6 +200,23 @@ class Local:
     judge: checking.Judge
 
 
+def _info(tf: taskfile.TaskFile) -> TaskSetInfo:
+    """The task set as the log names it: its file's identity and how many tasks it gave or refused."""
+    return TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks), refused=len(tf.refused))
+
+
+def _started(ctx: PhaseContext, tf: taskfile.TaskFile, prompt_format: str, tool_format: str | None, generation: str,
+             context: int | None) -> None:
+    """The phase's start, in process or through a server: how its prompts and tools are written
+    (the tool format only where a task has tools), how it generates, and the refused tasks."""
+    s = ctx.settings
+    ctx.emit(TasksStart.of(TasksPhase(
+        task_set=_info(tf), prompt_format=prompt_format,
+        tool_format=tool_format if any(t.tools for t in tf.tasks) else None, generation=generation,
+        attempts_allowed=s.attempts, temperature=s.temperature, seed=s.seed, context_tokens=context,
+        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
+
+
 def _in_process(ctx: PhaseContext[Engine]) -> None:
     """The tasks on an engine in this process: each prompt rendered here, its reply generated
     token by token up to an end-of-generation id (sampled retries: capability "sample")."""
@@ -211,13 +227,8 @@ def _in_process(ctx: PhaseContext[Engine]) -> None:
     job: TasksJob = ctx.prepared  # read once, by the parent
     tf, template = job.tasks, chat.template_for(engine, job.template)
     eos = set(engine.eos_ids)
-    ctx.emit(TasksStart.of(TasksPhase(
-        task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
-                             refused=len(tf.refused)),
-        prompt_format=template.described, tool_format=template.tool_format if any(t.tools for t in tf.tasks) else None,
-        generation=generation_note(len(eos), s.temperature, s.seed), attempts_allowed=s.attempts,
-        temperature=s.temperature, seed=s.seed, context_tokens=TASKS_CONTEXT,
-        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
+    _started(ctx, tf, template.described, template.tool_format, generation_note(len(eos), s.temperature, s.seed),
+             TASKS_CONTEXT)
     settled = settled_tasks(ctx.done)
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
         local = Local(template, eos, sampler, judge)
@@ -345,13 +356,7 @@ def _served(ctx: PhaseContext[ServerEngine]) -> None:
     if isinstance(server, str):
         raise MacprofError(f"the tasks phase through {ctx.engine.server}: {server}")
     tf: taskfile.TaskFile = ctx.prepared.tasks  # read once, by the parent
-    ctx.emit(TasksStart.of(TasksPhase(
-        task_set=TaskSetInfo(source=tf.source, sha256=tf.sha256, bytes=tf.bytes, tasks=len(tf.tasks),
-                             refused=len(tf.refused)),
-        prompt_format=SERVER_FORMAT, tool_format=SERVER_TOOLS
-        if any(t.tools for t in tf.tasks) else None, generation=server_generation(s.temperature, s.seed),
-        attempts_allowed=s.attempts, temperature=s.temperature, seed=s.seed, context_tokens=None,
-        refusals=tuple(TaskRefusal(line=line, task=task, reason=why) for line, task, why in tf.refused)), phase=PHASE))
+    _started(ctx, tf, SERVER_FORMAT, SERVER_TOOLS, server_generation(s.temperature, s.seed), None)
     settled = settled_tasks(ctx.done)
     with checking.Judge(checking.bound_of(s.timeout), ctx.clock) as judge:
         for task in tf.tasks:
