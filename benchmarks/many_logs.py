@@ -148,13 +148,21 @@ def main() -> None:
             time_once(cmd)  # a first run, not counted: the page cache and .pyc files as a user has them
             runs = [time_once(cmd) for _ in range(args.reps)]
             result["commands"][what] = timings(runs, TARGETS[what] if args.logs == 50 else None)
-    if args.json:
+    report(result, args.json, f"{args.logs} logs of {size_kb:.0f} kB ({args.log.name}, "
+                              f"{'with' if result['digest'] else 'without'} digest), {os.cpu_count()} CPUs, median of "
+                              f"{args.reps} fresh processes:")
+
+
+def report(result: dict, as_json: bool, header: str, *after: str) -> None:
+    """The timings: as JSON, or the header, a line per command and the lines ``after``."""
+    if as_json:
         print(json.dumps(result, indent=1))
         return
-    print(f"{args.logs} logs of {size_kb:.0f} kB ({args.log.name}, {'with' if result['digest'] else 'without'} digest), "
-          f"{os.cpu_count()} CPUs, median of {args.reps} fresh processes:")
+    print(header)
     for what, r in result["commands"].items():
         print(timing_line(what, r))
+    for line in after:
+        print(line)
 
 
 if __name__ == "__main__":

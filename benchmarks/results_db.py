@@ -28,7 +28,6 @@ Writing 500 copies takes about a minute; --dir keeps them, and reuses them when 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -37,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from many_logs import FIXTURE, ROOT, profile, time_once, timing_line, timings, write_logs  # noqa: E402
+from many_logs import FIXTURE, ROOT, profile, report, time_once, timings, write_logs  # noqa: E402
 
 TARGETS = {"collect": 20.0, "board": 3.0}  # seconds, for 500 logs on a 2-core machine
 # also timed, with no target: the board made from the log files themselves (collected in memory first)
@@ -103,14 +102,9 @@ def main() -> None:
         result["load_after"] = [round(x, 2) for x in os.getloadavg()]
         result["db_mb"] = round(db.stat().st_size / 1e6, 1) if db.exists() else None
         result["page_mb"] = round(page.stat().st_size / 1e6, 1) if page.exists() else None
-    if args.json:
-        print(json.dumps(result, indent=1))
-        return
-    print(f"{args.logs} logs of {result['log_kb']} kB ({args.log.name}), {os.cpu_count()} CPUs, median of {args.reps} "
-          f"fresh processes; load average {result['load_before']} before, {result['load_after']} after:")
-    for what, r in result["commands"].items():
-        print(timing_line(what, r))
-    print(f"  database {result['db_mb']} MB, page {result['page_mb']} MB")
+    report(result, args.json, f"{args.logs} logs of {result['log_kb']} kB ({args.log.name}), {os.cpu_count()} CPUs, "
+                              f"median of {args.reps} fresh processes; load average {result['load_before']} before, "
+                              f"{result['load_after']} after:", f"  database {result['db_mb']} MB, page {result['page_mb']} MB")
 
 
 if __name__ == "__main__":

@@ -183,3 +183,36 @@ def loopback():
     for srv in servers:
         srv.shutdown()
         srv.server_close()
+
+
+def chat_completions_server(reply_of):
+    """A chat-completions server's handler class: each POST to /v1/chat/completions answered with
+    the body ``reply_of(the request's body)`` gives, raw (a well-formed completion or not, the
+    claims a lying server makes); GET lists one model; any other path is a 404."""
+    import json
+    from http.server import BaseHTTPRequestHandler
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, obj):
+            data = json.dumps(obj).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send({"data": [{"id": "m"}]})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != "/v1/chat/completions":
+                self.send_response(404)
+                self.end_headers()
+                return
+            self._send(reply_of(body))
+
+    return Handler

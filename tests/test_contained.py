@@ -12,6 +12,7 @@ from macprof.run import taskfile
 from macprof.model import events as ev
 from macprof.run.phases.common import announced
 from macprof.store import runlog
+from tests.conftest import chat_completions_server
 from tests.test_run import macprof
 
 NESTED = "[" * 1000 + "]" * 1000  # a RecursionError in jsonschema (a recursive schema walks it)
@@ -20,32 +21,7 @@ NESTED = "[" * 1000 + "]" * 1000  # a RecursionError in jsonschema (a recursive 
 def chat_server(reply_of):
     """A chat-completions server answering each request with the body ``reply_of(its first
     message's content)`` gives, raw: a well-formed completion or not."""
-    from http.server import BaseHTTPRequestHandler
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def _send(self, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._send({"data": [{"id": "m"}]})
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path != "/v1/chat/completions":
-                self.send_response(404)
-                self.end_headers()
-                return
-            self._send(reply_of(body["messages"][0]["content"]))
-
-    return Handler
+    return chat_completions_server(lambda body: reply_of(body["messages"][0]["content"]))
 
 
 def ok(text: str) -> dict:

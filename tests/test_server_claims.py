@@ -12,6 +12,7 @@ import pytest
 
 from macprof.engines import wire
 from macprof.store import runlog
+from tests.conftest import chat_completions_server
 from tests.test_run import macprof
 
 OK = {"choices": [{"message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
@@ -127,28 +128,7 @@ def _sse_server(lines: list):
 def lying_server(replies):
     """A chat server whose reply to a task is ``replies[its prompt's text]`` (a dict), or
     ``replies(body)`` (a function of the request's body)."""
-    from http.server import BaseHTTPRequestHandler
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def _send(self, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._send({"data": [{"id": "m"}]})
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            self._send(replies(body) if callable(replies) else replies[body["messages"][0]["content"]])
-
-    return Handler
+    return chat_completions_server(replies if callable(replies) else lambda body: replies[body["messages"][0]["content"]])
 
 
 def test_a_lying_server_loses_no_attempt_and_no_log(loopback, tmp_path):
