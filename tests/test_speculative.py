@@ -367,10 +367,10 @@ def test_a_native_path_the_engine_refuses_is_recorded_and_the_loop_kept(fakes, t
     class Other:
         name = "llama.cpp"
 
-    assert open_native(Ctx(), Other()) is False
+    assert open_native(Ctx(), Other()) is None
     assert "fake model, not a llama.cpp one" in emitted[0].reason
     Ctx.engine.capabilities = {**Ctx.engine.capabilities, "native_draft": "not here"}
-    assert open_native(Ctx(), None) is False and emitted[1].reason == "not here"
+    assert open_native(Ctx(), None) is None and emitted[1].reason == "not here"
 
 
 @pytest.mark.parametrize("draft", ["model", "ngram"])

@@ -26,7 +26,7 @@ from macprof.engines.base import AnyEngine, Engine, EngineCore
 from macprof.engines.capabilities import PREFILL, Prefilling, able
 from macprof.errors import MacprofError, reason
 from macprof.model import events as ev
-from macprof.run.phases.common import Clock, PhaseContext, _kind, _pause, announced, reuse_of, stamped_sequence, todo
+from macprof.run.phases.common import Clock, PhaseContext, _kind, _pause, announced, sent, reuse_of, stamped_sequence, todo
 from macprof.run.phases.sweeps import _sweep
 from macprof.run.prompts import Prompt
 
@@ -83,7 +83,7 @@ def run_bench(ctx: PhaseContext[AnyEngine]) -> None:
                                f"the engine holds {ctx.n_ctx}")
         pp = case["test"] == "pp"
         for i, head in enumerate(heads):
-            if not (left[i] or i == 0):
+            if not sent(left, i):
                 continue
             ids = random_ids(engine, case["prompt_tokens"], f"bench:{case['id']}:{i}")
             _pause(s)

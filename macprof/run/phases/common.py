@@ -178,6 +178,13 @@ def todo(ctx: PhaseContext[EngineCore], heads: list[dict]) -> list[bool]:
     return left
 
 
+def sent(left: Sequence[bool], i: int) -> bool:
+    """Whether request ``i`` of a case is sent, ``left`` saying per request (a warm-up first) whether
+    it is still to be recorded: a measured one left, or the warm-up while any is left (a resumed
+    case warms up again, unrecorded, before what the interruption left)."""
+    return any(left) and (left[i] or i == 0)
+
+
 def warm_prompts(builder: PromptBuilder, key: str, prompt_tokens: int, reps: int) -> list[Prompt]:
     """A warm case's prompts: the warm-up's, then each measured request's (also what `macprof
     overhead --endpoint` sends its raw client, bench/server.py)."""
@@ -199,7 +206,7 @@ def _warm_case(ctx: PhaseContext[AnyEngine], phase: str, key: str, prompt_tokens
     heads = [{"phase": phase, "index": i - 1, "kind": _kind(i), **tags} for i in range(s.reps + 1)]
     left = todo(ctx, heads)
     for i, (prompt, head) in enumerate(zip(prompts, heads)):
-        if not left or not (left[i] or i == 0):
+        if not sent(left, i):
             continue
         _pause(s)
         engine.reset()

@@ -292,7 +292,7 @@ class ServerTextCache(_RenderedHere):
         ideal = server_stop(last.ids, self.n if last.n_reply is None else last.n_reply, app, app, ids, text, last,
                             None, None).bound if last else 0
         # the emptied half: after the displacing requests, the server may share no more than they leave
-        most = server_stop(displaced, 1, None, app, ids, text, None, None, None).bound
+        most = server_stop(displaced, 1, None, app, ids, text, None, None, None).bound or 0  # ids known: a bound
         not_emptied = None
         if emptied.reused_tokens is not None and emptied.reused_tokens > most:
             not_emptied = (f"the emptied request reused {emptied.reused_tokens} tokens, more than the displacing "
@@ -373,14 +373,7 @@ class Divergence(NamedTuple):
 
 
 class Bounded(NamedTuple):
-    common: int  # the ids the prompt shares with the previous prompt's, from the start
-    bound: int  # the most the server may have reused
-    kind: str
-    reason: str
-
-
-class Counted(NamedTuple):
-    common: None  # not known: the server rendered and tokenized the messages
+    common: int | None  # the ids the prompt shares with the previous prompt's (None: the server rendered them)
     bound: int | None  # the most the server may have reused (None: not known)
     kind: str
     reason: str
@@ -392,7 +385,7 @@ def server_stop(held: list[int], n_reply: int, held_by: int | None, app: int, id
     most the server may have reused (those, and where the prompt extends all of them the reply's
     ``n_reply`` tokens too, the prompt's last token recomputed); the stop kind; the reason. The
     server's generated ids are not known here: inside the reply, where reuse stopped is where the
-    server says (``reported``)."""
+    server says (``reported``, read by ``said_stop``)."""
     common = common_prefix(held, ids)
     bound = min(common + (n_reply if held and common == len(held) else 0), len(ids) - 1)
     if held_by is None:  # the cache held the displacing request of ``reset`` (a server's is not addressable)
@@ -404,44 +397,47 @@ def server_stop(held: list[int], n_reply: int, held_by: int | None, app: int, id
             return Bounded(common, bound, "kept_less", f"{reason}; the server reused {reported} of the {bound} "
                                                        f"tokens the ids it held allow (its own cache policy)")
         return Bounded(common, bound, kind, reason)
-    if reported is None:
-        return Bounded(common, bound, "unreported", f"the prompt extends all {len(held)} tokens of the previous "
-                                                    f"prompt; where reuse stopped in its {n_reply}-token reply is not "
-                                                    f"known: {unreported}")
-    if reported >= bound - 1:  # a server may or may not hold the reply's last token
-        return Bounded(common, bound, "none_lost", f"the server reused {reported}: the prompt extends the previous "
-                                                   f"prompt and reply it held")
-    if reported >= len(held):
-        return Bounded(common, bound, "reply_retokenized", (
-            f"at token {reported}, {reported - len(held)} tokens into the previous reply (where the server says): "
-            f"its text tokenizes to other ids than the {n_reply} the server generated"))
-    return Bounded(common, bound, "kept_less", f"the server reused {reported} though the prompt extends all "
-                                               f"{len(held)} tokens of the previous prompt (its own cache policy)")
+    return Bounded(common, bound, *said_stop(len(held), n_reply, bound, reported, unreported, ids_known=True))
 
 
 def counted_stop(held_n: int, n_reply: int, held_by: int | None, app: int, prompt_n: int, reported: int | None,
-                 unreported: str | None) -> Counted:
+                 unreported: str | None) -> Bounded:
     """Through a server that renders the messages itself (--api chat): its ids are not known here,
     only its counts. The common prefix is not known; the most it may have reused is what it held
     (not known after the displacing request, whose count the server does not say)."""
     bound = max(0, min(held_n + n_reply, prompt_n - 1))
     if held_by is None:
-        return Counted(None, None, "empty", "the cache held only the request that displaced what it held")
+        return Bounded(None, None, "empty", "the cache held only the request that displaced what it held")
     if held_by != app:
-        return Counted(None, bound, "evicted", f"the cache held app {held_by}'s conversation (where the two part is "
+        return Bounded(None, bound, "evicted", f"the cache held app {held_by}'s conversation (where the two part is "
                                                f"not known here: the server renders and tokenizes the messages)")
+    return Bounded(None, bound, *said_stop(held_n, n_reply, bound, reported, unreported, ids_known=False))
+
+
+def said_stop(held_n: int, n_reply: int, bound: int, reported: int | None, unreported: str | None,
+              ids_known: bool) -> tuple[str, str]:
+    """Where a server's reuse stopped, by its count alone (its generated ids are never known here),
+    where the cache held this app's previous prompt (``held_n`` tokens) and reply (``n_reply``):
+    the stop kind and the reason. With the prompts' ids known (the prompt text rendered here), a
+    count short of the previous prompt is the server's cache policy; with its counts alone (--api
+    chat), it is where its template rendered the earlier turns otherwise."""
+    held = f"all {held_n} tokens of the previous prompt" if ids_known else f"the {held_n + n_reply} tokens it held"
     if reported is None:
-        return Counted(None, bound, "unreported", f"where reuse stopped is not known: {unreported}")
-    if reported >= bound - 1:
-        return Counted(None, bound, "none_lost", f"the server reused {reported} of the {held_n + n_reply} tokens it "
-                                                 f"held")
+        where = f"in its {n_reply}-token reply " if ids_known else ""
+        return "unreported", (f"the prompt extends {held}; " if ids_known else "") + \
+            f"where reuse stopped {where}is not known: {unreported}"
+    if reported >= bound - 1:  # a server may or may not hold the reply's last token
+        return "none_lost", f"the server reused {reported} of {held} and its reply" if ids_known else \
+            f"the server reused {reported} of {held}"
     if reported >= held_n:
-        return Counted(None, bound, "reply_retokenized", (
+        return "reply_retokenized", (
             f"at token {reported}, {reported - held_n} tokens into the previous reply (where the server says): "
-            f"its text tokenizes to other ids than the {n_reply} the server generated"))
-    return Counted(None, bound, "template_rewrite", (
+            f"its text tokenizes to other ids than the {n_reply} the server generated")
+    if ids_known:
+        return "kept_less", f"the server reused {reported} though the prompt extends {held} (its own cache policy)"
+    return "template_rewrite", (
         f"at token {reported}, inside the previous prompt of {held_n} tokens as the server rendered it: its template "
-        f"rendered the earlier turns otherwise, or they tokenize otherwise where they join (its ids are not known here)"))
+        f"rendered the earlier turns otherwise, or they tokenize otherwise where they join (its ids are not known here)")
 
 
 def why_stopped(held: list[int], held_by: int | None, app: int, ids: list[int], text: str,

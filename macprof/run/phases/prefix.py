@@ -13,7 +13,7 @@ from typing import cast
 
 from macprof.engines.base import AnyEngine
 from macprof.model import events as ev
-from macprof.run.phases.common import (PhaseContext, _kind, _pause, announced, compare_outputs, prime, request_key,
+from macprof.run.phases.common import (PhaseContext, _kind, _pause, announced, sent, compare_outputs, prime, request_key,
                                        timed_request)
 from macprof.run.prompts import Prompt
 
@@ -28,7 +28,7 @@ def run_prefix(ctx: PhaseContext[AnyEngine]) -> None:
     left = [any(request_key(h) not in ctx.done for h in pair.values()) for pair in heads]
     engine.reset_peak_memory()
     for i, prompt in enumerate(prompts):
-        if any(left) and (left[i] or i == 0):
+        if sent(left, i):
             _pair(ctx, prefix, prompt, i, heads[i], record=left[i])
     ctx.emit(ev.PhaseMemory(phase="prefix", engine_memory=engine.memory()))
 

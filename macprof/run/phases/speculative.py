@@ -36,7 +36,7 @@ from macprof.model import events as ev
 from macprof.model.speculative import (DraftEnd, DraftLoaded, DraftSpec, NativeRefused, Round, SpeculativeCheck,
                                        SpeculativeNative, SpeculativeRounds)
 from macprof.run.phases.api import Parent, PhaseRefused, file_input
-from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, announced, compare_outputs, request_key,
+from macprof.run.phases.common import (Clock, PhaseContext, _kind, _pause, announced, sent, compare_outputs, request_key,
                                        reuse_of, stamped_sequence, timed_request, warm_prompts)
 from macprof.run.prompts import Prompt
 
@@ -281,9 +281,9 @@ def undone(heads: dict[str, dict], done: dict) -> bool:
         any(request_key(check_head(heads, key)) not in done for key in heads if key != "plain")
 
 
-def open_native(ctx: PhaseContext[AnyEngine], draft_engine: Engine | None) -> bool:
-    """Whether the engine's own speculative decoding can run with this draft (opened untimed);
-    a native_refused event with the reason where it cannot."""
+def open_native(ctx: PhaseContext[AnyEngine], draft_engine: Engine | None) -> NativeDrafting | None:
+    """The engine as its own speculative decoding runs it with this draft (opened untimed), or
+    None, with a native_refused event that says why it cannot."""
     native = able(ctx.engine, NATIVE_DRAFT)
     if isinstance(native, str):
         why = native
@@ -292,12 +292,12 @@ def open_native(ctx: PhaseContext[AnyEngine], draft_engine: Engine | None) -> bo
         if refused is None:
             try:
                 native.open_native(draft_engine, ctx.settings.ngram)
-                return True
+                return native
             except Exception as exc:  # noqa: BLE001 - a native path that fails to open is recorded; macprof's loop goes on
                 refused = f"the engine's own speculative decoding could not be opened: {reason(exc)}"
         why = refused
     ctx.emit(NativeRefused(phase=PHASE, reason=why))
-    return False
+    return None
 
 
 def run_speculative(ctx: PhaseContext[AnyEngine]) -> None:
@@ -317,9 +317,7 @@ def run_speculative(ctx: PhaseContext[AnyEngine]) -> None:
     drafter, draft_engine = load_draft(ctx)
     if drafter is None:
         return
-    as_native = able(target, NATIVE_DRAFT)
-    opened = "native" in modes and open_native(ctx, draft_engine) and not isinstance(as_native, str)
-    native = None if isinstance(as_native, str) or not opened else as_native
+    native = open_native(ctx, draft_engine) if "native" in modes else None
     if "native" in modes and native is None:
         modes = tuple(m for m in modes if m != "native")
         heads = [{key: h for key, h in group.items() if h["mode"] != "native"} for group in heads]
@@ -330,7 +328,7 @@ def run_speculative(ctx: PhaseContext[AnyEngine]) -> None:
     target.reset_peak_memory()
     try:
         for i, prompt in enumerate(prompts):
-            if left[i] or i == 0:
+            if sent(left, i):
                 _prompt(ctx, Targets(target, drafter, native), prompt, i, heads[i], record=left[i])
     finally:
         ctx.emit(ev.PhaseMemory(phase=PHASE, engine_memory={**target.memory(), **{

@@ -11,7 +11,7 @@ from macprof.engines.capabilities import BATCH, CACHE_CUT, Batching, able
 from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import DepthFill, OutputCheck
-from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_case, announced, compare_outputs,
+from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_case, announced, sent, compare_outputs,
                                        request_key, timed_batch, timed_request, todo)
 from macprof.run.prompts import Prompt
 
@@ -67,7 +67,7 @@ def run_depth(ctx: PhaseContext[AnyEngine]) -> None:
                                        kv_cache_bytes=engine.kv_cache_bytes()), phase="depth", **tags, depth=d))
         noted = False
         for i, prompt in enumerate(prompts):
-            if not (left[i] or i == 0):
+            if not sent(left, i):
                 continue
             _pause(s)
             refused = _restore(engine, d, context)
@@ -118,7 +118,7 @@ def run_batch(ctx: PhaseContext[AnyEngine]) -> None:
         try:
             for i, head in enumerate(heads):
                 prompts = [builder.prompt(f"batch:{size}:{i}:{j}", case["prompt_tokens"]) for j in range(size)]
-                if left[i] or i == 0 and any(left):
+                if sent(left, i):
                     _pause(s)
                     engine.reset()
                     rec = announced(emit, head, lambda: timed_batch(engine, prompts, n, clock), record=left[i])
