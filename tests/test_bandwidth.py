@@ -33,6 +33,19 @@ def test_cached_per_machine(cache_root, monkeypatch):
     assert len(calls) == 2 and second["flops"]["median_tflops"] == 0.1
 
 
+def test_a_noisy_probe_serves_its_run_and_is_not_kept(cache_root, monkeypatch):
+    """A probe whose repetitions spread over 10 % of their median (other work competed) is used by
+    the run that measured it, never cached for the day's later runs, which measure again."""
+    spreads = iter([0.5, 0.5, 0.01, 0.01])
+    calls = []
+    monkeypatch.setattr(probes, "measure", lambda **kw: calls.append(kw) or {"median_gbs": 4.0, "stdev_gbs": next(spreads),
+                                                                             "device": "cpu"})
+    monkeypatch.setattr(probes, "measure_flops", lambda **kw: {"median_tflops": 0.1})
+    monkeypatch.setenv("MACPROF_CACHE", str(cache_root / "bw-noisy"))
+    assert [probes.cached()["cached"] for _ in range(4)] == [False, False, False, True]
+    assert len(calls) == 3  # noisy (12 %), noisy, quiet: kept, and read back the fourth time
+
+
 def test_matmul_probes():
     cpu = probes.measure_flops(device="cpu", n=256, reps=3)
     assert cpu["best_tflops"] >= cpu["median_tflops"] > 0 and len(cpu["samples_tflops"]) == 3
@@ -48,3 +61,23 @@ def test_cli_json(monkeypatch):
     r = CliRunner().invoke(main, ["bandwidth", "--device", "cpu", "--reps", "2", "--json"])
     out = json.loads(r.output)
     assert r.exit_code == 0 and out["best_gbs"] > 0 and out["flops"]["median_tflops"] > 0
+
+
+def test_a_noisy_or_low_bandwidth_figure_is_warned_of_with_when_it_was_measured():
+    """The summary names a measured bandwidth whose repetitions spread over 10 %, and the warm
+    decode figures above the ceiling it gives (a log whose figures its raw records give)."""
+    from macprof.render.summary import warnings
+    from macprof.store import runlog
+    from tests.conftest import FIXTURES, recomputed
+
+    data = json.loads((FIXTURES / "runlogs" / "tiny-a.json").read_text())
+    measured = data["bandwidth"]["measured"]
+    assert not any("bandwidth" in w for w in warnings(runlog.parse("tiny-a", json.dumps(data))))
+    measured.update(gbs=0.01, stdev_gbs=0.002, utc="2026-12-04T13:17:44+00:00", cached=True)
+    log = runlog.parse("edited", json.dumps(recomputed(data)))
+    said = [w for w in warnings(log) if "bandwidth" in w]
+    assert said[0].startswith("the measured bandwidth 0.0 GB/s (measured 2026-12-04T13:17:44+00:00, cached) varied by "
+                              "20% between its repetitions")
+    above = [m.identity.name for m in log.models if m.phases.warm and m.phases.warm.roofline.measured.efficiency > 1]
+    assert above and said[1].startswith("warm decode above the measured-bandwidth ceiling") \
+        and said[1].count("demo-") == len(above)

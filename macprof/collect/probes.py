@@ -195,9 +195,14 @@ def store(result: dict) -> None:
         pass
 
 
+# a probe whose repetitions spread more than this (stdev over median) ran while other work competed:
+# it serves the run that measured it (whose summary warns) but is not kept for the day's later runs
+NOISY = 0.10
+
+
 def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
     """The probes' result for this machine (bandwidth, and matmul throughput under "flops"),
-    re-measured when older than a day."""
+    re-measured when older than a day, or when the last one was too noisy to keep."""
     found = read_cache()
     if found is not None and time.time() - found[1] < max_age_s:
         return {**found[0], "cached": True}
@@ -206,5 +211,7 @@ def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
         result["flops"] = measure_flops(device=result.get("device"))
     except Exception as exc:  # noqa: BLE001 - the compute side stays unknown, with the reason
         result["flops"] = {"median_tflops": None, "reason": f"matmul probe failed: {exc}"}
-    store(result)
+    median, stdev = result.get("median_gbs"), result.get("stdev_gbs")
+    if not (median and stdev and stdev / median > NOISY):
+        store(result)
     return {**result, "cached": False}

@@ -82,6 +82,28 @@ def _spread(s: Summary | None) -> float | None:
     return relative_spread(s.to_json()) if s else None
 
 
+def _bandwidth_warnings(log: RunLog) -> list[str]:
+    """The measured bandwidth every measured ceiling divides by: one that varied between its
+    repetitions (a probe run while other work competed, and kept for a day), and the decode figures
+    above it, which such a figure makes (or a model that fits the chip's caches)."""
+    bw = log.bandwidth.measured if log.bandwidth else None
+    if bw is None or not bw.gbs:
+        return []
+    when = f"measured {bw.utc}" + (", cached" if bw.cached else "") if bw.utc else "measured"
+    out = []
+    if bw.stdev_gbs and bw.stdev_gbs / bw.gbs > SPREAD_WARN:
+        out.append(f"the measured bandwidth {bw.gbs:.1f} GB/s ({when}) varied by {bw.stdev_gbs / bw.gbs:.0%} between its "
+                   f"repetitions: the measured ceilings are unsure; re-measure on a quiet machine (`macprof bandwidth`)")
+    above = [m.identity.name for m in log.models
+             if m.phases.warm and m.phases.warm.roofline and m.phases.warm.roofline.measured
+             and (m.phases.warm.roofline.measured.efficiency or 0) > 1]
+    if above:
+        out.append(f"warm decode above the measured-bandwidth ceiling ({bw.gbs:.1f} GB/s, {when}) for "
+                   f"{', '.join(above)}: a model small enough for the chip's caches, or a bandwidth measured low "
+                   f"(re-measure on a quiet machine: `macprof bandwidth`)")
+    return out
+
+
 def warnings(log: RunLog) -> list[str]:
     """Where the numbers should not be trusted as they stand, pyperf / hyperfine style."""
     out = []
@@ -99,6 +121,7 @@ def warnings(log: RunLog) -> list[str]:
                    f"memory pressure distorts timings")
     if not log.complete:
         out.append("the run is incomplete (interrupted or crashed): some models or phases are missing")
+    out += _bandwidth_warnings(log)
     for m in log.models:
         name, ph = m.identity.name, m.phases
         for label, summ in (("warm", ph.warm.summary if ph.warm else None),
