@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -120,8 +121,13 @@ def main() -> None:
     build = json.loads((out / "llama-bench-0.json").read_text())[0]["build_commit"]
     inputs = [x for i in range(args.pairs) for x in ("-i", str(out / f"llama-bench-{i}.json"), "-i",
                                                       str(out / f"macprof-{i}.macprof-build.json"))]
-    compared = subprocess.run([sys.executable, str(script), "--tool", "llama-bench", *inputs, "-b", build,
-                               "-c", "macprof"], capture_output=True, text=True, cwd=out)
+    missing = [name for name in ("git", "tabulate") if importlib.util.find_spec(name) is None]
+    if missing:  # the script's own imports: say which, not its traceback
+        compared = subprocess.CompletedProcess([], 1, "", f"not run: compare-llama-bench.py imports {', '.join(missing)} "
+                                                          f"(GitPython, tabulate): pip install -e \".[bench]\"")
+    else:
+        compared = subprocess.run([sys.executable, str(script), "--tool", "llama-bench", *inputs, "-b", build,
+                                   "-c", "macprof"], capture_output=True, text=True, cwd=out)
     result = {"model": str(args.model), "llama_bench": str(binary), "threads": threads, "flash_attn": fa,
               "pairs": pairs, "summary": summary, "load_1min": load, "outputs": str(out),
               "compare_llama_bench": compared.stdout if compared.returncode == 0 else compared.stderr}
