@@ -81,3 +81,14 @@ def test_a_noisy_or_low_bandwidth_figure_is_warned_of_with_when_it_was_measured(
     above = [m.identity.name for m in log.models if m.phases.warm and m.phases.warm.roofline.measured.efficiency > 1]
     assert above and said[1].startswith("warm decode above the measured-bandwidth ceiling") \
         and said[1].count("demo-") == len(above)
+
+
+def test_macprof_bandwidth_keeps_no_noisy_figure_and_says_so(cache_root, monkeypatch):
+    monkeypatch.setattr(probes, "measure", lambda **kw: {"median_gbs": 4.0, "best_gbs": 5.0, "stdev_gbs": 1.0, "device": "cpu",
+                                                         "method": "m", "sizes_mib": [1], "reps": 3})
+    monkeypatch.setattr(probes, "measure_flops", lambda **kw: {"median_tflops": 0.1, "best_tflops": 0.1, "device": "cpu",
+                                                               "method": "m"})
+    monkeypatch.setenv("MACPROF_CACHE", str(cache_root / "bw-cli-noisy"))
+    r = CliRunner().invoke(main, ["bandwidth"])
+    assert r.exit_code == 0 and "not kept for the day's runs: its repetitions spread over 10% of their median" in r.output
+    assert probes.read_cache() is None

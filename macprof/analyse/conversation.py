@@ -38,7 +38,9 @@ def build(events: Sequence[ev.Event], failures: list, app_order: str | None, mem
         natural, emptied = pair.get("natural"), pair.get("emptied")
         if not t.fits or e.error:  # the context was full, or the turn failed: its app's conversation ended
             stops.append(AppStop(app=t.app, turn=t.turn, reason=t.stop_reason, error=e.error, natural=natural,
-                                 emptied=emptied, prompt_tokens=t.prompt_tokens if e.has("prompt_tokens") else None))
+                                 # a journal before stops had prompts wrote 0 for "not rendered": no prompt has 0 tokens
+                                 emptied=emptied, prompt_tokens=(t.prompt_tokens or None) if e.has("prompt_tokens")
+                                 else None))
             continue
         saved = (emptied.ttft_s - natural.ttft_s) if natural and emptied and natural.ttft_s is not None \
             and emptied.ttft_s is not None else None

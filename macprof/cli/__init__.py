@@ -253,13 +253,16 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
 
     r = probes.measure(device=device, threads=threads, reps=reps)
     r["flops"] = f = probes.measure_flops(device=r["device"])
-    if device is None and threads is None:  # what a run would measure: its cached figure, and `macprof models`'
+    if device is None and threads is None:  # what a run would measure: its cached figure (unless noisy)
         probes.store(r)
     if as_json:
         click.echo(_json.dumps(r, indent=1))
         return
     click.echo(f"{r['device']}: {r['median_gbs']:.1f} GB/s median, {r['best_gbs']:.1f} best, "
                f"stdev {r['stdev_gbs']:.1f} ({r['method']}; sizes {r['sizes_mib']} MiB x {r['reps']})")
+    if probes.noisy(r):
+        click.echo(f"not kept for the day's runs: its repetitions spread over {probes.NOISY:.0%} of their median "
+                   f"(other work competed); measure again on a quiet machine", err=True)
     click.echo(f"{f['device']}: {f['median_tflops'] * 1e3:.1f} GFLOP/s median, {f['best_tflops'] * 1e3:.1f} best "
                f"({f['method']})")
 

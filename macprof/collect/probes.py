@@ -185,14 +185,24 @@ def read_cache() -> tuple[dict, float] | None:
     return None
 
 
-def store(result: dict) -> None:
-    """Keep a result (bandwidth, with matmul throughput under "flops") for this machine."""
+def noisy(result: dict) -> bool:
+    """Whether a bandwidth probe's repetitions spread over ``NOISY`` of their median."""
+    median, stdev = result.get("median_gbs"), result.get("stdev_gbs")
+    return bool(median and stdev and stdev / median > NOISY)
+
+
+def store(result: dict) -> bool:
+    """Keep a result (bandwidth, with matmul throughput under "flops") for this machine, unless
+    it is noisy (then it serves only the command that measured it); whether it was kept."""
+    if noisy(result):
+        return False
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"measured_at": time.time(), "result": result}))
     except OSError:
         pass
+    return True
 
 
 # a probe whose repetitions spread more than this (stdev over median) ran while other work competed:
@@ -211,7 +221,5 @@ def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:
         result["flops"] = measure_flops(device=result.get("device"))
     except Exception as exc:  # noqa: BLE001 - the compute side stays unknown, with the reason
         result["flops"] = {"median_tflops": None, "reason": f"matmul probe failed: {exc}"}
-    median, stdev = result.get("median_gbs"), result.get("stdev_gbs")
-    if not (median and stdev and stdev / median > NOISY):
-        store(result)
+    store(result)
     return {**result, "cached": False}

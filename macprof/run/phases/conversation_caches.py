@@ -427,8 +427,8 @@ def said_stop(held_n: int, n_reply: int, bound: int, reported: int | None, unrep
         return "unreported", (f"the prompt extends {held}; " if ids_known else "") + \
             f"where reuse stopped {where}is not known: {unreported}"
     if reported >= bound - 1:  # a server may or may not hold the reply's last token
-        return "none_lost", f"the server reused {reported} of {held} and its reply" if ids_known else \
-            f"the server reused {reported} of {held}"
+        return "none_lost", f"the server reused {reported}: the prompt extends {held} and the reply it held" \
+            if ids_known else f"the server reused {reported} of {held}"
     if reported >= held_n:
         return "reply_retokenized", (
             f"at token {reported}, {reported - held_n} tokens into the previous reply (where the server says): "
