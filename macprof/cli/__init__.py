@@ -260,8 +260,10 @@ def bandwidth_cmd(device, threads, reps, as_json) -> None:
         return
     click.echo(f"{r['device']}: {r['median_gbs']:.1f} GB/s median, {r['best_gbs']:.1f} best, "
                f"stdev {r['stdev_gbs']:.1f} ({r['method']}; sizes {r['sizes_mib']} MiB x {r['reps']})")
+    from macprof.measure.stats import UNSTABLE
+
     if probes.noisy(r):
-        click.echo(f"not kept for the day's runs: its repetitions spread over {probes.NOISY:.0%} of their median "
+        click.echo(f"not kept for the day's runs: its repetitions spread over {UNSTABLE:.0%} of their median "
                    f"(other work competed); measure again on a quiet machine", err=True)
     click.echo(f"{f['device']}: {f['median_tflops'] * 1e3:.1f} GFLOP/s median, {f['best_tflops'] * 1e3:.1f} best "
                f"({f['method']})")

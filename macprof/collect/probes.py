@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from macprof.collect.system import utc_now
-from macprof.measure.stats import summarize
+from macprof.measure.stats import summarize, unstable
 
 CACHE_TTL_S = 24 * 3600
 
@@ -186,28 +186,23 @@ def read_cache() -> tuple[dict, float] | None:
 
 
 def noisy(result: dict) -> bool:
-    """Whether a bandwidth probe's repetitions spread over ``NOISY`` of their median."""
-    median, stdev = result.get("median_gbs"), result.get("stdev_gbs")
-    return bool(median and stdev and stdev / median > NOISY)
+    """Whether a bandwidth probe's repetitions spread over measure/stats.py's ``UNSTABLE`` of their
+    median: it ran while other work competed. It serves the command that measured it (a run's
+    summary warns of it, by the same rule) but is not kept for the day's later runs."""
+    return unstable({"median": result.get("median_gbs"), "stdev": result.get("stdev_gbs")})
 
 
-def store(result: dict) -> bool:
+def store(result: dict) -> None:
     """Keep a result (bandwidth, with matmul throughput under "flops") for this machine, unless
-    it is noisy (then it serves only the command that measured it); whether it was kept."""
+    it is noisy."""
     if noisy(result):
-        return False
+        return
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"measured_at": time.time(), "result": result}))
     except OSError:
         pass
-    return True
-
-
-# a probe whose repetitions spread more than this (stdev over median) ran while other work competed:
-# it serves the run that measured it (whose summary warns) but is not kept for the day's later runs
-NOISY = 0.10
 
 
 def cached(max_age_s: float = CACHE_TTL_S, **kwargs) -> dict:

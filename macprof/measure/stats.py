@@ -65,3 +65,11 @@ def relative_spread(summary: dict) -> float | None:
     if summary.get("stdev") is None or not summary.get("median"):
         return None
     return summary["stdev"] / summary["median"]
+
+
+UNSTABLE = 0.10  # a relative spread above this: a figure too noisy to take as it stands
+
+
+def unstable(summary: dict) -> bool:
+    """Whether repetitions spread over ``UNSTABLE`` of their median (stdev / median)."""
+    return (relative_spread(summary) or 0) > UNSTABLE

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from macprof.analyse.headline import headline
 from macprof.cases import SWEEP_PHASES
-from macprof.measure.stats import median_known, relative_spread
+from macprof.measure.stats import UNSTABLE, median_known, relative_spread
 from macprof.model.log import Machine, RunLog
 from macprof.model.phases import Summary
 from macprof.render.sweeps import sweep_tables
@@ -16,7 +16,6 @@ from macprof.render.memory import MEMORY_FIELDS, memory_column
 from macprof.render.serving import length_warnings
 from macprof.render.text import ceiling_text, clean, fmt_bytes, fmt_rate, fmt_s, clean_lines
 
-SPREAD_WARN = 0.10  # stdev over 10% of the median
 FIRST_SLOW = 1.5  # first measured request this much slower than the median of the others
 
 
@@ -84,15 +83,17 @@ def _spread(s: Summary | None) -> float | None:
 
 def _bandwidth_warnings(log: RunLog) -> list[str]:
     """The measured bandwidth every measured ceiling divides by: one that varied between its
-    repetitions (a probe run while other work competed, and kept for a day), and the decode figures
-    above it, which such a figure makes (or a model that fits the chip's caches)."""
+    repetitions (a probe run while other work competed: the run's own, or one cached before such a
+    probe stopped being kept), and the decode figures above it, which such a figure makes (or a
+    model that fits the chip's caches)."""
     bw = log.bandwidth.measured if log.bandwidth else None
     if bw is None or not bw.gbs:
         return []
     when = f"measured {bw.utc}" + (", cached" if bw.cached else "") if bw.utc else "measured"
     out = []
-    if bw.stdev_gbs and bw.stdev_gbs / bw.gbs > SPREAD_WARN:
-        out.append(f"the measured bandwidth {bw.gbs:.1f} GB/s ({when}) varied by {bw.stdev_gbs / bw.gbs:.0%} between its "
+    spread = relative_spread({"median": bw.gbs, "stdev": bw.stdev_gbs})
+    if spread is not None and spread > UNSTABLE:
+        out.append(f"the measured bandwidth {bw.gbs:.1f} GB/s ({when}) varied by {spread:.0%} between its "
                    f"repetitions: the measured ceilings are unsure; re-measure on a quiet machine (`macprof bandwidth`)")
     above = [m.identity.name for m in log.models
              if m.phases.warm and m.phases.warm.roofline and m.phases.warm.roofline.measured
@@ -130,15 +131,15 @@ def warnings(log: RunLog) -> list[str]:
                 continue
             for metric, what in ((summ.decode_tok_s, "decode tok/s"), (summ.ttft_s, "TTFT")):
                 spread = _spread(metric)
-                if spread is not None and spread > SPREAD_WARN:
+                if spread is not None and spread > UNSTABLE:
                     out.append(f"{name}: {label} {what} varies by {spread:.0%} of its median (stdev/median > "
-                               f"{SPREAD_WARN:.0%}): close other programs, add --reps or --delay")
+                               f"{UNSTABLE:.0%}): close other programs, add --reps or --delay")
         for phase in SWEEP_PHASES:
             sweep = ph.sweep(phase)
             cases = sweep.cases if sweep else ()
-            noisy = [c.id for c in cases if (_spread(c.summary.decode_tok_s) or 0) > SPREAD_WARN]
+            noisy = [c.id for c in cases if (_spread(c.summary.decode_tok_s) or 0) > UNSTABLE]
             if noisy:
-                out.append(f"{name}: {phase} decode tok/s varies by more than {SPREAD_WARN:.0%} of its median in "
+                out.append(f"{name}: {phase} decode tok/s varies by more than {UNSTABLE:.0%} of its median in "
                            f"{', '.join(noisy)}: close other programs, add --reps or --delay")
             checks = [c.id for c in cases if c.check and c.check.failed]
             if checks:
