@@ -19,7 +19,6 @@ which layers refuse; such a prefix is recomputed from an empty cache and reporte
 from __future__ import annotations
 
 import functools
-import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Literal, Sequence
@@ -562,27 +561,22 @@ def cut_refusal(cache: Sequence[Any], held: int, n_tokens: int) -> str | None:
 ENGINE = MlxEngine
 
 
-MAX_TOKENIZER_CONFIG = 16 << 20  # a few KB to a few MB (added tokens listed); anything larger is not one
-
-
 @functools.lru_cache(maxsize=8)
 def _chat_template_of(model_dir: Path) -> ChatTemplate | None:
     """A model directory's own chat template, read once: tokenize_chat asks it for the BOS text
     inside the timed span of every chat request, where a file read would count as TTFT."""
     from macprof.files import filekind
+    from macprof.files.modelconfig import MAX_CONFIG, json_value
 
     # both through the one reader (files/filekind.py): a FIFO or /dev/zero standing in for either
-    # is refused in one line, not read for ever; a missing file is no template
+    # is refused in one line, not read for ever; a missing file is no template, one not JSON one line
+    path = model_dir / "tokenizer_config.json"
     try:
-        cfg = json.loads(filekind.read_text(model_dir / "tokenizer_config.json", MAX_TOKENIZER_CONFIG,
-                                            "a tokenizer_config.json"))
+        cfg = json_value(path, filekind.read_text(path, MAX_CONFIG, "a tokenizer_config.json"))
     except FileNotFoundError:
         cfg = {}
-    except (ValueError, RecursionError) as exc:  # not JSON: no template read from it, said in the one line
-        raise MacprofError(f"{model_dir / 'tokenizer_config.json'}: invalid JSON ({type(exc).__name__}: "
-                           f"{str(exc)[:120]})") from None
     except OSError as exc:
-        raise MacprofError(f"{model_dir / 'tokenizer_config.json'}: cannot be read: {exc.strerror or exc}") from None
+        raise MacprofError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     if not isinstance(cfg, dict):
         cfg = {}
     text, source = cfg.get("chat_template"), "tokenizer_config.json chat_template"
