@@ -56,8 +56,9 @@ def _requests(value):
 def _slowed(req: dict, factor: float) -> None:
     """The request's stamps after its start moved by ``factor``: as if it ran that much slower."""
     t0 = req["t0"]
-    if req.get("t_tokenized") is not None:
-        req["t_tokenized"] = t0 + round((req["t_tokenized"] - t0) * factor)
+    for stamp in ("t_tokenized", "t_prefilled"):  # a bench pp request's prefill is stamped too
+        if req.get(stamp) is not None:
+            req[stamp] = t0 + round((req[stamp] - t0) * factor)
     req["token_times"] = [t0 + round((t - t0) * factor) for t in req["token_times"]]
 
 
@@ -65,8 +66,9 @@ def write_logs(source: Path, folder: Path, n: int, seed: int = 0, digest: bool =
     """n distinct runs made from ``source``: started an hour apart, each request's stamps moved
     by a factor per run, every figure recomputed from them, and the digest where ``digest``."""
     sys.path.insert(0, str(ROOT))
+    from macprof.analyse.unbuild import rebuilt
+    from macprof.store import runlog
     from macprof.store.digest import stamped
-    from tests.conftest import recomputed
 
     base = json.loads(source.read_text(encoding="utf-8"))
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -78,7 +80,9 @@ def write_logs(source: Path, folder: Path, n: int, seed: int = 0, digest: bool =
         log["started_utc"], log["ended_utc"] = t0.isoformat(), (t0 + dt.timedelta(minutes=5)).isoformat()
         for req in _requests(log.get("models")):
             _slowed(req, 1 + rng.uniform(-0.03, 0.03))
-        log = recomputed(log)
+        # every figure recomputed from the moved stamps, as `macprof verify` rebuilds a log (not
+        # tests/conftest.py's helper: importing the test setup would change the timed processes' env)
+        log = {**log, "models": rebuilt(runlog.parse(str(source), json.dumps(log))).to_json()["models"]}
         log = stamped(log) if digest else log
         path = folder / f"run-{i:03d}.json"
         path.write_text(json.dumps(log, indent=1) + "\n", encoding="utf-8")  # as runlog.save writes

@@ -19,15 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT / "tests" / "fixtures" / "runlogs" / "other-machine-demo-small.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from many_logs import FIXTURE, ROOT, timings  # noqa: E402
+
 TARGET_S = 1.0
 
 
@@ -64,8 +64,7 @@ def main() -> None:
         runs = [time_once(log) for _ in range(args.reps)]
         load_after = os.getloadavg()
     result = {"log": str(args.log), "log_kb": round(args.log.stat().st_size / 1000), "reps": args.reps,
-              "cpus": os.cpu_count(), "median_s": statistics.median(runs), "min_s": min(runs), "max_s": max(runs),
-              "runs_s": runs, "target_s": TARGET_S, "load_before": load_before, "load_after": load_after}
+              "cpus": os.cpu_count(), **timings(runs, TARGET_S), "load_before": load_before, "load_after": load_after}
     if args.json:
         print(json.dumps(result, indent=1))
         return

@@ -61,9 +61,9 @@ def measure(engine_name: str, path: Path, draft: str, draft_engine: str | None, 
     d_engine: Engine | None = None
     try:
         native = able(target, NATIVE_DRAFT)
-        why = lacks(target, "verify") or lacks(target, "cache_cut") or (native if isinstance(native, str) else None)
+        why = lacks(target, "verify") or lacks(target, "cache_cut")
         if why or isinstance(native, str):
-            raise MacprofError(f"overhead --path speculative: {path.name}: {why}")
+            raise MacprofError(f"overhead --path speculative: {path.name}: {why or native}")
         drafter: Drafter
         if draft == NGRAM:
             drafter = NgramDraft(ngram)
