@@ -346,7 +346,7 @@ def settings_from_dict(d: dict) -> Settings:
 
 def endpoint_spec(where: str, entry: dict, config_path: Path, settings: Settings) -> ModelSpec:
     """A models.toml entry with engine "openai": name, url, model; optional api and path."""
-    from macprof.engines.wire import APIS
+    from macprof.engines import APIS
 
     for key in entry:
         if key not in _MODEL_KEYS:

@@ -78,7 +78,8 @@ class Distributed:
         return {"hosts": list(self.hosts), "backend": self.backend, "parallel": self.parallel, "link_gbs": self.link_gbs}
 
 
-def _finite(v: float) -> bool:
+def finite(v: float) -> bool:
+    """A number a log can hold as one: not NaN, not infinite, not an integer past float's range."""
     try:
         return math.isfinite(v)
     except OverflowError:  # an integer past float's range
@@ -105,7 +106,7 @@ def partial(where: str, value: Any) -> dict:
             raise MacprofError(f"{where}: distributed.backend must be one of {', '.join(BACKENDS)}, not {v!r}")
         if key == "parallel" and v not in PARALLEL:
             raise MacprofError(f"{where}: distributed.parallel must be tensor or pipeline, not {v!r}")
-        if key == "link_gbs" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v)
+        if key == "link_gbs" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not finite(v)
                                   or not 0 < v <= LINK_GBS_MAX):
             raise MacprofError(f"{where}: distributed.link_gbs must be a number of GB/s, more than 0, at most "
                                f"{LINK_GBS_MAX:g}, not {v!r}")

@@ -18,7 +18,6 @@ Nothing here imports click, an engine adapter or numpy: a worker imports this mo
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, Callable, Literal
 
 from macprof.cases import SHAPES
 import macprof.phases
-from macprof.config.dist import BACKENDS, LINK_GBS_MAX, PARALLEL, Distributed
+from macprof.config.dist import BACKENDS, LINK_GBS_MAX, PARALLEL, Distributed, finite
 from macprof.config.dist import from_cli as _distributed_from_cli
 from macprof.config.dist import partial as _distributed_table
 from macprof.engines import APIS
@@ -68,14 +67,6 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _finite(v: Any) -> bool:
-    """A number a log can hold as one: not NaN, not infinite, not an integer past float's range."""
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
 def _most(maximum: float) -> str:
     return "2^63 - 1" if maximum == INT_MAX else f"{maximum:g}"
 
@@ -90,7 +81,7 @@ def _number(what: str, minimum: float = 0, exclusive: bool = True, maximum: floa
     """A finite number above ``minimum`` (or from it), at most ``maximum``."""
     bound = "exclusiveMinimum" if exclusive else "minimum"
     bounds = f"more than {minimum:g}, at most {_most(maximum)}" if exclusive else f"{minimum:g} to {_most(maximum)}"
-    return Check((int, float), lambda v: _finite(v) and (v > minimum if exclusive else v >= minimum) and v <= maximum,
+    return Check((int, float), lambda v: finite(v) and (v > minimum if exclusive else v >= minimum) and v <= maximum,
                  f"{what}, {bounds}", {"type": "number", bound: minimum, "maximum": maximum}, bounds=bounds)
 
 
@@ -118,11 +109,11 @@ def _ints(minimum: int, maximum: int = INT_MAX) -> Check:
 POSITIVE_INT = _int_at_least(1, "a positive integer")
 SECONDS = _number("a number of seconds")
 TEMPERATURE = Check(
-    (int, float), lambda v: v == 0 or _finite(v) and TEMPERATURE_MIN <= v <= TEMPERATURE_MAX,
+    (int, float), lambda v: v == 0 or finite(v) and TEMPERATURE_MIN <= v <= TEMPERATURE_MAX,
     f"a temperature, 0 (greedy), or {TEMPERATURE_MIN:g} to {TEMPERATURE_MAX:g}",
     {"type": "number", "minimum": 0, "maximum": TEMPERATURE_MAX},
     bounds=f"0 (greedy), or {TEMPERATURE_MIN:g} to {TEMPERATURE_MAX:g}")
-RATES = Check(list, lambda v: bool(v) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and _finite(x)
+RATES = Check(list, lambda v: bool(v) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and finite(x)
                                               and 0 < x <= RATE_MAX for x in v),
               f"a non-empty list of requests per second, each more than 0, at most {_most(RATE_MAX)}",
               {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "maximum": RATE_MAX}},

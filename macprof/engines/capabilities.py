@@ -36,6 +36,10 @@ CAPABILITIES = {
 }
 # what an in-process engine says of "chat": the tasks phase renders the model's template itself
 RENDERS_ITSELF = "in-process: the tasks phase renders the model's own chat template and generates token by token"
+# what an in-process engine (fake, llama.cpp, mlx) can do, as declared; an instance that finds it
+# lacks one once loaded replaces its dict (mlx's batch), never changes this one
+IN_PROCESS: dict[str, str | None] = {"score": None, "batch": None, "cache_cut": None, "top2": None, "sample": None,
+                                     "chat": RENDERS_ITSELF, "verify": None, "native_draft": None, "prefill": None}
 # what a server says of "sample": its sampling is a chat completion's (Chatting.chat's temperature and seed)
 SAMPLES_IN_CHAT = ("a server samples in its chat completions (the OpenAI temperature and seed fields, which the "
                    "tasks phase sends): it streams no sampled tokens of its own")

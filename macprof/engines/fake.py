@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Sequence
 
 from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, Later, PrefixReuse, TopTwo
-from macprof.engines.capabilities import RENDERS_ITSELF, NativeReport
+from macprof.engines.capabilities import IN_PROCESS, NativeReport
 from macprof.errors import MacprofError
 
 ARCH = "macprof-fake"
@@ -66,10 +66,7 @@ class FakeEngine(PrefixReuse):
     name = "fake"
     kind: Literal["in_process"] = "in_process"
     separate_tokenizer = False  # the vocabulary comes with the model file
-    capabilities: dict[str, str | None] = {"score": None, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": None,
-                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
-                                           "prefill": None}
+    capabilities: dict[str, str | None] = IN_PROCESS
     weights_held: str | None = "mapped"  # as llama.cpp's default: the file mapped and every page touched
 
     def __init__(self) -> None:

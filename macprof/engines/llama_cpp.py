@@ -34,7 +34,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 from macprof.engines.llama_cpp_facts import (CapturedLog, cut_refusal, default_threads, ggml_backends, ggml_build,
                                              load_facts, model_facts, resolved_settings, weights_held)
 from macprof.engines.base import CacheCutRefused, ChatTemplate, EngineSettings, Later, PrefixReuse, TopTwo, top_two
-from macprof.engines.capabilities import RENDERS_ITSELF, NativeReport
+from macprof.engines.capabilities import IN_PROCESS, NativeReport
 from macprof.errors import MacprofError
 
 _SEQ = 0
@@ -50,10 +50,7 @@ class LlamaCppEngine(PrefixReuse):
     name = "llama.cpp"
     kind: Literal["in_process"] = "in_process"
     separate_tokenizer = False  # the GGUF vocabulary loads with the model
-    capabilities: dict[str, str | None] = {"score": None, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": None,
-                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
-                                           "prefill": None}
+    capabilities: dict[str, str | None] = IN_PROCESS
 
     def __init__(self) -> None:
         self.model = None

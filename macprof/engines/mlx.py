@@ -30,7 +30,7 @@ from mlx_lm.utils import load_model, load_tokenizer
 
 from macprof.engines.base import (MAX_TEMPLATE_BYTES, CacheCutRefused, ChatTemplate, EngineSettings, Later,
                                   PrefixReuse, TopTwo, top_two)
-from macprof.engines.capabilities import RENDERS_ITSELF, NativeReport
+from macprof.engines.capabilities import IN_PROCESS, NativeReport
 from macprof.errors import MacprofError
 from macprof.measure.kvmodel import MLX_KV_BITS, MLX_KV_GROUP
 
@@ -105,10 +105,7 @@ class MlxEngine(PrefixReuse):
     weights_held: str | None = "copied"
     separate_tokenizer = True  # the tokenizer's own files, loaded after the weights
     # "batch" as this mlx-lm's BatchGenerator allows, once loaded (batch_api_missing)
-    capabilities: dict[str, str | None] = {"score": None, "batch": None, "cache_cut": None,
-                                           "top2": None, "sample": None,
-                                           "chat": RENDERS_ITSELF, "verify": None, "native_draft": None,
-                                           "prefill": None}
+    capabilities: dict[str, str | None] = IN_PROCESS
 
     def __init__(self) -> None:
         self.model: Any = None

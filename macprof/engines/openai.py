@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
-from macprof.engines import counting, wire
+from macprof.engines import APIS, counting, wire
 from macprof.engines.base import ChatTemplate, EngineSettings
 from macprof.engines.capabilities import SAMPLES_IN_CHAT
 from macprof.errors import MacprofError
@@ -148,8 +148,8 @@ class OpenAIEngine:
         self._served_info = dict(endpoint.get("served") or {})
         # the log of a server macprof started: a temporary file, not part of what the run log records
         self._server_log = self._served_info.pop("log_path", None)
-        if self.api not in wire.APIS:
-            raise MacprofError(f"{self.url}: api {self.api!r} is not one of {', '.join(wire.APIS)}")
+        if self.api not in APIS:
+            raise MacprofError(f"{self.url}: api {self.api!r} is not one of {', '.join(APIS)}")
         probe = self._root() + "/api/tags" if self.api == "ollama" else self.url.rstrip("/") + "/models"
         try:
             listed = wire.get_json(probe, timeout=10.0)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 from urllib.parse import urlsplit
 
-from macprof.engines import APIS  # noqa: F401  # the dialects below; openai.py reads them as wire.APIS
 ERROR_CHARS = 500  # of a server's error body
 LINE_CAP = 1 << 20  # bytes of one stream line: a longer one fails its request
 BODY_CAP = 16 << 20  # bytes of a non-streamed body (model lists, counting, tokenize, error bodies)

@@ -89,7 +89,7 @@ class Impossible(NamedTuple):
 
 def impossible(log: RunLog) -> list[Impossible]:
     """Every figure of ``log`` that no measurement can give."""
-    return list(_walk(log, "", []))
+    return list(_walk(log, ""))
 
 
 @functools.cache
@@ -116,22 +116,22 @@ def _bounded(cls: type, seen: frozenset) -> bool:
                for f in fields_of(cls).values())
 
 
-def _walk(record: Record, at: str, found: list) -> Iterator[Impossible]:
+def _walk(record: Record, at: str) -> Iterator[Impossible]:
     rules = _rules(type(record))
     if rules:
         yield from _check(record, rules, at)
     for name in _inner(type(record)):
         value = getattr(record, name)
         if isinstance(value, Record):
-            yield from _walk(value, f"{at}{name}/", found)
+            yield from _walk(value, f"{at}{name}/")
         elif isinstance(value, tuple):
             for i, v in enumerate(value):
                 if isinstance(v, Record):
-                    yield from _walk(v, f"{at}{name}/{i}/", found)
+                    yield from _walk(v, f"{at}{name}/{i}/")
         elif isinstance(value, dict):
             for k, v in value.items():
                 if isinstance(v, Record):
-                    yield from _walk(v, f"{at}{name}/{k}/", found)
+                    yield from _walk(v, f"{at}{name}/{k}/")
 
 
 def _check(record: Record, rules: dict[str, Any], at: str) -> Iterator[Impossible]:
