@@ -36,13 +36,18 @@ def check(path: str) -> None:
                            f"(the phase scores a few thousand tokens: give an excerpt)")
 
 
+def default_path() -> Path:
+    """The packaged quality text's file: what is read, and what a run's inputs name, without --text."""
+    return Path(str(resources.files("macprof") / "data" / "quality.txt"))
+
+
 def read_text(path: str | None) -> tuple[str, dict]:
     """(the text, {source, sha256, bytes}); a missing, special, too large or non-UTF-8 file is a
     MacprofError."""
     from macprof.files import filekind
 
     if path is None:
-        data = resources.files("macprof").joinpath("data/quality.txt").read_bytes()
+        data = default_path().read_bytes()
         source = DEFAULT_SOURCE
     else:
         check(path)

@@ -165,12 +165,17 @@ def parse(data: bytes, source: str) -> TaskFile:
                     refused=tuple(refused))
 
 
+def default_path() -> Path:
+    """The packaged task set's file: what is read, and what a run's inputs name, without --tasks."""
+    return Path(str(resources.files("macprof") / "data" / "tasks.jsonl"))
+
+
 def read_bytes(path: str | None) -> tuple[bytes, str]:
     """The task file's bytes and its source name; one line for a file that cannot be read."""
     from macprof.files import filekind
 
     if path is None:
-        return resources.files("macprof").joinpath("data/tasks.jsonl").read_bytes(), DEFAULT_SOURCE
+        return default_path().read_bytes(), DEFAULT_SOURCE
     try:
         return filekind.read_regular(Path(path), MAX_TASK_FILE_BYTES, "a task file"), str(path)
     except OSError as exc:

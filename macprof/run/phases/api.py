@@ -173,7 +173,10 @@ class Parents:
         each once (the conversation and the tasks both render through a --chat-template)."""
         files = [f for name, side in self.sides.items() if name in model.settings.phases
                  for f in side.inputs(model, prepared.get(name))]
-        return [f for i, f in enumerate(files) if (f["role"], f["path"]) not in {(g["role"], g["path"]) for g in files[:i]}]
+        first: dict[tuple[str, str], dict] = {}
+        for f in files:
+            first.setdefault((f["role"], f["path"]), f)
+        return list(first.values())
 
     def close(self, complete: bool) -> None:
         for side in self.sides.values():

@@ -22,7 +22,7 @@ from typing import NamedTuple, Sequence, Union, cast
 from macprof.engines.base import Engine, EngineCore, ServerEngine, common_prefix, reusable_prefix
 from macprof.errors import MacprofError
 from macprof.model.phases import Request, ServerReport
-from macprof.run.phases.common import reply_end
+from macprof.run.phases.common import prime, reply_end
 from macprof.run.prompts import Prompt
 
 SERVER_ENDS = {"stop": "eos", "length": "max_tokens"}  # a server's finish_reason, as a reply's end
@@ -161,8 +161,7 @@ class InProcessCache(_RenderedHere):
             return
         self.engine.reset()
         if held.ids:
-            for _ in self.engine.generate(list(held.ids), 1):  # prefills the ids; the one token yielded is not cached
-                pass
+            prime(self.engine, Prompt("", tuple(held.ids)))  # prefills the ids; the one token yielded is not cached
         self.ids = list(held.ids)
 
     def empty(self) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -32,7 +31,7 @@ from macprof.model.records import ABSENT
 from macprof.run import reference
 from macprof.run.phases.api import Host, Parent, Reads, file_input
 from macprof.run.phases.common import PhaseContext
-from macprof.run.qualitytext import check, head, read_text
+from macprof.run.qualitytext import check, default_path, head, read_text
 
 if TYPE_CHECKING:  # numpy is imported in the worker, where chunks are scored, not by the parent
     import numpy as np
@@ -211,8 +210,7 @@ class QualityParent(Parent[None, QualityJob]):
 
     def inputs(self, model: ModelSpec, prepared: None) -> list[dict]:
         text = model.settings.text
-        return [file_input(QUALITY_TEXT, Path(text) if text else Path(str(resources.files("macprof") / "data" /
-                                                                             "quality.txt")))]
+        return [file_input(QUALITY_TEXT, Path(text) if text else default_path())]
 
     def job(self, model: ModelSpec, prepared: None, host: Host) -> QualityJob:
         """Before a model is held to the reference's stored log-probabilities, they must be the

@@ -12,7 +12,7 @@ from macprof.errors import MacprofError
 from macprof.model import events as ev
 from macprof.model.phases import DepthFill, OutputCheck
 from macprof.run.phases.common import (Emit, PhaseContext, _kind, _pause, _warm_case, announced, sent, compare_outputs,
-                                       request_key, timed_batch, timed_request, todo)
+                                       prime, request_key, timed_batch, timed_request, todo)
 from macprof.run.prompts import Prompt
 
 
@@ -56,8 +56,7 @@ def run_depth(ctx: PhaseContext[AnyEngine]) -> None:
         if d > 0:
             context = builder.prompt(f"depth:{d}", d)
             t_start = clock()
-            for _ in engine.generate(list(context.ids), 1):  # computes exactly the d context tokens
-                pass
+            prime(engine, context)  # computes exactly the d context tokens
             t_end = clock()
             fill_s = (t_end - t_start) / 1e9
             prompts = [builder.prefixed(context, f"depth:{d}:{i}", d + 1) for i in range(s.reps + 1)]
@@ -91,8 +90,7 @@ def _restore(engine: Engine, d: int, context: Prompt | None) -> str | None:
     except CacheCutRefused as exc:
         engine.reset()
         if context is not None:
-            for _ in engine.generate(list(context.ids), 1):
-                pass
+            prime(engine, context)
         return exc.reason
 
 

@@ -30,7 +30,6 @@ import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -134,7 +133,7 @@ class TasksParent(Parent[TaskSetInfo, TasksJob]):
         and the --chat-template file the prompts render through, where one is given."""
         s = model.settings
         tf = self._set(s)
-        path = Path(s.tasks) if s.tasks else Path(str(resources.files("macprof") / "data" / "tasks.jsonl"))
+        path = Path(s.tasks) if s.tasks else taskfile.default_path()
         return [{"role": TASK_FILE, "path": str(path), "bytes": tf.bytes, "sha256": tf.sha256},
                 *chat.template_input(self.reads, model)]
 
@@ -257,10 +256,9 @@ def _attempts(ctx: PhaseContext[EngineCore], task: taskfile.Task, attempt_of: At
         try:
             outcome = attempt_of(attempt, t0, messages)
         except Exception as exc:  # noqa: BLE001 - whatever one attempt raises fails that attempt alone
-            ctx.emit(TaskAttemptDone.of(TaskAttempt(
+            _emit_attempt(ctx, task, TaskAttempt(
                 task=task.id, attempt=attempt, status="error", error=reason(exc), t0=t0, t_end=ctx.clock(),
-                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))),
-                phase=PHASE, category=task.category, checker=task.checker["type"]))
+                **_sampling_fields(sampling_of(ctx.settings.temperature, ctx.settings.seed, task.id, attempt))))
             return
         if outcome is None:
             return
