@@ -86,9 +86,7 @@ def examine(item: tuple[Path, bool, bool]) -> Examined:
 
 def refusal(path: Path, checked: Verification) -> str:
     """One line: the log does not verify, its first problem, and how to see the others."""
-    more = f" and {len(checked.problems) - 1} more" if len(checked.problems) > 1 else ""
-    return (f"{path}: does not verify ({checked.problems[0].line()}{more}): `macprof verify {path}` names each "
-            f"problem; --allow-unverified collects it, marked")
+    return f"{path}: {checked.brief(str(path))}; --allow-unverified collects it, marked"
 
 
 def run_id(log: RunLog, raw: dict | None) -> str:

@@ -59,7 +59,7 @@ class Verification:
     flags: tuple[Finding, ...] = ()
     digest: DigestState = "not checked"
     digest_note: str | None = None
-    recomputed: bool = True  # whether the figures were recomputed (a cheap check compares none)
+    recomputed: bool = True  # whether the figures were recomputed (a cheap check of a matching digest compares none)
 
     @property
     def ok(self) -> bool:
@@ -72,6 +72,12 @@ class Verification:
             out.append(self.digest_note)
         return out
 
+    def brief(self, where: str) -> str:
+        """What is said of the log at ``where`` that does not verify: its first problem, how many
+        more, and how to see them (after its name, by each command's own words)."""
+        more = f" and {len(self.problems) - 1} more" if len(self.problems) > 1 else ""
+        return f"does not verify ({self.problems[0].line()}{more}): `macprof verify {where}` names each problem"
+
     def summary(self) -> str:
         """One line: it verifies (and how far), or how many problems it has."""
         if not self.ok:
@@ -82,17 +88,16 @@ class Verification:
                (f", {len(self.flags)} flag(s)" if self.flags else "")
 
 
-def verify(log: RunLog, data: dict | None = None, recompute: bool | None = True) -> Verification:
+def verify(log: RunLog, data: dict | None = None, cheap: bool = False) -> Verification:
     """``log`` (loaded: store/runlog.py) verified; ``data``: its JSON as read from its file
-    (json.loads of the text), for the digest (None: not checked). ``recompute``: whether its
-    figures are rebuilt from its raw records; False checks the digest and the impossible figures
-    only; None rebuilds only where the digest does not match (a log whose digest matches holds
-    what macprof wrote: `show` and `compare`'s cheap check)."""
+    (json.loads of the text), for the digest (None: not checked). Its figures are rebuilt from its
+    raw records, but for ``cheap`` where the digest matches (a log whose digest matches holds what
+    macprof wrote: `show` and `compare`'s check)."""
     from macprof.model.bounds import impossible
     from macprof.store.digest import state
 
     digest, note = state(data) if data is not None else ("not checked", None)
-    recompute = digest != "matches" if recompute is None else recompute
+    recompute = not cheap or digest != "matches"
     problems: list[Finding] = []
     if digest == "differs":
         problems.append(Finding("digest", note or "its digest does not match"))
@@ -121,10 +126,10 @@ def read(path: Path) -> tuple[RunLog, dict]:
     return log, data
 
 
-def verify_file(path: Path, recompute: bool = True) -> Verification:
+def verify_file(path: Path) -> Verification:
     """``verify`` of the log at ``path``; raises MacprofError where it cannot be read as one."""
     log, data = read(path)
-    return verify(log, data, recompute)
+    return verify(log, data)
 
 
 def warning(where: str, log: RunLog, data: dict | None) -> str | None:
@@ -133,12 +138,8 @@ def warning(where: str, log: RunLog, data: dict | None) -> str | None:
     macprof wrote, so its impossible figures are looked for but its summaries are not rebuilt
     (`macprof verify` rebuilds every log's); one without a digest, or whose digest differs, is
     rebuilt (some 10 ms for a default run's log)."""
-    found = verify(log, data, recompute=None)
-    if found.ok:
-        return None
-    first = found.problems[0].line()
-    more = f" and {len(found.problems) - 1} more" if len(found.problems) > 1 else ""
-    return f"macprof: warning: {where} does not verify ({first}{more}): `macprof verify {where}` names each problem"
+    found = verify(log, data, cheap=True)
+    return None if found.ok else f"macprof: warning: {where} {found.brief(where)}"
 
 
 def load_checked(path: Path) -> tuple[RunLog, str | None]:
