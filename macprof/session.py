@@ -106,7 +106,8 @@ def measured_anything(log_path: Path) -> bool:
     """Whether the run of ``log_path`` measured at least one request (a warm-up is not a
     measurement), scored a quality chunk or ran a task's attempt, from its journal: every event is
     there, a resumed run's included."""
-    return any((isinstance(e, Request) and e.record().status == "ok" and e.kind != "warmup")
+    # a request's status as journaled (a line must have it), not a record made of each event
+    return any((isinstance(e, Request) and getattr(e, "status") == "ok" and e.kind != "warmup")
                or isinstance(e, QualityChunkScored) or (isinstance(e, TaskAttemptDone) and e.record().status == "ok")
                for e in read_journal(journal_path(log_path)))
 

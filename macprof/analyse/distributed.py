@@ -42,7 +42,7 @@ def build_group(events: Sequence[ev.Event], shape: dict | None, spec: dict, cont
 def _timelines(events: Sequence[ev.Event]) -> tuple[dict[str, Any], ...]:
     """Each other rank's requests of each phase, with their figures and whether its tokens are
     rank 0's (they must be: every rank computes the same logits)."""
-    mine: dict[tuple, list] = {(e.phase, e.index, e.kind): list(e.record().tokens or ()) for e in events
+    mine: dict[tuple, list] = {(e.phase, e.index, e.kind): list(getattr(e, "tokens") or ()) for e in events
                                if isinstance(e, ev.Request)}
     out = []
     for e in events:

@@ -92,14 +92,23 @@ def _in_process(ref: str, kind: str, settings) -> tuple:
     return (replace(spec, name=f"{Path(spec.path).stem}@in-process"),)
 
 
+def local_url(url: str) -> str:
+    """--endpoint's URL without its credentials (never sent: dropped before anything holds or
+    prints it), which must be a local server's http:// one."""
+    from macprof.config.endpoint import without_credentials
+
+    url = without_credentials(url)
+    if not url.startswith("http://"):
+        raise MacprofError(f"--endpoint: {url!r} is not an http:// URL of a local server")
+    return url
+
+
 def endpoint_spec(url: str, model: str | None, api: str, settings, file: Path | None = None,
                   served: dict | None = None, name: str | None = None):
     from macprof.config import ModelSpec
-    from macprof.config.endpoint import Endpoint, without_credentials
+    from macprof.config.endpoint import Endpoint
 
-    url = without_credentials(url)  # never sent: dropped before anything holds or prints it
-    if not url.startswith("http://"):
-        raise MacprofError(f"--endpoint: {url!r} is not an http:// URL of a local server")
+    url = local_url(url)
     model = model or _first_model(url, api)
     endpoint = Endpoint(url, model, api, file, served)
     return ModelSpec(name or model, "openai", file or endpoint.named_path, None, settings, endpoint=endpoint)
@@ -132,11 +141,7 @@ def server_overhead(endpoint: str | None, model: str | None, api: str, serve: tu
     if pairs < 1 or reps < 1:
         raise MacprofError("overhead: --pairs and --reps must be at least 1")
     if endpoint:
-        from macprof.config.endpoint import without_credentials
-
-        endpoint = without_credentials(endpoint)  # never sent, never printed
-        if not endpoint.startswith("http://"):
-            raise MacprofError(f"--endpoint: {endpoint!r} is not an http:// URL of a local server")
+        endpoint = local_url(endpoint)
         return bench.measure(endpoint, model or _first_model(endpoint, api), api, None, gen_tokens, depth, pairs, reps,
                              progress=progress)
     from macprof.collect import resolve
