@@ -14,8 +14,8 @@ from macprof.errors import MacprofError
 from macprof.analyse.compare import rows_from
 from macprof.model.log import Machine, ModelResult, RunLog
 from macprof.model.phases import Ceiling, SweepCase
-from macprof.render.report import Charted, parameters_of, panels as phase_panels, setting
-from macprof.render.text import clean
+from macprof.render.report import (Charted, chart_text, label as row_label, parameters_of, panels as phase_panels, setting,
+                                    speed_parameters)
 
 FORMATS = (".png", ".svg", ".html")
 MEASURED, SPEC = "#C44E52", "#55A868"
@@ -26,16 +26,6 @@ MANY_LOGS = 8
 EACH_LOG = "each log (a bar: their median)"
 # the figures the bar charts draw, which a bar of many logs takes the median of
 BAR_KEYS = ("decode_tok_s", "cold_ttft_s", "warm_ttft_s", "prefix_ttft_s", "decode_j_per_token", "prefill_j_per_token")
-
-
-def chart_text(value) -> str:
-    """A string from a log as chart text: sanitised (an SVG with a control character in it is
-    not XML), and "$" escaped (matplotlib reads "$...$" as TeX, and bad TeX fails the plot)."""
-    return clean(value).replace("$", r"\$")
-
-
-def label(row: dict, many_logs: bool) -> str:
-    return f"{chart_text(row['model'])}\n[{chart_text(row['source'])}]" if many_logs else chart_text(row["model"])
 
 
 def _models(logs: list[tuple[str, RunLog]]):
@@ -149,7 +139,7 @@ def _energy_bars(ax, rows, many: bool) -> None:
                                            ("decode_j_per_token", "decode J / generated token", "#C44E52"))):
         ax.bar([i + (k - 0.5) * width for i in x], [r.get(key) or 0 for r in rows], width, label=name, color=color)
         _dots(ax, rows, key, (k - 0.5) * width)
-    ax.set_xticks(list(x), [label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(x), [row_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("joules per token (idle baseline subtracted)")
     ax.set_title("Energy per token (warm)")
     ax.legend(fontsize=8)
@@ -172,7 +162,7 @@ def _decode_bars(ax, rows, ceilings, many: bool) -> None:
         eff = rows[i]["efficiency"]
         if eff is not None and rows[i]["decode_tok_s"]:
             ax.annotate(f"{eff:.0%}", (i, rows[i]["decode_tok_s"]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(list(x), [label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(x), [row_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("tokens / s")
     ax.set_title("Decode vs the bandwidth ceiling")
     ax.legend(fontsize=8)
@@ -187,7 +177,7 @@ def _ttft_bars(ax, rows, many: bool) -> None:
         ax.bar([i + (k - 1) * width for i in x], [r[key] or 0 for r in rows], width, label=name, color=color)
         _dots(ax, rows, key, (k - 1) * width)
     ax.set_yscale("log")
-    ax.set_xticks(list(x), [label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(list(x), [row_label(r, many) for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("TTFT, seconds (log scale)")
     ax.set_title("Time to first token")
     ax.legend(fontsize=8)
@@ -322,6 +312,3 @@ def phase_parameters(s, phase: str) -> str:
     return f"{phase} {said}" if said else phase
 
 
-def speed_parameters(s) -> str:
-    """A speed phase's lengths and repetitions, as the caption says them."""
-    return f"prompt {setting(s, 'prompt_tokens')} / gen {setting(s, 'gen_tokens')} tokens, reps {setting(s, 'reps')}"

@@ -7,7 +7,7 @@ from macprof.model.bounds import INVALID, share_ok
 from macprof.model.log import RunLog
 from macprof.model.quality import QualityPhase
 from macprof.render.exporters import Column, Table
-from macprof.render.report import Charted, PhaseReport, Section, setting
+from macprof.render.report import Charted, PhaseReport, Section, label, setting
 from macprof.render.text import fmt_bytes, fmt_rate
 from macprof.sanitise import clean
 
@@ -93,7 +93,6 @@ def frontier(charted: Charted):
 
     def draw(ax) -> None:
         from macprof.render.frontier import frontier_panel
-        from macprof.render.plot import label
 
         frontier_panel(ax, charted.rows, lambda r: label(r, charted.many))
 

@@ -101,10 +101,25 @@ def detail_lines(phases) -> list[str]:
     return out
 
 
+def chart_text(value) -> str:
+    """A string from a log as chart text: sanitised (an SVG with a control character in it is
+    not XML), and "$" escaped (matplotlib reads "$...$" as TeX, and bad TeX fails the plot)."""
+    return clean(value).replace("$", r"\$")
+
+
+def label(row: dict, many_logs: bool) -> str:
+    return f"{chart_text(row['model'])}\n[{chart_text(row['source'])}]" if many_logs else chart_text(row["model"])
+
+
 def setting(s, name: str):
     """A setting as a caption says it: a tuple as a list, one a log lacks (older logs) "?"."""
     value = getattr(s, name, None)
     return "?" if value is None else list(value) if isinstance(value, tuple) else value
+
+
+def speed_parameters(s) -> str:
+    """A speed phase's lengths and repetitions, as the caption says them."""
+    return f"prompt {setting(s, 'prompt_tokens')} / gen {setting(s, 'gen_tokens')} tokens, reps {setting(s, 'reps')}"
 
 
 def parameters_of(s, phase: str) -> str | None:

@@ -7,7 +7,7 @@ from macprof.analyse.speculative import FIGURES, per_round
 from macprof.model.log import ModelResult, RunLog
 from macprof.model.speculative import SpeculativeCase, SpeculativePhase
 from macprof.render.exporters import Column, Table, cell
-from macprof.render.report import Charted, PhaseReport, Section, setting
+from macprof.render.report import Charted, PhaseReport, Section, chart_text, setting, speed_parameters
 from macprof.model.bounds import INVALID, share_ok
 from macprof.render.text import fmt_bytes, fmt_of, fmt_rate, fmt_s, fmt_x
 
@@ -207,7 +207,6 @@ def _speculative(ax, series: list[dict]) -> None:
     """Measured speed-up against k with its interval, the predicted curve dashed, break-even at 1."""
     from matplotlib.ticker import NullLocator
 
-    from macprof.render.plot import chart_text
 
     for s in series:
         lows = [v - lo if lo is not None else 0.0 for v, lo in zip(s["speedup"], s["low"])]
@@ -238,7 +237,6 @@ def speculative_panel(charted: Charted):
 
 def parameters(s) -> str:
     """The plot caption's words for the phase's settings."""
-    from macprof.render.plot import speed_parameters
 
     return f"draft {setting(s, 'draft')}, k {setting(s, 'draft_tokens')}, {speed_parameters(s)}"
 

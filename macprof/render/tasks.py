@@ -9,7 +9,7 @@ from macprof.render.exporters import Column, Table
 from macprof.model.bounds import INVALID, count_ok, share_ok
 from macprof.render.text import fmt_bytes, fmt_s
 from macprof.sanitise import clean
-from macprof.render.report import Charted, PhaseReport, Section, setting
+from macprof.render.report import Charted, PhaseReport, Section, chart_text, label, setting
 
 TASKS_FIELDS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "accuracy_first", "tool_valid",
                 "time_per_correct_s", "tokens_per_correct", "energy_per_correct_j", "mean_attempts", "tasks_n",
@@ -122,7 +122,6 @@ def _time_per_correct(ax, rows, many: bool) -> None:
     """Time per correct answer (every attempt's wall time, failed ones included, per task
     solved) against peak memory; point area = accuracy. A model that solved nothing has no time
     per correct answer: listed in the title's note, not drawn at an invented value."""
-    from macprof.render.plot import chart_text, label
 
     drawn = [r for r in rows if r.get("time_per_correct_s") is not None and r.get("peak_memory_bytes")]
     for r in drawn:
